@@ -1,0 +1,1 @@
+"""lookahead_reasoning"""

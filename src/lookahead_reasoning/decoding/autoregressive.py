@@ -1,0 +1,84 @@
+"""The plain loop every speculative method is measured against: one token per target forward.
+
+``decode_rows`` is the batched form (B rows, each with its own stop condition, finished rows fed
+pads until all are done). Lookahead Reasoning uses it for the target's k+1 branches. ``generate``
+is the one-prompt front door: prefill, then one token per forward with the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from ..lm import LM
+from ..sampling import SamplingConfig, make_generator, next_token
+from ..stopping import StopChecker, StopCondition, StopHit
+from .results import GenerationResult
+from .session import Session
+from .streaming import TextStreamer
+
+
+def decode_rows(
+    session: Session,
+    starts: Sequence[int],
+    checkers: Sequence[StopChecker],
+    sampling: SamplingConfig,
+    generator: torch.Generator | None = None,
+    on_token: Callable[[int, list[int]], None] | None = None,
+) -> list[StopHit]:
+    """Extend every row of ``session`` one token per forward until each row's checker stops it.
+
+    Row b's new text is ``session.rows[b][starts[b]:]``. Returns each row's StopHit; on return the
+    rows end exactly at their stop. ``on_token(b, new_tokens)`` is called after each row's step.
+    """
+    hits: list[StopHit | None] = [None] * session.batch_size
+    for b, checker in enumerate(checkers):  # a zero budget stops before any forward
+        hits[b] = checker.check(session.rows[b][starts[b]:])
+    while any(h is None for h in hits):
+        active = [h is None for h in hits]
+        # 1. one forward over all active rows; 2. pick each row's next token; 3. check its stop
+        logits = session.logits(active=active)[:, -1]
+        tokens = next_token(logits, sampling, generator).tolist()
+        for b in range(session.batch_size):
+            if not active[b]:
+                continue
+            session.extend(b, [tokens[b]])
+            hits[b] = checkers[b].check(session.rows[b][starts[b]:])
+            if on_token is not None:
+                on_token(b, session.rows[b][starts[b]:])
+    return [h for h in hits if h is not None]
+
+
+def generate(
+    lm: LM,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int = 256,
+    sampling: SamplingConfig | None = None,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = 0,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """Autoregressive generation for one prompt (token ids, chat template already applied).
+
+    Stops on EOS, on any of ``stop_strings`` (checked on decoded text) or after ``max_new_tokens``.
+    ``on_text`` receives the text as it grows (deltas), for streaming.
+    """
+    sampling = sampling or SamplingConfig()
+    stop = StopCondition(lm.eos_ids, tuple(stop_strings), max_new_tokens)
+    checker = StopChecker(stop, lm.decode)
+    streamer = TextStreamer(lm.decode, on_text) if on_text else None
+    generator = make_generator(seed)
+    session = Session(lm, [list(prompt_ids)])
+    calls_before = lm.stats.calls
+    start = time.perf_counter()
+    [hit] = decode_rows(session, [len(prompt_ids)], [checker], sampling, generator,
+                        on_token=(lambda b, new: streamer.update(new)) if streamer else None)
+    wall = time.perf_counter() - start
+    new = session.rows[0][len(prompt_ids):]
+    if streamer:
+        streamer.finish(new)
+    return GenerationResult(new, lm.decode(new), list(prompt_ids), hit.reason,
+                            lm.stats.calls - calls_before, wall, mode="ar")

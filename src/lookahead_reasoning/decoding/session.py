@@ -1,0 +1,131 @@
+"""A model's view of B token sequences that share one KV cache: :class:`Session`.
+
+Every loop in :mod:`lookahead_reasoning.decoding` is written against this small interface:
+
+* ``rows``: the token ids of each row (prompt and generated text);
+* ``logits(extra)``: feed each row's uncached tokens (plus optional ``extra`` drafted tokens) in one
+  forward pass and return the next-token logits;
+* ``set_rows(new_rows)``: move the rows to new token lists. The cache keeps the longest prefix
+  that the old and new rows share, drops the rest (crop for one row, holes for several) and the
+  new tokens are fed on the next ``logits`` call. This one verb covers accepting drafted tokens,
+  rolling back rejected ones, and starting branches from a shared prefix;
+* ``fork(k)`` / ``select(rows)``: branch a prefix into k rows and keep the chosen one.
+
+Invariant: ``cached[b] <= len(rows[b])`` and the first ``cached[b]`` tokens of row b are the real
+columns of the cache row b, in order. A row needs at least one uncached token to produce logits;
+``logits`` re-feeds the last token when a row has none.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..cache import KVState
+from ..lm import LM
+
+
+class Session:
+    """B rows of token ids and one KV cache over their first ``cached[b]`` tokens."""
+
+    def __init__(self, lm: LM, rows: Sequence[Sequence[int]]):
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError("every row needs at least one token")
+        self.lm = lm
+        self.rows: list[list[int]] = [list(r) for r in rows]
+        self.cached: list[int] = [0] * len(self.rows)
+        self.kv: KVState | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.rows)
+
+    # ------------------------------------------------------------------ forward
+    def logits(self, extra: Sequence[Sequence[int]] | None = None, keep: int = 1,
+               active: Sequence[bool] | None = None) -> torch.Tensor:
+        """Feed every active row's uncached tokens, then its ``extra`` tokens, in ONE forward pass.
+
+        ``extra[b]`` (drafted tokens) is appended to ``rows[b]`` and cached like the rest; roll it back
+        with ``set_rows``. Rows are aligned on the right: row b's new tokens end at the last column,
+        pads sit before them (in the middle of the row).
+
+        Returns:
+            (B, keep, V) float32: logits at the last ``keep`` positions of each row, i.e. the
+            next-token distribution after each of the row's last ``keep`` tokens. Inactive rows are
+            fed only pads and their logits are meaningless.
+        """
+        bsz = self.batch_size
+        active = [True] * bsz if active is None else list(active)
+        extra = [[] for _ in range(bsz)] if extra is None else [list(e) for e in extra]
+        for b in range(bsz):
+            if active[b] and self.cached[b] == len(self.rows[b]):
+                self._uncache_last(b)
+            if active[b]:
+                self.rows[b].extend(extra[b])
+        chunks = [self.rows[b][self.cached[b]:] if active[b] else [] for b in range(bsz)]
+        width = max(len(c) for c in chunks)
+        ids = torch.full((bsz, width), self.lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((bsz, width), dtype=torch.long)
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                ids[b, width - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
+                mask[b, width - len(chunk):] = 1
+            self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
+        logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
+        return logits
+
+    # ------------------------------------------------------------------ edits
+    def set_rows(self, new_rows: Sequence[Sequence[int]]) -> None:
+        """Replace the rows; keep the cache for the longest common prefix of each old and new row."""
+        if len(new_rows) != self.batch_size:
+            raise ValueError(f"set_rows got {len(new_rows)} rows for a session of {self.batch_size}")
+        for b, new in enumerate(new_rows):
+            new = list(new)
+            if not new:
+                raise ValueError("every row needs at least one token")
+            keep = _common_prefix(self.rows[b], new, self.cached[b])
+            if keep < self.cached[b] and self.kv is not None:
+                self.kv.truncate_row(b, keep)
+                self.cached[b] = keep
+            self.rows[b] = new
+
+    def extend(self, row: int, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to one row (they are fed on the next ``logits`` call)."""
+        self.rows[row].extend(tokens)
+
+    def fork(self, k: int) -> "Session":
+        """A new session with every row repeated ``k`` times, sharing (a copy of) this cache."""
+        child = Session.__new__(Session)
+        child.lm = self.lm
+        child.rows = [list(r) for r in self.rows for _ in range(k)]
+        child.cached = [c for c in self.cached for _ in range(k)]
+        child.kv = self.kv.fork(k) if self.kv is not None else None
+        return child
+
+    def select(self, rows: Sequence[int]) -> "Session":
+        """Keep only ``rows``, in that order (in place); with one row left, holes are compacted away."""
+        rows = list(rows)
+        self.rows = [self.rows[r] for r in rows]
+        self.cached = [self.cached[r] for r in rows]
+        if self.kv is not None:
+            self.kv.select(rows)
+            self.kv.trim()
+            if len(rows) == 1:
+                self.kv.compact()
+        return self
+
+    def _uncache_last(self, row: int) -> None:
+        """Drop the last cached token of ``row`` from the cache so that it can be fed again."""
+        self.cached[row] -= 1
+        if self.kv is not None:
+            self.kv.truncate_row(row, self.cached[row])
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most ``limit``."""
+    n = min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,42 @@
+"""Errors the library raises on bad input.
+
+Every check on user input raises a subclass of :class:`LookaheadError` whose message names the
+problem and, where there is one, the fix. Nothing here depends on torch, so the checks run before
+any model is touched.
+"""
+
+from __future__ import annotations
+
+
+class LookaheadError(Exception):
+    """Base class of every error raised on purpose by lookahead_reasoning."""
+
+
+class ConfigError(LookaheadError, ValueError):
+    """A number or option is out of range (gamma < 1, top_p outside (0, 1], ...)."""
+
+
+class ModelLoadError(LookaheadError):
+    """A model could not be found, verified or loaded (unknown name, missing file, bad sha256...)."""
+
+
+class TokenizerMismatchError(LookaheadError):
+    """Two models that must share a vocabulary do not (token-level speculation needs one)."""
+
+
+class PromptError(LookaheadError, ValueError):
+    """The prompt is empty, or needs a chat template that the tokenizer does not have."""
+
+
+class VerifierError(LookaheadError):
+    """A verifier could not be built (unknown name, unreachable endpoint at construction)."""
+
+
+class DatasetError(LookaheadError):
+    """A dataset file is missing or holds a malformed line."""
+
+
+def require(condition: bool, message: str, error: type[LookaheadError] = ConfigError) -> None:
+    """Raise ``error(message)`` unless ``condition`` holds: the one-line input check used everywhere."""
+    if not condition:
+        raise error(message)

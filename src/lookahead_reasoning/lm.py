@@ -1,0 +1,165 @@
+"""The one place that calls a transformers model: :class:`LM` and its :meth:`LM.forward`.
+
+Every decoding loop in this library (autoregressive, token-level speculative, Lookahead Reasoning,
+the LLM judge) reaches the model through ``LM.forward``. It takes new token ids for B rows, the
+rows' :class:`~lookahead_reasoning.cache.KVState`, builds per-row ``position_ids`` from the mask
+(real tokens only, so pads in the middle of a row do not shift positions), runs the model with the
+cache, and returns float32 logits for the last ``keep`` positions only (``logits_to_keep``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from .cache import KVState
+from .errors import PromptError, require
+
+
+@dataclass
+class ForwardStats:
+    """How often and how long a model ran: the raw material of the cost ratio c."""
+
+    calls: int = 0
+    tokens: int = 0  # real (unmasked) tokens fed, summed over rows
+    seconds: float = 0.0
+
+    def reset(self) -> None:
+        self.calls, self.tokens, self.seconds = 0, 0, 0.0
+
+
+class LM:
+    """A causal LM with its tokenizer, seen as ``forward(ids, mask, state) -> logits``.
+
+    Build it from a :class:`~lookahead_reasoning.models.LoadedModel` (``LM.from_loaded``) or from a
+    model and tokenizer directly.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        self.stats = ForwardStats()
+        self.pad_id = _pad_id(tokenizer, model)
+        self.eos_ids = _eos_ids(tokenizer, model)
+
+    @classmethod
+    def from_loaded(cls, loaded: Any) -> "LM":
+        """Wrap anything with ``.model``, ``.tokenizer`` and optionally ``.name`` (a LoadedModel)."""
+        if isinstance(loaded, LM):
+            return loaded
+        return cls(loaded.model, loaded.tokenizer, getattr(loaded, "name", None))
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output embedding (can exceed ``len(tokenizer)``: padded vocabularies)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    # ------------------------------------------------------------------ forward
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        state: KVState | None = None,
+        new_mask: torch.Tensor | None = None,
+        keep: int = 1,
+    ) -> tuple[torch.Tensor, KVState]:
+        """Run the model on new tokens of B rows, appending them to ``state``'s cache.
+
+        Args:
+            input_ids: (B, n) new token ids, pads allowed anywhere (their mask is 0).
+            state: the rows' cache and (B, T) mask; None starts an empty cache.
+            new_mask: (B, n) 1 for real tokens, 0 for pads; None means all real.
+            keep: return logits for the last ``keep`` of the n positions.
+
+        Returns:
+            (logits, state): logits is float32 (B, keep, V); ``state`` now covers T + n columns.
+        """
+        import time
+
+        require(input_ids.dim() == 2 and input_ids.shape[1] > 0, f"input_ids must be (B, n>0), got {tuple(input_ids.shape)}")
+        device = self.device
+        input_ids = input_ids.to(device)
+        bsz, n = input_ids.shape
+        if state is None:
+            state = KVState(DynamicCache(config=self.model.config), torch.zeros(bsz, 0, dtype=torch.long, device=device))
+        require(state.batch_size == bsz, f"state has {state.batch_size} rows, input_ids {bsz}")
+        if new_mask is None:
+            new_mask = torch.ones(bsz, n, dtype=torch.long, device=device)
+        full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
+        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -n:]
+        start = time.perf_counter()
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=full_mask,
+            position_ids=position_ids,
+            past_key_values=state.cache,
+            use_cache=True,
+            logits_to_keep=min(keep, n),
+        )
+        self.stats.calls += 1
+        self.stats.tokens += int(new_mask.sum())
+        state.cache = out.past_key_values
+        state.mask = full_mask
+        logits = out.logits.float()
+        self.stats.seconds += time.perf_counter() - start
+        return logits, state
+
+    # ------------------------------------------------------------------ text
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def chat_prompt(self, prompt: str | list[dict[str, str]], system: str | None = None) -> str:
+        """The text the model continues: the chat template applied to ``prompt`` (a string or messages).
+
+        Raises PromptError when the prompt is empty or the tokenizer has no chat template.
+        """
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        require(bool(messages) and all(str(m.get("content", "")).strip() for m in messages),
+                "the prompt is empty: give a question or a non-empty list of messages", PromptError)
+        if system is not None:
+            messages = [{"role": "system", "content": system}] + messages
+        require(getattr(self.tokenizer, "chat_template", None) is not None,
+                f"the tokenizer of {self.name!r} has no chat template; pass raw=True to use the prompt "
+                "text as it is, or use an instruction-tuned model", PromptError)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def prompt_ids(self, prompt: str | list[dict[str, str]], *, raw: bool = False,
+                   system: str | None = None) -> list[int]:
+        """Token ids of the prompt: the chat template unless ``raw``, in which case the text as is."""
+        if raw:
+            require(isinstance(prompt, str) and prompt.strip() != "", "the prompt is empty", PromptError)
+            text = prompt
+        else:
+            text = self.chat_prompt(prompt, system=system)
+        ids = self.encode(text)
+        require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
+        return ids
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
+    for candidate in (tokenizer.pad_token_id, getattr(model.config, "pad_token_id", None), tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate if not isinstance(candidate, list) else candidate[0])
+    return 0
+
+
+def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if source is None:
+            continue
+        ids.update(int(i) for i in (source if isinstance(source, (list, tuple)) else [source]))
+    return frozenset(ids)
