@@ -1,1 +1,22 @@
-"""lookahead_reasoning"""
+"""lookahead_reasoning: step-level (Lookahead Reasoning) and token-level speculative decoding.
+
+The front door is :class:`LookaheadGenerator`; the decoding loops live in
+:mod:`lookahead_reasoning.decoding`, the KV-cache operations in :mod:`lookahead_reasoning.cache`,
+the speedup formulas in :mod:`lookahead_reasoning.theory`.
+"""
+
+from .decoding.lookahead import LRStats, TokenSD
+from .decoding.results import GenerationResult, SDStats
+from .decoding.steps import StepConfig
+from .errors import ConfigError, LookaheadError, ModelLoadError, PromptError, TokenizerMismatchError, VerifierError
+from .generator import LookaheadGenerator
+from .lm import LM
+from .sampling import SamplingConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError", "GenerationResult", "LM", "LRStats", "LookaheadError", "LookaheadGenerator",
+    "ModelLoadError", "PromptError", "SDStats", "SamplingConfig", "StepConfig", "TokenSD",
+    "TokenizerMismatchError", "VerifierError", "__version__",
+]

@@ -1,0 +1,123 @@
+"""Drafters: who proposes the gamma tokens that the target checks in one pass.
+
+A drafter is anything with ``propose(rows, gamma, active) -> Proposal``. It sees the committed
+token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per row,
+with their draft probabilities q when it has them. It keeps whatever state it wants in step with
+the rows by itself: the model drafter syncs its KV cache to the rows on every call (keeping the
+longest common prefix, so accepted drafted tokens are never recomputed and rejected ones are
+dropped), the n-gram drafter keeps none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+from ..errors import TokenizerMismatchError, require
+from ..lm import LM
+from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
+from .session import Session
+
+
+@dataclass
+class Proposal:
+    """Drafted tokens per row (lists may be shorter than gamma, or empty) and, per row, their q.
+
+    ``q[b]`` is (len(tokens[b]), V) float32, or None for a deterministic drafter (q one-hot).
+    """
+
+    tokens: list[list[int]]
+    q: list[torch.Tensor | None]
+
+
+class Drafter(Protocol):
+    """Proposes up to gamma tokens for each active row."""
+
+    def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
+
+
+class ModelDrafter:
+    """Drafts with a small LM that shares the target's vocabulary.
+
+    It holds its own :class:`Session` over the same rows. ``propose`` first moves that session to
+    the given rows (a crop of what was rejected, the target's correction token appended) and then
+    runs gamma single-token forwards. ``sampling`` must be the target's, so q and p are comparable.
+    """
+
+    def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None):
+        self.lm = lm
+        self.sampling = sampling
+        self.generator = generator
+        self.session: Session | None = None
+
+    def attach(self, session: Session) -> None:
+        """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""
+        self.session = session
+
+    def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
+        if self.session is None or self.session.batch_size != len(rows):
+            self.session = Session(self.lm, rows)
+        else:
+            self.session.set_rows(rows)
+        bsz = len(rows)
+        drafted: list[list[int]] = [[] for _ in range(bsz)]
+        qs: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        for _ in range(gamma):
+            logits = self.session.logits(active=active)[:, -1]  # (B, V)
+            if self.sampling.greedy:
+                tokens = next_token(logits, self.sampling).tolist()
+                q = None
+            else:
+                q = probs_from_logits(logits, self.sampling)
+                tokens = sample(q, self.generator).tolist()
+            for b in range(bsz):
+                if active[b]:
+                    drafted[b].append(tokens[b])
+                    self.session.extend(b, [tokens[b]])
+                    if q is not None:
+                        qs[b].append(q[b])
+        q_out = [torch.stack(qs[b]) if qs[b] else None for b in range(bsz)]
+        return Proposal(drafted, q_out)
+
+
+class NGramDrafter:
+    """Prompt lookup: find the last n tokens earlier in the row and propose what followed them.
+
+    Tries n = max_n down to min_n; the most recent earlier match wins. q is one-hot (None).
+    """
+
+    def __init__(self, max_n: int = 3, min_n: int = 1):
+        require(isinstance(min_n, int) and min_n >= 1, f"n-gram min_n must be >= 1, got {min_n!r}")
+        require(isinstance(max_n, int) and max_n >= min_n,
+                f"n-gram sizes need min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        self.max_n, self.min_n = max_n, min_n
+
+    def lookup(self, row: Sequence[int], gamma: int) -> list[int]:
+        """Up to gamma tokens that followed the latest earlier occurrence of the row's last n tokens."""
+        row = list(row)
+        for n in range(min(self.max_n, len(row) - 1), self.min_n - 1, -1):
+            tail = row[-n:]
+            for start in range(len(row) - n - 1, -1, -1):
+                if row[start:start + n] == tail:
+                    return row[start + n:start + n + gamma]
+        return []
+
+    def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
+        tokens = [self.lookup(r, gamma) if a else [] for r, a in zip(rows, active)]
+        return Proposal(tokens, [None] * len(rows))
+
+
+def check_same_vocabulary(draft: LM, target: LM) -> None:
+    """Raise TokenizerMismatchError unless the two tokenizers map the same strings to the same ids."""
+    d_vocab, t_vocab = draft.tokenizer.get_vocab(), target.tokenizer.get_vocab()
+    if d_vocab != t_vocab:
+        only_d = len(set(d_vocab.items()) - set(t_vocab.items()))
+        only_t = len(set(t_vocab.items()) - set(d_vocab.items()))
+        raise TokenizerMismatchError(
+            f"draft {draft.name!r} and target {target.name!r} use different tokenizers "
+            f"(vocab sizes {len(d_vocab)} vs {len(t_vocab)}; {only_d} and {only_t} entries differ). "
+            "Token-level speculative decoding needs one shared vocabulary. Step-level speculation "
+            "(LookaheadGenerator without token SD inside steps) works across tokenizers, since steps are text."
+        )

@@ -1,0 +1,75 @@
+"""Reasoning steps: how text is cut into the units that Lookahead Reasoning speculates on.
+
+A step ends with a delimiter ("\\n\\n" by default: reasoning models separate steps by blank lines),
+with EOS, or at a per-step token cap. Only a step that ends on a delimiter or EOS is a *complete*
+step: a drafted step cut at the cap is never accepted (the target rewrites it), and no step is
+drafted after it, since what would follow does not start at a boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import require
+from ..stopping import StopCondition
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """The step segmenter: delimiters (stop strings checked on decoded text) and a token cap per step."""
+
+    delimiters: tuple[str, ...] = ("\n\n",)
+    max_step_tokens: int = 100
+
+    def __post_init__(self) -> None:
+        delims = (self.delimiters,) if isinstance(self.delimiters, str) else tuple(self.delimiters)
+        object.__setattr__(self, "delimiters", delims)
+        require(len(delims) > 0 and all(isinstance(d, str) and d != "" for d in delims),
+                f"step delimiters must be non-empty strings, got {self.delimiters!r}")
+        require(isinstance(self.max_step_tokens, int) and self.max_step_tokens >= 1,
+                f"max_step_tokens must be an integer >= 1, got {self.max_step_tokens!r}")
+
+    def stop_condition(self, eos_ids: frozenset[int], remaining_budget: int) -> StopCondition:
+        """Stop at a delimiter, EOS, the step cap or the generation's remaining budget."""
+        return StopCondition(eos_ids, self.delimiters, max(0, min(self.max_step_tokens, remaining_budget)))
+
+
+@dataclass
+class Step:
+    """One step of text, with its ids for the model that wrote it and why it ended.
+
+    ``end`` is "stop_string" (a delimiter), "eos", or "budget" (the step cap or the generation's
+    budget). ``complete`` steps end on a delimiter or EOS.
+    """
+
+    ids: list[int]
+    text: str
+    end: str
+    author: str = "target"  # "draft" | "target"
+    ids_other: list[int] | None = field(default=None, repr=False)  # the same text in the other tokenizer
+
+    @property
+    def complete(self) -> bool:
+        return self.end in ("stop_string", "eos")
+
+    @property
+    def boundary(self) -> bool:
+        """True when what follows this step starts a new step (it ended on a delimiter)."""
+        return self.end == "stop_string"
+
+
+def split_steps(text: str, delimiters: Sequence[str] = ("\n\n",)) -> list[str]:
+    """Cut finished text into steps, each keeping its delimiter (for traces and analysis)."""
+    steps, start, i = [], 0, 0
+    while i < len(text):
+        hit = next((d for d in delimiters if text.startswith(d, i)), None)
+        if hit:
+            i += len(hit)
+            steps.append(text[start:i])
+            start = i
+        else:
+            i += 1
+    if start < len(text):
+        steps.append(text[start:])
+    return steps
