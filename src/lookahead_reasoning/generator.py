@@ -60,7 +60,10 @@ class LookaheadGenerator:
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
         verifier: a Verifier or a name for :func:`lookahead_reasoning.verifiers.make_verifier`
             ("exact", "embedding", "judge", "cascade:exact+embedding", ...).
-        k: drafted steps per cycle (k >= 1). width: drafts per position (W >= 1, see ``generate``).
+        k: drafted steps per cycle (k >= 1).
+        width: drafts per position (W >= 1). W - 1 alternatives are sampled (at ``alt_temperature``
+            when decoding is greedy) at each drafted position; one can replace the target's
+            correction where the main draft is rejected (see ``run_cycle``).
         steps: the step segmenter (delimiters, per-step token cap).
         token_sd: token-level SD inside steps, used by mode "lr-sd" (default: n-gram drafting for
             both the draft's and the target's steps).
@@ -82,12 +85,13 @@ class LookaheadGenerator:
         sampling: SamplingConfig | None = None,
         gamma: int = 4,
         verifier_kwargs: dict | None = None,
+        alt_temperature: float = 0.7,
         **load_kwargs: Any,
     ):
         require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
         require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
         require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-        self.k, self.width, self.gamma = k, width, gamma
+        self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
         self.steps = steps or StepConfig()
         self.token_sd = token_sd or TokenSD(target="ngram", draft="ngram")
         self.sampling = sampling or SamplingConfig()
@@ -177,6 +181,10 @@ class LookaheadGenerator:
         state = LRState(Session(self.target, [target_ids]), Session(self.draft, [draft_ids]),
                         len(target_ids), len(draft_ids), max_new_tokens)
         translator = Translator(self.target, self.draft, self.same_vocab)
+        alt_writer = None
+        if self.width > 1:  # alternatives must differ from the main draft: they are sampled
+            alt_sampling = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=self.alt_temperature)
+            alt_writer = StepWriter(self.draft, self.steps, alt_sampling, generator, draft_drafter, gamma)
         t_calls, t_secs = self.target.stats.calls, self.target.stats.seconds
         d_calls, d_secs = self.draft.stats.calls, self.draft.stats.seconds
         sent = 0
@@ -185,7 +193,7 @@ class LookaheadGenerator:
             state.done = "budget"
         while state.done is None:
             stats.cycles.append(run_cycle(state, self.k, draft_writer, target_writer, self.verifier, translator,
-                                          row_drafter))
+                                          row_drafter, self.width, alt_writer))
             if on_text is not None:
                 text = self.target.decode(state.target.rows[0][len(target_ids):])
                 if len(text) > sent and not text.endswith("\ufffd"):

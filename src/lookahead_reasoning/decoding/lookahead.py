@@ -64,6 +64,8 @@ class CycleTrace:
     target_s: float
     verify_s: float
     target_rows: int
+    alternatives: list = field(default_factory=list)  # width > 1: extra drafts per position
+    alt_verdicts: list = field(default_factory=list)
 
 
 @dataclass
@@ -203,12 +205,21 @@ def run_cycle(
     verifier,
     translator: Translator,
     target_row_drafter: Callable[[LRState, int], object] | None = None,
+    width: int = 1,
+    alt_writer: StepWriter | None = None,
 ) -> CycleTrace:
-    """One synchronous LR cycle (steps 1-4 of the module docstring); updates ``state`` in place."""
+    """One synchronous LR cycle (steps 1-4 of the module docstring); updates ``state`` in place.
+
+    ``width`` W > 1 adds W-1 alternative drafts (written by ``alt_writer``, which samples) at every
+    drafted position, in one batched draft pass after the main chain. Only the main chain is
+    extended and sent to the target; an alternative can rescue the first position whose main draft
+    is rejected: it is then kept in place of the target's correction and the cycle ends there.
+    """
     remaining = state.max_new_tokens - state.generated
     # 1. draft up to k steps; stop after a step that does not end on a delimiter
     t0 = time.perf_counter()
     drafted: list[Step] = []
+    draft_base = list(state.draft.rows[0])
     used = 0
     while state.at_boundary and len(drafted) < k and used < remaining:
         [step] = draft_writer.write(state.draft, [remaining - used])
@@ -241,12 +252,24 @@ def run_cycle(
         if not drafted[j].complete:
             break
         judged.append((drafted[j].text, target_steps[j].text))
-    verdicts = verifier.verify(judged) if judged else []
+    ta = time.perf_counter()
+    alternatives = _draft_alternatives(state, draft_base, drafted[:len(judged)], width, alt_writer, remaining, translator)
+    alt_s = time.perf_counter() - ta
+    alt_pairs = [(a.text, target_steps[j].text) for j, alts in enumerate(alternatives) for a in alts]
+    all_verdicts = verifier.verify(judged + alt_pairs) if judged else []
+    verdicts, alt_verdicts = all_verdicts[:len(judged)], all_verdicts[len(judged):]
     t3 = time.perf_counter()
     # 4. keep s^_1..s^_m (m = first rejection), then the target's step m+1 when it exists
     m = next((i for i, v in enumerate(verdicts) if not v.accepted), len(verdicts))
-    appended = m < n_rows
-    if appended:  # row m holds x + s^_1..s^_m + the target's own next step: keep its cache
+    rescue = _rescuing_alternative(alternatives, alt_verdicts, m)
+    appended = m < n_rows and rescue is None
+    if rescue is not None:  # an alternative draft replaces the target's correction at position m
+        state.target = branches.select([m])
+        state.target.set_rows([rows[m] + translator.to_target(rescue)])
+        drafted = drafted[:m] + [rescue]
+        m += 1
+        last = rescue
+    elif appended:  # row m holds x + s^_1..s^_m + the target's own next step: keep its cache
         state.target = branches.select([m])
         last = target_steps[m]
     else:  # every drafted step kept, the last ends the generation (EOS or budget)
@@ -259,4 +282,35 @@ def run_cycle(
         state.done = "eos"
     elif state.generated >= state.max_new_tokens:
         state.done = "budget"
-    return CycleTrace(drafted, target_steps, verdicts, m, appended, t1 - t0, t2 - t1, t3 - t2, n_rows)
+    return CycleTrace(drafted, target_steps, verdicts, m, appended, t1 - t0 + alt_s, t2 - t1, t3 - t2 - alt_s, n_rows,
+                      alternatives=alternatives, alt_verdicts=alt_verdicts)
+
+
+def _draft_alternatives(state: LRState, base: list[int], chain: list[Step], width: int,
+                        writer: StepWriter | None, remaining: int, translator: Translator) -> list[list[Step]]:
+    """W-1 extra drafts for each position of ``chain``, all written in one batched draft pass."""
+    if width <= 1 or writer is None or not chain:
+        return [[] for _ in chain]
+    contexts, budgets, prefix, used = [], [], list(base), 0
+    for step in chain:
+        contexts += [list(prefix)] * (width - 1)
+        budgets += [remaining - used] * (width - 1)
+        prefix += step.ids
+        used += len(translator.to_target(step))
+    branches = state.draft.fork(len(contexts))
+    branches.set_rows(contexts)
+    steps = writer.write(branches, budgets)
+    for step in steps:
+        step.author = "draft-alt"
+    return [steps[j * (width - 1):(j + 1) * (width - 1)] for j in range(len(chain))]
+
+
+def _rescuing_alternative(alternatives: list[list[Step]], verdicts: list, m: int) -> Step | None:
+    """The first accepted complete alternative at position m (the first rejected main draft)."""
+    if m >= len(alternatives):
+        return None
+    offset = sum(len(a) for a in alternatives[:m])
+    for i, alt in enumerate(alternatives[m]):
+        if alt.complete and verdicts[offset + i].accepted:
+            return alt
+    return None
