@@ -163,3 +163,28 @@ def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> froz
             continue
         ids.update(int(i) for i in (source if isinstance(source, (list, tuple)) else [source]))
     return frozenset(ids)
+
+
+def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assistant: LM | None = None,
+                prompt_lookup_num_tokens: int | None = None, sampling: Any = None, seed: int = 0) -> list[int]:
+    """transformers' own ``generate`` (the peer baselines): plain, assisted or prompt-lookup.
+
+    Greedy unless ``sampling`` (a SamplingConfig) says otherwise. Returns the new token ids.
+    """
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": lm.pad_id}
+    if sampling is not None and not sampling.greedy:
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                      top_k=sampling.top_k or 0)
+        torch.manual_seed(seed)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    if assistant is not None:
+        kwargs["assistant_model"] = assistant.model
+    if prompt_lookup_num_tokens:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
+    if lm.eos_ids:
+        kwargs["eos_token_id"] = sorted(lm.eos_ids)
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
+    with torch.no_grad():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    return out[0, len(prompt_ids):].tolist()
