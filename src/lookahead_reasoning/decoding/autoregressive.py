@@ -20,6 +20,30 @@ from .session import Session
 from .streaming import TextStreamer
 
 
+OnDone = Callable[[int], Sequence[int]]
+
+
+def first_checks(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker]) -> list[StopHit | None]:
+    """Check the tokens each row already has after its start (a zero budget, or tokens placed there by
+    the caller); a row that already stops is cut at its stop."""
+    hits = [checker.check(session.rows[b][starts[b]:]) for b, checker in enumerate(checkers)]
+    if any(h is not None and h.keep < len(session.rows[b]) - starts[b] for b, h in enumerate(hits)):
+        session.set_rows([row[:starts[b] + h.keep] if h is not None else row
+                          for b, (row, h) in enumerate(zip(session.rows, hits))])
+    return hits
+
+
+def notify_done(session: Session, starts: Sequence[int], hits: list[StopHit | None], rows: Sequence[int],
+                on_done: OnDone | None) -> None:
+    """Tell ``on_done`` that ``rows`` finished; cancel the rows it returns (they stop where they are)."""
+    if on_done is None:
+        return
+    for b in rows:
+        for c in on_done(b) or ():
+            if hits[c] is None:
+                hits[c] = StopHit(len(session.rows[c]) - starts[c], "cancelled")
+
+
 def decode_rows(
     session: Session,
     starts: Sequence[int],
@@ -27,27 +51,32 @@ def decode_rows(
     sampling: SamplingConfig,
     generator: torch.Generator | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
+    on_done: OnDone | None = None,
 ) -> list[StopHit]:
     """Extend every row of ``session`` one token per forward until each row's checker stops it.
 
     Row b's new text is ``session.rows[b][starts[b]:]``. Returns each row's StopHit; on return the
-    rows end exactly at their stop. ``on_token(b, new_tokens)`` is called after each row's step.
+    rows end exactly at their stop. ``on_token(b, new_tokens)`` is called after each row's step;
+    ``on_done(b)`` when row b stops, and may return rows to cancel (reason "cancelled").
     """
-    hits: list[StopHit | None] = [None] * session.batch_size
-    for b, checker in enumerate(checkers):  # a zero budget stops before any forward
-        hits[b] = checker.check(session.rows[b][starts[b]:])
+    hits = first_checks(session, starts, checkers)
+    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     while any(h is None for h in hits):
         active = [h is None for h in hits]
         # 1. one forward over all active rows; 2. pick each row's next token; 3. check its stop
         logits = session.logits(active=active)[:, -1]
         tokens = next_token(logits, sampling, generator).tolist()
+        finished = []
         for b in range(session.batch_size):
-            if not active[b]:
+            if not active[b] or hits[b] is not None:
                 continue
             session.extend(b, [tokens[b]])
             hits[b] = checkers[b].check(session.rows[b][starts[b]:])
             if on_token is not None:
                 on_token(b, session.rows[b][starts[b]:])
+            if hits[b] is not None:
+                finished.append(b)
+        notify_done(session, starts, hits, finished, on_done)
     return [h for h in hits if h is not None]
 
 

@@ -145,16 +145,21 @@ class StepWriter:
         self.lm, self.steps, self.sampling, self.generator = lm, steps, sampling, generator
         self.sd_drafter, self.gamma, self.sd_stats = sd_drafter, gamma, sd_stats
 
-    def write(self, session: Session, budgets: Sequence[int], drafter=None) -> list[Step]:
-        """Extend every row of ``session`` by one step (each within its own token budget)."""
-        starts = [len(r) for r in session.rows]
+    def write(self, session: Session, budgets: Sequence[int], drafter=None, starts: Sequence[int] | None = None,
+              on_done=None) -> list[Step]:
+        """Extend every row of ``session`` by one step (each within its own token budget).
+
+        ``starts[b]`` is where row b's step begins (default: its current end; tokens already after it
+        count as the step's first tokens). ``on_done`` is passed to the decoding loop.
+        """
+        starts = [len(r) for r in session.rows] if starts is None else list(starts)
         checkers = [StopChecker(self.steps.stop_condition(self.lm.eos_ids, b), self.lm.decode) for b in budgets]
         drafter = drafter or self.sd_drafter
         if drafter is None:
-            hits = decode_rows(session, starts, checkers, self.sampling, self.generator)
+            hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_done=on_done)
         else:
             hits = decode_rows_sd(session, starts, checkers, self.sampling, drafter, self.gamma,
-                                  self.generator, self.sd_stats)
+                                  self.generator, self.sd_stats, on_done=on_done)
         return [Step(session.rows[b][starts[b]:], self.lm.decode(session.rows[b][starts[b]:]), hit.reason)
                 for b, hit in enumerate(hits)]
 
@@ -228,41 +233,24 @@ def run_cycle(
         used += len(translator.to_target(step))
         if not step.boundary:
             break
-    t1 = time.perf_counter()
-    # 2. the target writes its own step on row j = x + s^_1..s^_{j-1}, all rows in one batch
-    base = list(state.target.rows[0])
-    rows, budgets = [base], [remaining]
-    for step in drafted:
-        if not step.boundary:
-            break
-        ids = translator.to_target(step)
-        if budgets[-1] - len(ids) <= 0:
-            break
-        rows.append(rows[-1] + ids)
-        budgets.append(budgets[-1] - len(ids))
-    n_rows = len(rows)
-    branches = state.target.fork(n_rows)
-    branches.set_rows(rows)
-    row_drafter = target_row_drafter(state, n_rows) if target_row_drafter else None
-    target_steps = target_writer.write(branches, budgets, drafter=row_drafter)
-    t2 = time.perf_counter()
-    # 3. judge each complete drafted step against the target's step for the same context
-    judged = []
-    for j in range(min(len(drafted), n_rows)):
-        if not drafted[j].complete:
-            break
-        judged.append((drafted[j].text, target_steps[j].text))
     ta = time.perf_counter()
-    alternatives = _draft_alternatives(state, draft_base, drafted[:len(judged)], width, alt_writer, remaining, translator)
-    alt_s = time.perf_counter() - ta
-    alt_pairs = [(a.text, target_steps[j].text) for j, alts in enumerate(alternatives) for a in alts]
-    all_verdicts = verifier.verify(judged + alt_pairs) if judged else []
-    verdicts, alt_verdicts = all_verdicts[:len(judged)], all_verdicts[len(judged):]
+    alternatives = _draft_alternatives(state, draft_base, [s for s in drafted if s.complete], width, alt_writer,
+                                       remaining, translator)
+    t1 = time.perf_counter()
+    # 2. the target writes its own step on row j = x + s^_1..s^_j (all rows in one batch)
+    rows, budgets = _target_rows(state, drafted, remaining, translator)
+    branches, starts = _fork_branches(state, rows, drafted, translator, target_writer)
+    judge = _EarlyJudge(drafted, branches, starts, translator, verifier)
+    row_drafter = target_row_drafter(state, len(rows)) if target_row_drafter else None
+    target_steps = target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge)
+    t2 = time.perf_counter()
+    # 3. the verdicts were given as rows finished; a rejection cancelled the rows after it
+    verdicts = judge.leading_verdicts()
+    m = next((i for i, v in enumerate(verdicts) if not v.accepted), len(verdicts))
+    alt_verdicts, rescue = _judge_alternatives(alternatives, m, target_steps, verifier)
     t3 = time.perf_counter()
     # 4. keep s^_1..s^_m (m = first rejection), then the target's step m+1 when it exists
-    m = next((i for i, v in enumerate(verdicts) if not v.accepted), len(verdicts))
-    rescue = _rescuing_alternative(alternatives, alt_verdicts, m)
-    appended = m < n_rows and rescue is None
+    appended = m < len(rows) and rescue is None
     if rescue is not None:  # an alternative draft replaces the target's correction at position m
         state.target = branches.select([m])
         state.target.set_rows([rows[m] + translator.to_target(rescue)])
@@ -273,7 +261,8 @@ def run_cycle(
         state.target = branches.select([m])
         last = target_steps[m]
     else:  # every drafted step kept, the last ends the generation (EOS or budget)
-        state.target.set_rows([base + [t for s in drafted[:m] for t in translator.to_target(s)]])
+        state.target = branches.select([len(rows) - 1])
+        state.target.set_rows([rows[-1] + translator.to_target(drafted[m - 1])])
         last = drafted[m - 1]
     generated = state.target.rows[0][state.prompt_len_target:]
     state.draft.set_rows([state.draft.rows[0][:state.prompt_len_draft] + translator.to_draft(generated)])
@@ -282,8 +271,95 @@ def run_cycle(
         state.done = "eos"
     elif state.generated >= state.max_new_tokens:
         state.done = "budget"
-    return CycleTrace(drafted, target_steps, verdicts, m, appended, t1 - t0 + alt_s, t2 - t1, t3 - t2 - alt_s, n_rows,
-                      alternatives=alternatives, alt_verdicts=alt_verdicts)
+    return CycleTrace(drafted, target_steps, verdicts, m, appended, t1 - t0, t2 - t1 - judge.seconds,
+                      t3 - t2 + judge.seconds, len(rows), alternatives=alternatives, alt_verdicts=alt_verdicts)
+
+
+def _target_rows(state: LRState, drafted: list[Step], remaining: int,
+                 translator: Translator) -> tuple[list[list[int]], list[int]]:
+    """Row contexts x, x+s^_1, ... (one per drafted step that ends on a delimiter, plus one) and budgets."""
+    rows, budgets = [list(state.target.rows[0])], [remaining]
+    for step in drafted:
+        ids = translator.to_target(step)
+        if not step.boundary or budgets[-1] - len(ids) <= 0:
+            break
+        rows.append(rows[-1] + ids)
+        budgets.append(budgets[-1] - len(ids))
+    return rows, budgets
+
+
+def _fork_branches(state: LRState, rows: list[list[int]], drafted: list[Step], translator: Translator,
+                   writer: "StepWriter") -> tuple[Session, list[int]]:
+    """Score all drafted tokens in ONE forward of the prefix row, then fork it into the branch rows.
+
+    The forward over [x's last token, s^_1 .. s^_n] gives the target's distribution at every drafted
+    position. Row j starts with the longest prefix of s^_j that the target accepts token by token
+    (greedy: its argmax agrees; sampled: rejection sampling with a one-hot q, which is lossless),
+    plus one token of its own. A drafted step the target would write identically costs no further
+    forward at all. Returns the branches and each row's start (where its step begins).
+    """
+    from .rejection import greedy_accept, speculative_accept
+    from ..sampling import probs_from_logits
+
+    prefix = state.target
+    base_len = len(rows[0])
+    chain = [t for s in drafted for t in translator.to_target(s)]
+    logits = prefix.logits(extra=[chain], keep=len(chain) + 1)[0]  # (len(chain) + 1, V)
+    starts, opening = [], []
+    for j, row in enumerate(rows):
+        offset = len(row) - base_len
+        own = translator.to_target(drafted[j]) if j < len(drafted) else []
+        window = logits[offset:offset + len(own) + 1]
+        if writer.sampling.greedy:
+            acc = greedy_accept(own, window.argmax(dim=-1).tolist())
+        else:
+            acc = speculative_accept(own, None, probs_from_logits(window, writer.sampling), writer.generator)
+        starts.append(len(row))
+        opening.append(own[:acc.n_accepted] + [acc.next_token])
+    branches = prefix.fork(len(rows))
+    branches.set_rows([row + first for row, first in zip(rows, opening)])
+    return branches, starts
+
+
+class _EarlyJudge:
+    """Judges row j as soon as the target's step j is finished; a rejection cancels rows after j."""
+
+    def __init__(self, drafted: list[Step], branches: Session, starts: list[int], translator: Translator, verifier):
+        self.drafted, self.branches, self.starts = drafted, branches, starts
+        self.translator, self.verifier = translator, verifier
+        self.verdicts: dict[int, object] = {}
+        self.seconds = 0.0
+
+    def __call__(self, row: int) -> list[int]:
+        step = self.drafted[row] if row < len(self.drafted) else None
+        if step is None or not step.complete:
+            return []
+        t = time.perf_counter()
+        target_text = self.translator.target.decode(self.branches.rows[row][self.starts[row]:])
+        [verdict] = self.verifier.verify([(step.text, target_text)])
+        self.seconds += time.perf_counter() - t
+        self.verdicts[row] = verdict
+        return [] if verdict.accepted else list(range(row + 1, self.branches.batch_size))
+
+    def leading_verdicts(self) -> list:
+        """Verdicts for rows 0, 1, ... up to the first row without one (cancelled, or not judgeable)."""
+        out = []
+        while len(out) in self.verdicts:
+            out.append(self.verdicts[len(out)])
+        return out
+
+
+def _judge_alternatives(alternatives: list[list[Step]], m: int, target_steps: list[Step],
+                        verifier) -> tuple[list, Step | None]:
+    """With width > 1: judge the alternatives at position m (the first rejected draft), if any."""
+    if m >= len(alternatives) or m >= len(target_steps) or not alternatives[m]:
+        return [], None
+    candidates = [a for a in alternatives[m] if a.complete]
+    if not candidates:
+        return [], None
+    verdicts = verifier.verify([(a.text, target_steps[m].text) for a in candidates])
+    rescue = next((a for a, v in zip(candidates, verdicts) if v.accepted), None)
+    return verdicts, rescue
 
 
 def _draft_alternatives(state: LRState, base: list[int], chain: list[Step], width: int,
@@ -303,14 +379,3 @@ def _draft_alternatives(state: LRState, base: list[int], chain: list[Step], widt
     for step in steps:
         step.author = "draft-alt"
     return [steps[j * (width - 1):(j + 1) * (width - 1)] for j in range(len(chain))]
-
-
-def _rescuing_alternative(alternatives: list[list[Step]], verdicts: list, m: int) -> Step | None:
-    """The first accepted complete alternative at position m (the first rejected main draft)."""
-    if m >= len(alternatives):
-        return None
-    offset = sum(len(a) for a in alternatives[:m])
-    for i, alt in enumerate(alternatives[m]):
-        if alt.complete and verdicts[offset + i].accepted:
-            return alt
-    return None

@@ -22,6 +22,7 @@ from ..errors import require
 from ..lm import LM
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
+from .autoregressive import OnDone, first_checks, notify_done
 from .drafters import Drafter, ModelDrafter
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
@@ -39,12 +40,14 @@ def decode_rows_sd(
     generator: torch.Generator | None = None,
     stats: SDStats | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
+    on_done: OnDone | None = None,
 ) -> list[StopHit]:
     """Like ``decode_rows`` but each target forward checks up to gamma drafted tokens per row."""
     require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
     stats = stats if stats is not None else SDStats()
     stats.gamma = max(stats.gamma, gamma)
-    hits: list[StopHit | None] = [c.check(session.rows[b][starts[b]:]) for b, c in enumerate(checkers)]
+    hits = first_checks(session, starts, checkers)
+    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     while any(h is None for h in hits):
         active = [h is None for h in hits]
         # 1. draft: budget-aware, never draft past a row's remaining token budget
@@ -55,6 +58,7 @@ def decode_rows_sd(
         # 2. verify all drafts in one target forward
         logits = session.logits(extra=drafts, keep=keep, active=active)
         new_rows = [list(r) for r in session.rows]
+        finished = []
         for b in range(session.batch_size):
             if not active[b]:
                 continue
@@ -74,6 +78,7 @@ def decode_rows_sd(
             if hit is not None:
                 new = new[:starts[b] + hit.keep]
                 hits[b] = hit
+                finished.append(b)
             new_rows[b] = new
         # 4. move target (and, on its next call, the drafter) to the accepted text
         session.set_rows(new_rows)
@@ -81,6 +86,7 @@ def decode_rows_sd(
             for b in range(session.batch_size):
                 if active[b]:
                     on_token(b, session.rows[b][starts[b]:])
+        notify_done(session, starts, hits, finished, on_done)
     return [h for h in hits if h is not None]
 
 
