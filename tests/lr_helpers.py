@@ -1,0 +1,90 @@
+"""Tiny models and scripted verifiers for the Lookahead Reasoning tests (no real weights)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from lookahead_reasoning.lm import LM
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def char_tokenizer(shift: int = 0) -> PreTrainedTokenizerFast:
+    """One token per character over printable ASCII, newline and tab: every token decodes to a
+    whole character, so equal text means equal tokens. ``shift`` rotates the ids (another vocabulary)."""
+    chars = [chr(i) for i in range(32, 127)] + ["\n", "\t"]
+    vocab = {c: (i + shift) % len(chars) for i, c in enumerate(chars)}
+    for name in ("<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[name] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), "isolated")
+    tok.decoder = decoders.Fuse()
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                 unk_token="<unk>", additional_special_tokens=["<|im_start|>"])
+    hf.chat_template = CHATML
+    return hf
+
+
+def tiny_lm(seed: int = 0, arch: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None = None,
+            eos_id: int | None = None) -> LM:
+    """A random-weight 2-layer model (fp32) over the character tokenizer; weights fixed by ``seed``.
+
+    ``eos_id`` adds an end-of-sequence id (in the generation config, which LM reads besides the
+    tokenizer's), to make EOS likely in a test.
+    """
+    tok = tokenizer or char_tokenizer()
+    eos = tok.eos_token_id if eos_id is None else eos_id
+    common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5,
+                  eos_token_id=eos, pad_token_id=tok.pad_token_id, max_position_embeddings=4096)
+    torch.manual_seed(seed)
+    model = (Qwen2ForCausalLM(Qwen2Config(**common)) if arch == "qwen2" else LlamaForCausalLM(LlamaConfig(**common)))
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.eval().requires_grad_(False)
+    return LM(model, tok, name=f"tiny-{arch}-{seed}")
+
+
+@dataclass
+class Verdict:
+    accepted: bool
+    score: float | None
+    reason: str
+    latency_s: float
+    verifier: str
+
+
+class ScriptedVerifier:
+    """Accepts a pair when ``rule(draft, target)`` says so; records every pair it saw."""
+
+    def __init__(self, rule):
+        self.rule = rule
+        self.seen: list[tuple[str, str]] = []
+
+    def verify(self, pairs):
+        start = time.perf_counter()
+        self.seen.extend(pairs)
+        return [Verdict(bool(self.rule(d, t)), None, "scripted", time.perf_counter() - start, "scripted")
+                for d, t in pairs]
+
+
+def exact():
+    """Text equality (with the character tokenizer, the same as token equality)."""
+    return ScriptedVerifier(lambda d, t: d == t)
+
+
+def frequent_char(lm: LM, prompt_ids: list[int], n: int = 80) -> str:
+    """The most frequent character of the greedy continuation: a delimiter that makes short steps."""
+    from collections import Counter
+
+    from lookahead_reasoning.decoding import generate
+
+    text = generate(lm, prompt_ids, max_new_tokens=n).text
+    counts = Counter(text).most_common(1)
+    return counts[0][0] if counts else "\n"

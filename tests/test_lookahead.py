@@ -1,0 +1,208 @@
+"""Lookahead Reasoning on tiny random models: lossless with the exact verifier, branches equal to
+running each branch alone, stops exactly where AR stops, width > 1, tokenizers that differ, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
+from lookahead_reasoning.decoding import generate
+from lookahead_reasoning.decoding.lookahead import LRState, StepWriter, Translator, _fork_branches, _target_rows
+from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.decoding.steps import Step, split_steps
+from lookahead_reasoning.render import render_html, render_terminal
+from lookahead_reasoning.sampling import make_generator
+from lookahead_reasoning.stopping import StopChecker
+
+from lr_helpers import ScriptedVerifier, char_tokenizer, exact, frequent_char, tiny_lm
+
+TARGET = tiny_lm(0)
+OTHER = tiny_lm(1)  # random weights of its own: almost never agrees with TARGET
+PROMPTS = st.lists(st.integers(0, 96), min_size=1, max_size=12)
+FAST = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _delimiter(prompt):
+    return frequent_char(TARGET, prompt)
+
+
+def _lr(draft, k=3, verifier=None, prompt=(5, 6, 7), cap=10, **kw):
+    steps = StepConfig((_delimiter(list(prompt)),), cap)
+    return LookaheadGenerator(target=TARGET, draft=draft, verifier=verifier or exact(), k=k, steps=steps, **kw)
+
+
+@FAST
+@given(prompt=PROMPTS, k=st.sampled_from([1, 2, 3, 5]), mode=st.sampled_from(["lr", "lr-sd"]))
+def test_lr_with_identical_draft_equals_greedy_ar(prompt, k, mode):
+    gen = _lr(tiny_lm(0), k=k, prompt=prompt)  # same weights as TARGET, own forward counters
+    ar = generate(TARGET, prompt, max_new_tokens=32)
+    lr = gen.generate(prompt, mode=mode, max_new_tokens=32)
+    assert lr.token_ids == ar.token_ids
+    assert lr.stop_reason == ar.stop_reason
+    # identical models: every judged draft matches the target's own step
+    assert all(v.accepted for c in lr.stats.cycles for v in c.verdicts)
+
+
+def test_identical_draft_is_used():
+    prompt = [5, 6, 7]
+    gen = _lr(tiny_lm(0), k=3, prompt=prompt, cap=12)
+    lr = gen.generate(prompt, max_new_tokens=48)
+    assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=48).token_ids
+    assert lr.stats.accepted_steps >= 3 and lr.stats.alpha1 == 1.0
+    assert len(lr.stats.cycles) < lr.num_tokens  # fewer cycles than tokens: steps were skipped ahead
+
+
+@FAST
+@given(prompt=PROMPTS, k=st.sampled_from([1, 3, 4]), mode=st.sampled_from(["lr", "lr-sd"]))
+def test_lr_with_disagreeing_draft_equals_greedy_ar(prompt, k, mode):
+    gen = _lr(OTHER, k=k, prompt=prompt)
+    ar = generate(TARGET, prompt, max_new_tokens=32)
+    lr = gen.generate(prompt, mode=mode, max_new_tokens=32)
+    assert lr.token_ids == ar.token_ids
+    cycles = lr.stats.cycles
+    assert all(c.appended_target_step for c in cycles[:-1])  # every step was the target's correction
+
+
+@pytest.mark.parametrize("token_sd", [TokenSD(target="draft", draft=None), TokenSD(target="ngram", draft="ngram", gamma=2)])
+def test_lr_sd_variants_equal_ar(token_sd):
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    gen = _lr(tiny_lm(0), k=3, prompt=prompt, token_sd=token_sd)
+    ar = generate(TARGET, prompt, max_new_tokens=60)
+    assert gen.generate(prompt, mode="lr-sd", max_new_tokens=60).token_ids == ar.token_ids
+
+
+def test_branches_equal_each_branch_alone():
+    """Row j of the target's batch writes the same step as the target alone from that context,
+    including rows of very different lengths (a long drafted step and a short one)."""
+    prompt = [10, 20, 30, 40]
+    delim = _delimiter(prompt)
+    steps = StepConfig((delim,), 30)
+    draft_steps = [Step(OTHER.encode("x" * 25 + delim), "x" * 25 + delim, "stop_string", "draft"),
+                   Step(OTHER.encode("ab" + delim), "ab" + delim, "stop_string", "draft")]
+    state = LRState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
+    translator = Translator(TARGET, TARGET, True)
+    writer = StepWriter(TARGET, steps, SamplingConfig(), make_generator(0))
+    rows, budgets = _target_rows(state, draft_steps, 200, translator)
+    assert [len(r) for r in rows] == [4, 4 + 26, 4 + 26 + 3]
+    branches, starts = _fork_branches(state, rows, draft_steps, translator, writer)
+    batched = writer.write(branches, budgets, starts=starts)
+    for row, step in zip(rows, batched):
+        alone = generate(TARGET, row, max_new_tokens=30, stop_strings=(delim,))
+        assert step.ids == alone.token_ids
+
+
+def test_eos_inside_accepted_step_ends_generation_there():
+    prompt = [7, 7, 7]
+    probe = generate(TARGET, prompt, max_new_tokens=40).token_ids
+    eos = probe[17]  # a token the greedy text reaches: make it the EOS
+    target, draft = tiny_lm(0, eos_id=eos), tiny_lm(0, eos_id=eos)
+    ar = generate(target, prompt, max_new_tokens=40)
+    assert ar.stop_reason == "eos" and ar.token_ids[-1] == eos
+    gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), k=4,
+                             steps=StepConfig((frequent_char(TARGET, prompt),), 5))
+    lr = gen.generate(prompt, max_new_tokens=40)
+    assert lr.token_ids == ar.token_ids and lr.stop_reason == "eos"
+    assert lr.stats.accepted_steps > 0
+
+
+@pytest.mark.parametrize("budget", [0, 1, 7, 23])
+def test_budget_is_exact(budget):
+    prompt = [1, 2, 3]
+    gen = _lr(tiny_lm(0), k=2, prompt=prompt)
+    lr = gen.generate(prompt, max_new_tokens=budget)
+    ar = generate(TARGET, prompt, max_new_tokens=budget)
+    assert lr.token_ids == ar.token_ids and len(lr.token_ids) == budget
+
+
+def test_sampled_lr_is_reproducible_and_seed_dependent():
+    prompt = [9, 8, 7, 6]
+    gen = _lr(OTHER, k=2, prompt=prompt, sampling=SamplingConfig(temperature=1.0))
+    a = gen.generate(prompt, max_new_tokens=40, seed=3).token_ids
+    b = gen.generate(prompt, max_new_tokens=40, seed=3).token_ids
+    c = gen.generate(prompt, max_new_tokens=40, seed=4).token_ids
+    assert a == b and a != c
+
+
+def test_width_alternative_rescues_a_rejected_draft(monkeypatch):
+    """W = 3: main drafts are all rejected, alternatives all accepted (a verifier per role), so every
+    cycle with a complete alternative keeps it in place of the target's correction."""
+    import lookahead_reasoning.decoding.lookahead as lr_mod
+
+    prompt = [4, 4, 2]
+    gen = _lr(OTHER, k=2, prompt=prompt, width=3, verifier=ScriptedVerifier(lambda d, t: False))
+    accept_all = ScriptedVerifier(lambda d, t: True)
+    judge_alternatives = lr_mod._judge_alternatives
+    monkeypatch.setattr(lr_mod, "_judge_alternatives",
+                        lambda alts, m, steps, verifier: judge_alternatives(alts, m, steps, accept_all))
+    result = gen.generate(prompt, max_new_tokens=40)
+    rescued = [c for c in result.stats.cycles if c.alt_verdicts]
+    assert rescued and accept_all.seen
+    text = ""
+    for cycle in result.stats.cycles:
+        kept = cycle.drafted[:cycle.accepted]
+        assert all(s.author == "draft" for s in kept[:-1])
+        if cycle in rescued:
+            assert kept[-1].author == "draft-alt" and not cycle.appended_target_step
+        text += "".join(s.text for s in kept)
+        if cycle.appended_target_step:
+            text += cycle.target[cycle.accepted].text
+    assert result.text == text[:len(result.text)] and len(result.token_ids) == 40
+
+
+def test_draft_with_another_tokenizer_works_at_step_level():
+    """Steps travel as text: a draft whose ids differ still gives AR's output with exact matching."""
+    shifted = char_tokenizer(shift=17)
+    draft = tiny_lm(0, tokenizer=shifted)
+    prompt_text = "Q: 2+2?"
+    gen_same = _lr(tiny_lm(0), k=3, prompt=TARGET.encode(prompt_text))
+    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.steps)
+    assert not gen.same_vocab
+    ar = generate(TARGET, TARGET.prompt_ids(prompt_text), max_new_tokens=40)
+    lr = gen.generate(prompt_text, max_new_tokens=40)
+    assert lr.token_ids == ar.token_ids
+    with pytest.raises(TokenizerMismatchError, match="(?i)step-level speculation"):
+        gen.generate(prompt_text, mode="sd", max_new_tokens=5)
+
+
+def test_trace_and_rendering_show_every_step():
+    prompt = [5, 5, 6]
+    gen = _lr(tiny_lm(0), k=2, prompt=prompt)
+    result = gen.generate(prompt, max_new_tokens=30)
+    stats = result.stats
+    assert stats.accepted_steps <= stats.judged
+    assert 0 <= stats.alpha1 <= 1
+    plain = render_terminal(result, color=False, details=True)
+    assert plain.startswith(result.text)
+    page = render_html(result)
+    assert "<table>" in page and page.count("<tr>") == stats.judged + 1
+    summary = result.summary()
+    assert summary["mode"] == "lr" and summary["new_tokens"] == 30 and "alpha1" in summary
+
+
+def test_split_steps_keeps_delimiters():
+    assert split_steps("a\n\nb\n\nc", ["\n\n"]) == ["a\n\n", "b\n\n", "c"]
+    assert "".join(split_steps("x. y. z", [". "])) == "x. y. z"
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"k": 0}, "k "), ({"width": 0}, "width"), ({"gamma": 0}, "gamma"),
+])
+def test_bad_numbers_are_refused(kwargs, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        LookaheadGenerator(target=TARGET, draft=OTHER, verifier=exact(), **kwargs)
+
+
+def test_bad_step_config_and_mode():
+    with pytest.raises(ConfigError, match="delimiter"):
+        StepConfig(("",))
+    with pytest.raises(ConfigError, match="delimiter"):
+        StepConfig(())
+    with pytest.raises(ConfigError, match="max_step_tokens"):
+        StepConfig(max_step_tokens=0)
+    gen = LookaheadGenerator(target=TARGET, draft=OTHER, verifier=exact())
+    with pytest.raises(ConfigError, match="unknown mode"):
+        gen.generate([1, 2], mode="fast")
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        gen.generate([1, 2], max_new_tokens=-1)
