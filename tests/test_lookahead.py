@@ -167,10 +167,11 @@ def test_draft_with_another_tokenizer_works_at_step_level():
 
 
 def test_trace_and_rendering_show_every_step():
-    prompt = [5, 5, 6]
-    gen = _lr(tiny_lm(0), k=2, prompt=prompt)
+    prompt = [5, 6, 7]
+    gen = _lr(OTHER, k=2, prompt=prompt, cap=12, verifier=ScriptedVerifier(lambda d, t: len(d) % 2 == 0))
     result = gen.generate(prompt, max_new_tokens=30)
     stats = result.stats
+    assert stats.judged > 0
     assert stats.accepted_steps <= stats.judged
     assert 0 <= stats.alpha1 <= 1
     plain = render_terminal(result, color=False, details=True)
