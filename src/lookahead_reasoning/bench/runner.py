@@ -119,6 +119,18 @@ class ModeRunner:
                 verifier_kwargs=kwargs if needs_verifier else None, dtype=config.dtype, device=config.device)
         self.gen = generator
 
+    def warmup(self, tokens: int = 8) -> None:
+        """Run every mode once on a short question, untimed: the first forwards of a fresh process
+        page the weights in and set up kernels, and are several times slower than the rest."""
+        probe = Problem("warmup", "What is 2 + 3?", "5", "warmup", -1)
+        saved = self.config.max_new_tokens
+        self.config.max_new_tokens = tokens
+        try:
+            for mode in self.config.modes:
+                self.run(probe, mode)
+        finally:
+            self.config.max_new_tokens = saved
+
     def run(self, problem: Problem, mode: str) -> dict[str, Any]:
         from ..lm import hf_generate
         from ..prompts import math_messages
@@ -161,6 +173,7 @@ def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress
     if not todo:
         return path
     runner = runner or ModeRunner(config)
+    runner.warmup()
     bar = _progress(len(todo), progress and process_index == 0, f"bench[{process_index}/{num_processes}]")
     for problem, mode in todo:
         append_record(path, runner.run(problem, mode))
