@@ -190,13 +190,20 @@ def _rotated(modes: tuple[str, ...], i: int) -> Iterable[str]:
 
 
 def _accelerate_rank() -> tuple[int, int]:
-    """(process index, process count) under ``accelerate launch``; (0, 1) otherwise."""
-    if "WORLD_SIZE" not in os.environ and "ACCELERATE_NUM_PROCESSES" not in os.environ:
-        return 0, 1
-    from accelerate import PartialState
+    """(process index, process count) under ``accelerate launch`` / torchrun; (0, 1) otherwise.
 
-    state = PartialState()
-    return state.process_index, state.num_processes
+    The launchers set RANK and WORLD_SIZE for every process. They are read directly because on a
+    machine without GPUs accelerate's PartialState sees a single process unless a multi-CPU backend
+    was configured, and sharding must not depend on that.
+    """
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "ACCELERATE_NUM_PROCESSES" in os.environ:
+        from accelerate import PartialState
+
+        state = PartialState()
+        return state.process_index, state.num_processes
+    return 0, 1
 
 
 def _progress(total: int, enabled: bool, desc: str):
