@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from lookahead_reasoning.lm import LM
+from lookahead_reasoning.verifiers import Verdict
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -49,15 +49,6 @@ def tiny_lm(seed: int = 0, arch: str = "qwen2", tokenizer: PreTrainedTokenizerFa
     model.generation_config.pad_token_id = tok.pad_token_id
     model.eval().requires_grad_(False)
     return LM(model, tok, name=f"tiny-{arch}-{seed}")
-
-
-@dataclass
-class Verdict:
-    accepted: bool
-    score: float | None
-    reason: str
-    latency_s: float
-    verifier: str
 
 
 class ScriptedVerifier:
