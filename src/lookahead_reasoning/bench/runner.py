@@ -91,11 +91,22 @@ def done_pairs(path: Path) -> set[tuple[str, str]]:
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line and push it to disk before going on."""
+    """Append one JSON line and push it to disk before going on.
+
+    A last line torn by a kill (no newline at the end) is closed first, so the new record starts
+    on a line of its own; the torn line is ignored when results are read.
+    """
+    torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.write(("\n" if torn else "") + json.dumps(record, ensure_ascii=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1)
 
 
 class ModeRunner:
