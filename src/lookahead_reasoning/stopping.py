@@ -47,22 +47,27 @@ class StopChecker:
     condition: StopCondition
     decode: object  # callable: list[int] -> str
     _checked: int = field(default=0, init=False)
+    _seen: list[int] = field(default_factory=list, init=False, repr=False)
 
     def check(self, generated: Sequence[int]) -> StopHit | None:
         """Look at the tokens of ``generated`` not seen before; None if generation may go on.
 
-        ``generated`` holds only the new tokens (no prompt). It may have shrunk since the last call
-        (a rollback): the scan restarts from there.
+        ``generated`` holds only the new tokens (no prompt). It may have changed since the last call
+        (a rollback, possibly followed by other tokens): the scan restarts where it differs from
+        what was seen.
         """
         cond = self.condition
-        start = min(self._checked, len(generated))
+        start = _common_prefix(self._seen, generated, self._checked)
         for i in range(start, len(generated)):
+            if i >= cond.max_new_tokens:  # tokens placed past the budget by the caller
+                return StopHit(cond.max_new_tokens, "budget")
             if generated[i] in cond.eos_ids:
                 return StopHit(i + 1, "eos")
             if cond.stop_strings and self._completes_stop_string(generated, i):
                 return StopHit(i + 1, "stop_string")
             if i + 1 >= cond.max_new_tokens:
                 return StopHit(i + 1, "budget")
+        self._seen = list(generated)
         self._checked = len(generated)
         if cond.max_new_tokens == 0:
             return StopHit(0, "budget")
@@ -79,3 +84,13 @@ class StopChecker:
         before = self.decode(list(generated[lo:i])) if i > lo else ""
         return not any(s in before for s in self.condition.stop_strings)
 
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most ``limit``."""
+    n = min(len(a), len(b), limit)
+    if list(a[:n]) == list(b[:n]):
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i

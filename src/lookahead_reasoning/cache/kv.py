@@ -72,6 +72,7 @@ class KVState:
         forked = self.clone()
         if k > 1:
             forked.cache.batch_repeat_interleave(k)
+            forked._edit_empty_layers(lambda t: t.repeat_interleave(k, dim=0))
             forked.mask = forked.mask.repeat_interleave(k, dim=0)
         return forked
 
@@ -80,8 +81,17 @@ class KVState:
         """Keep only ``rows`` (in that order)."""
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.mask.device)
         self.cache.batch_select_indices(idx)
+        self._edit_empty_layers(lambda t: t[idx.to(t.device)])
         self.mask = self.mask[idx]
         return self
+
+    def _edit_empty_layers(self, edit) -> None:
+        """Apply a batch edit to layers cropped to zero tokens: transformers skips those, which would
+        leave a (B_old, H, 0, D) tensor that the next forward cannot concatenate with B_new rows."""
+        for layer in self.cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is not None and keys.dim() == 4 and keys.shape[-2] == 0:
+                layer.keys, layer.values = edit(keys), edit(layer.values)
 
     def crop(self, length: int) -> "KVState":
         """Keep the first ``length`` columns of every row."""

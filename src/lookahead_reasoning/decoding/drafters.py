@@ -64,8 +64,11 @@ class ModelDrafter:
         bsz = len(rows)
         drafted: list[list[int]] = [[] for _ in range(bsz)]
         qs: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        # only ids the tokenizer knows: a padded embedding (more rows than tokens) must not propose an
+        # id the target cannot embed; q is then a distribution over those ids, as acceptance needs
+        proposable = min(len(self.lm.tokenizer), self.lm.vocab_size)
         for _ in range(gamma):
-            logits = self.session.logits(active=active)[:, -1]  # (B, V)
+            logits = self.session.logits(active=active)[:, -1, :proposable]  # (B, V)
             if self.sampling.greedy:
                 tokens = next_token(logits, self.sampling).tolist()
                 q = None

@@ -26,8 +26,12 @@ class Acceptance:
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """min(1, p(x)/q(x)) for every token x. p, q: (..., V) float32 -> (..., V); 1 where q(x) = 0."""
-    ratio = torch.where(q > 0, p / q.clamp_min(torch.finfo(q.dtype).tiny), torch.ones_like(p))
+    """min(1, p(x)/q(x)) for every token x. p, q: (..., V) float32 -> (..., V).
+
+    Where q(x) = 0 (x cannot have been drafted from q) the limit of the ratio is used: 1 if p(x) > 0,
+    0 if p(x) = 0, so a token the target rules out is never accepted.
+    """
+    ratio = torch.where(q > 0, p / q.clamp_min(torch.finfo(q.dtype).tiny), (p > 0).to(p.dtype))
     return ratio.clamp(max=1.0)
 
 

@@ -52,7 +52,8 @@ def decode_rows_sd(
         active = [h is None for h in hits]
         # 1. draft: budget-aware, never draft past a row's remaining token budget
         room = [checkers[b].condition.max_new_tokens - (len(session.rows[b]) - starts[b]) for b in range(len(hits))]
-        proposal = drafter.propose(session.rows, gamma, active)
+        wanted = min(gamma, max(room[b] - 1 for b in range(len(hits)) if active[b]))  # no draft forwards to waste
+        proposal = drafter.propose(session.rows, max(0, wanted), active)
         drafts = [d[:max(0, min(gamma, room[b] - 1))] if active[b] else [] for b, d in enumerate(proposal.tokens)]
         keep = max(len(d) for d in drafts) + 1
         # 2. verify all drafts in one target forward
@@ -136,10 +137,13 @@ def generate_sd(
 
 
 def _align_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
-    """Pad (with zeros) or cut the draft's (m, V_q) probabilities to the target's vocabulary size."""
+    """Pad (with zeros) or cut the draft's (m, V_q) probabilities to the target's vocabulary size.
+
+    A cut is not renormalised: q(x) must stay the probability with which x was drafted, or the
+    acceptance test min(1, p(x)/q(x)) and the residual max(0, p - q) no longer give exactly p.
+    """
     if q.shape[-1] == size:
         return q
     if q.shape[-1] > size:
-        q = q[..., :size]
-        return q / q.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+        return q[..., :size]
     return torch.nn.functional.pad(q, (0, size - q.shape[-1]))

@@ -1,0 +1,145 @@
+"""Shared test helpers: tiny random-weight Llama / Qwen2 models over the library's tiny byte-level
+tokenizer (:mod:`lookahead_reasoning.testing`), a second tokenizer with another vocabulary, and lazy
+access to the real offline models for the ``real``-marked tests.
+
+The tiny tokenizer is byte-level BPE over the 256 bytes plus a few merges ("\\n\\n", ".\\n\\n",
+"the", ...): any text round-trips, a multi-byte character spans several tokens, and the step
+delimiter "\\n\\n" sometimes hides inside a larger token, as with real tokenizers. The models have
+random weights with a large ``initializer_range`` so their greedy output varies from token to
+token. Everything is float32: the equality tests compare token for token.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
+
+from lookahead_reasoning.lm import LM
+from lookahead_reasoning.testing import tiny_model, tiny_tokenizer
+
+GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+N_TOKENS = len(tiny_tokenizer())  # ids 0..N_TOKENS-4 are bytes and merges, the last 3 special tokens
+ORDINARY_IDS = range(0, N_TOKENS - 3)
+
+
+def shifted_tokenizer(offset: int = 3) -> PreTrainedTokenizerFast:
+    """The tiny tokenizer with every id moved up by ``offset`` (filler tokens below): same strings,
+    another vocabulary, as two unrelated model families would have."""
+    base = tiny_tokenizer()
+    spec = json.loads(base.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    spec["model"]["vocab"] = {**{f"<filler{i}>": i for i in range(offset)},
+                              **{token: i + offset for token, i in vocab.items()}}
+    for added in spec.get("added_tokens", []):
+        added["id"] += offset
+    hf = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+                                 pad_token=base.pad_token, eos_token=base.eos_token,
+                                 additional_special_tokens=["<|im_start|>"],
+                                 clean_up_tokenization_spaces=False)
+    hf.chat_template = base.chat_template
+    return hf
+
+
+@functools.cache
+def _tiny(arch: str, seed: int, vocab_size: int):
+    return tiny_model(arch, seed=seed, vocab_size=vocab_size)
+
+
+def tiny_lm(arch: str = "qwen2", seed: int = 0, tokenizer: PreTrainedTokenizerFast | None = None,
+            extra_vocab: int = 0) -> LM:
+    """A fresh LM wrapper (own forward counters) around a cached tiny random model.
+
+    Two calls with the same arguments share the weights but not the counters: use two calls
+    when the draft is the target itself. ``extra_vocab`` pads the embedding beyond the tokenizer
+    (as real checkpoints do: ids no string maps to, logit 0). ``tokenizer`` swaps in another
+    tokenizer (the embedding grows to fit it).
+    """
+    n_tok = N_TOKENS if tokenizer is None else len(tokenizer)
+    loaded = _tiny(arch, seed, max(n_tok, N_TOKENS) + extra_vocab)
+    return LM(loaded.model, tokenizer or loaded.tokenizer, name=f"tiny-{arch}-{seed}")
+
+
+def perturbed_lm(lm: LM, scale: float, seed: int = 0) -> LM:
+    """A copy of ``lm`` with Gaussian noise (``scale`` times the weights' std) on its output layer: a
+    draft that agrees with the target often but not always."""
+    model = copy.deepcopy(lm.model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        w = model.get_output_embeddings().weight
+        w += scale * w.std() * torch.randn(w.shape, generator=gen)
+    return LM(model, lm.tokenizer, name=f"{lm.name}-perturbed")
+
+
+def set_eos(lm: LM, eos_ids) -> LM:
+    """Make ``eos_ids`` the LM's end-of-sequence tokens (the model is shared, so only the LM changes)."""
+    lm.eos_ids = frozenset(int(i) for i in eos_ids)
+    return lm
+
+
+def reference_logits(lm: LM, row) -> torch.Tensor:
+    """(len(row), V) float32 logits of one row run alone, no padding, no cache: the slow reference."""
+    with torch.no_grad():
+        return lm.model(torch.tensor([list(row)], dtype=torch.long)).logits[0].float()
+
+
+# Logits of the tiny models are O(10); batching, padding and caching change the float32 summation
+# order, which moves them by ~1e-4 on rows of ~50 tokens. A real bug (a wrong position, a leaked pad)
+# moves them by O(1).
+LOGIT_ATOL = 5e-4
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+# ------------------------------------------------------------------------------------- real models
+
+@functools.cache
+def _real(name: str, dtype: str):
+    models = pytest.importorskip("lookahead_reasoning.models", reason="lookahead_reasoning.models is not available")
+    from lookahead_reasoning.errors import ModelLoadError
+
+    try:
+        return models.load_model(name, dtype=dtype)
+    except ModelLoadError as exc:  # the offline model packages are not installed
+        pytest.skip(f"cannot load {name}: {exc}")
+
+
+def real_lm(name: str, dtype: str = "float32") -> LM:
+    """A fresh LM (own counters) over a real model loaded once per test session; skips if unavailable."""
+    loaded = _real(name, dtype)
+    return LM(loaded.model, loaded.tokenizer, name=getattr(loaded, "name", name))
+
+
+def gsm8k_questions(n: int) -> list[str]:
+    """The first ``n`` GSM8K training questions; skips when the file is not there."""
+    if not GSM8K.exists():
+        pytest.skip(f"GSM8K file not found at {GSM8K}")
+    with open(GSM8K, encoding="utf-8") as fh:
+        return [json.loads(next(fh))["question"] for _ in range(n)]
+
+
+def hf_greedy_ids(lm: LM, prompt, n: int, eos=None) -> list[int]:
+    """transformers' own greedy search (``model.generate``), the reference. Returns the new token ids."""
+    ids = torch.tensor([list(prompt)], device=lm.device)
+    eos = sorted(lm.eos_ids) if eos is None else eos
+    kwargs = dict(do_sample=False, max_new_tokens=n, pad_token_id=lm.pad_id, temperature=None, top_p=None,
+                  top_k=None, eos_token_id=eos)
+    with torch.no_grad():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    return out[0, ids.shape[1]:].tolist()
+
+
+@functools.cache
+def real_greedy_reference(name: str, question_index: int, n: int) -> tuple[list[int], list[int]]:
+    """(prompt ids, transformers' greedy new ids) for one GSM8K question on a real fp32 model, computed once."""
+    lm = real_lm(name)
+    prompt = lm.prompt_ids(gsm8k_questions(question_index + 1)[question_index])
+    return prompt, hf_greedy_ids(lm, prompt, n)

@@ -1,0 +1,180 @@
+"""``LM.forward`` and ``Session``: batched, padded, cached forwards equal each row run alone.
+
+The reference is the model called on one row with no padding and no cache (``reference_logits``).
+Pads are fed in two places, as the decoding loops do: on the left of a first chunk (rows of
+different length) and in the middle of a row (each later chunk right-aligned after a cached prefix).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.errors import ConfigError
+
+from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, max_abs_diff, reference_logits, tiny_lm
+VOCAB_IDS = st.sampled_from(ORDINARY_IDS)  # byte and merge tokens of the tiny tokenizer
+chunk = st.lists(VOCAB_IDS, min_size=1, max_size=6)
+# each row is a list of chunks; row r's chunk i is fed in forward pass i (rows with fewer chunks get pads)
+rows_of_chunks = st.lists(st.lists(chunk, min_size=1, max_size=3), min_size=1, max_size=4)
+
+
+def feed_chunks(lm, rows):
+    """Feed chunk i of every row in forward i, right-aligned; return each row's logits per real token."""
+    state, got = None, [[] for _ in rows]
+    for i in range(max(len(r) for r in rows)):
+        chunks = [r[i] if i < len(r) else [] for r in rows]
+        width = max(len(c) for c in chunks)
+        if width == 0:
+            continue
+        ids = torch.full((len(rows), width), lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, c in enumerate(chunks):
+            if c:
+                ids[b, width - len(c):] = torch.tensor(c)
+                mask[b, width - len(c):] = 1
+        logits, state = lm.forward(ids, state, mask, keep=width)
+        assert logits.shape == (len(rows), width, lm.vocab_size)
+        for b, c in enumerate(chunks):
+            if c:
+                got[b].append(logits[b, width - len(c):])
+    return [torch.cat(g) for g in got], state
+
+
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+@settings(max_examples=30, deadline=None)
+@given(rows=rows_of_chunks)
+def test_padded_chunked_batch_equals_rows_alone(arch_name, rows):
+    lm = tiny_lm(arch_name)
+    got, state = feed_chunks(lm, rows)
+    for b, r in enumerate(rows):
+        flat = [t for c in r for t in c]
+        assert state.row_lengths()[b] == len(flat)
+        assert max_abs_diff(got[b], reference_logits(lm, flat)) < ATOL
+
+
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+def test_left_padding_and_middle_pads_explicit(arch_name):
+    """A fixed case of both kinds of pads: a 1-token row beside a 12-token row, then uneven chunks."""
+    lm = tiny_lm(arch_name)
+    rows = [[[5], [7, 8, 9, 10, 11], [12]], [list(range(40, 52)), [3], [1, 2, 3, 4]]]
+    got, state = feed_chunks(lm, rows)
+    # the mask has holes in the middle of row 0 (left pads of chunk 0, middle pads of chunk 2)
+    assert state.mask[0].tolist() == [0] * 11 + [1] + [1] * 5 + [0, 0, 0, 1]
+    for b, r in enumerate(rows):
+        flat = [t for c in r for t in c]
+        assert max_abs_diff(got[b], reference_logits(lm, flat)) < ATOL
+
+
+def test_keep_limits_logits_and_stats_count_real_tokens():
+    lm = tiny_lm("qwen2")
+    ids = torch.tensor([[1, 2, 3, 4], [0, 0, 5, 6]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    logits, state = lm.forward(ids, None, mask, keep=2)
+    assert logits.shape == (2, 2, lm.vocab_size) and logits.dtype == torch.float32
+    assert (lm.stats.calls, lm.stats.tokens) == (1, 6)
+    assert state.length == 4
+    # keep larger than the chunk gives the whole chunk
+    logits, state = lm.forward(torch.tensor([[7], [8]]), state, keep=5)
+    assert logits.shape == (2, 1, lm.vocab_size)
+    assert (lm.stats.calls, lm.stats.tokens) == (2, 8)
+    assert max_abs_diff(logits[1, 0], reference_logits(lm, [5, 6, 8])[-1]) < ATOL
+
+
+def test_forward_rejects_bad_shapes():
+    lm = tiny_lm("llama")
+    with pytest.raises(ConfigError):
+        lm.forward(torch.tensor([1, 2, 3]))
+    with pytest.raises(ConfigError):
+        lm.forward(torch.zeros((1, 0), dtype=torch.long))
+    _, state = lm.forward(torch.tensor([[1, 2]]))
+    with pytest.raises(ConfigError):
+        lm.forward(torch.tensor([[1], [2]]), state)
+
+
+# ---------------------------------------------------------------------------------------- Session
+
+def last_logits_ok(lm, session: Session, logits: torch.Tensor, rows=None) -> None:
+    for b, row in enumerate(session.rows if rows is None else rows):
+        assert max_abs_diff(logits[b, -1], reference_logits(lm, row)[-1]) < ATOL, f"row {b}"
+
+
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+def test_session_extra_set_rows_fork_select(arch_name):
+    lm = tiny_lm(arch_name)
+    session = Session(lm, [[1, 2, 3], list(range(60, 90))])
+    last_logits_ok(lm, session, session.logits())
+    # drafted extras of different length, all positions scored
+    logits = session.logits(extra=[[4, 5, 6], [7]], keep=4)
+    assert session.rows[0][-3:] == [4, 5, 6] and session.rows[1][-1] == 7
+    ref0 = reference_logits(lm, session.rows[0])
+    assert max_abs_diff(logits[0], ref0[-4:]) < ATOL
+    assert max_abs_diff(logits[1, -2:], reference_logits(lm, session.rows[1])[-2:]) < ATOL
+    # roll back part of row 0, replace row 1's tail: the next logits follow the new rows
+    session.set_rows([[1, 2, 3, 4, 9], list(range(60, 80)) + [11, 12]])
+    last_logits_ok(lm, session, session.logits())
+    # a row with nothing new re-feeds its last token; an inactive row keeps its cache as it is
+    rows_before = [list(r) for r in session.rows]
+    logits = session.logits(active=[True, False])
+    assert session.rows == rows_before
+    assert max_abs_diff(logits[0, -1], reference_logits(lm, rows_before[0])[-1]) < ATOL
+    # fork: 3 branches per row, each extended differently, some by a lot
+    child = session.fork(3)
+    assert child.batch_size == 6 and session.batch_size == 2
+    for b in range(6):
+        child.extend(b, list(range(100 + b, 100 + b + 1 + 7 * (b % 3))))
+    last_logits_ok(lm, child, child.logits())
+    # the parent is untouched by the child's forwards
+    session.extend(1, [42])
+    last_logits_ok(lm, session, session.logits())
+    # select two branches in a new order, continue decoding
+    keep_rows = [child.rows[4], child.rows[1]]
+    child.select([4, 1])
+    assert child.rows == keep_rows
+    child.extend(0, [13, 14])
+    child.extend(1, [15])
+    last_logits_ok(lm, child, child.logits())
+    # select down to one row compacts the holes away
+    child.select([1])
+    assert int(child.kv.mask.min()) == 1
+    child.extend(0, [16])
+    last_logits_ok(lm, child, child.logits())
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_session_random_edits_match_reference(data):
+    """Random sequences of extend / set_rows (rollbacks) / logits on 2 rows match the reference."""
+    lm = tiny_lm("qwen2")
+    rows = data.draw(st.lists(st.lists(VOCAB_IDS, min_size=1, max_size=8), min_size=2, max_size=2))
+    session = Session(lm, rows)
+    for _ in range(4):
+        new_rows = []
+        for row in session.rows:
+            cut = data.draw(st.integers(1, len(row)))
+            tail = data.draw(st.lists(VOCAB_IDS, max_size=5))
+            new_rows.append(row[:cut] + tail)
+        session.set_rows(new_rows)
+        extra = data.draw(st.lists(st.lists(VOCAB_IDS, max_size=3), min_size=2, max_size=2))
+        keep = max(len(e) for e in extra) + 1
+        logits = session.logits(extra=extra, keep=keep)
+        for b, row in enumerate(session.rows):
+            n = len(extra[b]) + 1
+            ref = reference_logits(lm, row)[-n:]
+            assert max_abs_diff(logits[b, keep - n:], ref) < ATOL
+        assert session.cached == [len(r) for r in session.rows]
+        assert session.kv.row_lengths().tolist() == session.cached
+
+
+def test_session_rejects_empty_rows():
+    lm = tiny_lm("qwen2")
+    with pytest.raises(ValueError):
+        Session(lm, [[1], []])
+    session = Session(lm, [[1, 2]])
+    with pytest.raises(ValueError):
+        session.set_rows([[]])
+    with pytest.raises(ValueError):
+        session.set_rows([[1], [2]])
