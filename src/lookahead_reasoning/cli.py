@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("-k", type=int, default=3, help="drafted steps per cycle")
     lr.add_argument("--width", type=int, default=1, help="drafts per position")
     lr.add_argument("--gamma", type=int, default=4, help="drafted tokens per SD iteration")
-    lr.add_argument("--token-sd-target", default="ngram", choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
+    lr.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
     lr.add_argument("--token-sd-draft", default="ngram", choices=["ngram", "none"], help="SD inside draft steps (lr-sd)")
     lr.add_argument("--delimiter", action="append", help="step delimiter (repeatable; default a blank line)")
     lr.add_argument("--max-step-tokens", type=int, default=100)

@@ -65,8 +65,9 @@ class LookaheadGenerator:
             when decoding is greedy) at each drafted position; one can replace the target's
             correction where the main draft is rejected (see ``run_cycle``).
         steps: the step segmenter (delimiters, per-step token cap).
-        token_sd: token-level SD inside steps, used by mode "lr-sd" (default: n-gram drafting for
-            both the draft's and the target's steps).
+        token_sd: token-level SD inside steps, used by mode "lr-sd" (default: the draft model drafts
+            tokens for the target's branches, prompt lookup drafts tokens for the draft's own steps;
+            with tokenizers that differ the target falls back to plain decoding inside steps).
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
         gamma: drafted tokens per iteration for modes "sd" and "sd-ngram".
         load_kwargs: passed to load_model for names (dtype=, device=, ...).
@@ -93,7 +94,7 @@ class LookaheadGenerator:
         require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
         self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
         self.steps = steps or StepConfig()
-        self.token_sd = token_sd or TokenSD(target="ngram", draft="ngram")
+        self.token_sd = token_sd or TokenSD(target="draft", draft="ngram")
         self.sampling = sampling or SamplingConfig()
         self.target = as_lm(target, **load_kwargs)
         self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)

@@ -26,7 +26,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--gamma", type=int, default=4)
     b.add_argument("--max-new-tokens", type=int, default=512)
     b.add_argument("--max-step-tokens", type=int, default=100)
-    b.add_argument("--token-sd-target", default="ngram", choices=["ngram", "draft"])
+    b.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"])
     b.add_argument("--dtype", default="auto")
     b.add_argument("--device", default=None)
     b.add_argument("--no-progress", action="store_true")

@@ -47,7 +47,7 @@ class BenchConfig:
     gamma: int = 4
     max_new_tokens: int = 512
     max_step_tokens: int = 100
-    token_sd_target: str = "ngram"
+    token_sd_target: str = "draft"
     dtype: str = "auto"
     device: str | None = None
     extra: dict = field(default_factory=dict)

@@ -1,0 +1,98 @@
+"""The command line on tiny models saved to folders (the same path a user's local model takes),
+including a 2-process sharded benchmark under ``accelerate launch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lookahead_reasoning.cli import main
+from lookahead_reasoning.testing import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    dirs = []
+    for seed in (0, 1):
+        loaded = tiny_model("qwen2", seed=seed)
+        path = root / f"tiny-{seed}"
+        loaded.model.save_pretrained(path)
+        loaded.tokenizer.save_pretrained(path)
+        dirs.append(str(path))
+    return dirs
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n"
+                            for i in range(1, 4)))
+    return path
+
+
+def test_generate_streams_text(model_dirs, capsys):
+    assert main(["generate", "--model", model_dirs[0], "--prompt", "Hi", "--max-new-tokens", "12", "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "12 tokens" in out and "tok/s" in out
+
+
+def test_lr_command_prints_trace_and_summary(model_dirs, dataset, capsys, tmp_path):
+    html = tmp_path / "trace.html"
+    code = main(["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--verifier", "exact",
+                 "--dataset", str(dataset), "--index", "1", "--max-new-tokens", "24", "--dtype", "fp32",
+                 "--delimiter", " ", "--html", str(html)])
+    assert code == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("=== summary ===") + len("=== summary ==="):out.index("trace written")])
+    assert summary["mode"] == "lr" and summary["gold"] == "4"
+    assert summary["same_text_as_ar"] is True  # exact verifier: lossless
+    assert "speedup_vs_ar" in summary and html.read_text().startswith("<!doctype html>")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--model", "./no/such/model", "--prompt", "x"], "no such file or directory"),
+    (["generate", "--model", "qwen2.5-coder-0.5b", "--prompt", "x", "--device", "cuda:7"], "cuda"),
+    (["generate", "--model", "qwen2.5-coder-0.5b", "--prompt", "x", "--dtype", "int3"], "dtype"),
+])
+def test_bad_input_exits_with_a_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err.lower()
+
+
+def test_bench_and_report(model_dirs, dataset, tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    argv = ["bench", "--dataset", str(dataset), "--target", model_dirs[0], "--draft", model_dirs[1],
+            "--verifier", "exact", "--modes", "ar,hf-generate", "--limit", "2", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--out", str(out), "--no-progress", "--report"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "| ar | 2 |" in text and "| hf-generate | 2 |" in text
+    assert len(out.read_text().splitlines()) == 4
+    assert main(["bench", "--dataset", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    assert main(["bench", "--dataset", str(dataset), "--modes", "ar,turbo", "--out", str(out)]) == 2
+
+
+def test_two_process_sharded_bench(model_dirs, dataset, tmp_path):
+    """accelerate launch with 2 processes on the CPU: each writes its own shard, report merges them."""
+    out = tmp_path / "r.jsonl"
+    accelerate = Path(sys.executable).with_name("accelerate")
+    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lookahead_reasoning", "bench",
+           "--dataset", str(dataset), "--target", model_dirs[0], "--modes", "ar", "--max-new-tokens", "6",
+           "--dtype", "fp32", "--out", str(out), "--no-progress"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shards = sorted(p.name for p in tmp_path.glob("r.jsonl.shard*"))
+    assert shards == ["r.jsonl.shard0-of-2", "r.jsonl.shard1-of-2"]
+    sizes = [len((tmp_path / s).read_text().splitlines()) for s in shards]
+    assert sorted(sizes) == [1, 2]  # problems 0 and 2 to rank 0, problem 1 to rank 1
+    from lookahead_reasoning.bench.report import load_results
+
+    assert len({r["problem_id"] for r in load_results(out)}) == 3
