@@ -207,3 +207,24 @@ def test_bad_step_config_and_mode():
         gen.generate([1, 2], mode="fast")
     with pytest.raises(ConfigError, match="max_new_tokens"):
         gen.generate([1, 2], max_new_tokens=-1)
+
+
+def test_prompt_errors_are_clear():
+    from lookahead_reasoning.errors import PromptError
+    from lookahead_reasoning.lm import LM
+
+    with pytest.raises(PromptError, match="empty"):
+        TARGET.prompt_ids("   ")
+    with pytest.raises(PromptError, match="empty"):
+        TARGET.prompt_ids([])
+    with pytest.raises(PromptError, match="empty"):
+        TARGET.prompt_ids("", raw=True)
+    bare = char_tokenizer()
+    bare.chat_template = None
+    no_template = LM(TARGET.model, bare, "no-template")
+    with pytest.raises(PromptError, match="no chat template"):
+        no_template.prompt_ids("What is 2 + 2?")
+    assert no_template.prompt_ids("What is 2 + 2?", raw=True) == no_template.encode("What is 2 + 2?")
+    gen = LookaheadGenerator(target=no_template, draft=OTHER, verifier=exact())
+    with pytest.raises(PromptError, match="raw=True"):
+        gen.generate("What is 2 + 2?")
