@@ -1,0 +1,37 @@
+"""Speedup theory of token-level SD and Lookahead Reasoning: closed forms, budget splits, simulators.
+
+Pure numpy/float functions in the paper's symbols (no torch):
+
+- :mod:`.formulas`  ``sd_speedup`` S(alpha, gamma, c), its ceiling, ``best_gamma``; ``f_sync``,
+  ``f_async`` (branches ``async_s1``/``async_s2``, identities ``expected_ceil``/``expected_mod``);
+  ``g_token``, ``h_combined``, ``parallel_degree``;
+- :mod:`.budget`    ``best_split`` of a parallel budget M between k1 and k2, ``regime``,
+  ``hybrid_conditions`` (closed-form sufficient conditions), ``paper_hybrid_box``;
+- :mod:`.predict`   ``predict(stats)``: the speedups the formulas give for a run's measured rates;
+- :mod:`.simulate`  seeded Monte Carlo of token SD, sync LR, async LR (event timeline) and LR+SD.
+
+Derivations: ``theory/README.md``; numerical checks: ``python theory/check.py``.
+"""
+
+from .budget import (
+    BudgetSplit, Optimum, Regime, best_lr_only, best_sd_only, best_split, feasible, hybrid_conditions,
+    paper_hybrid_box, regime, speedup_grid,
+)
+from .formulas import (
+    async_depth, async_s1, async_s2, best_gamma, expected_ceil, expected_mod, expected_tokens, f_async,
+    f_step, f_sync, g_token, h_combined, parallel_degree, sd_ceiling, sd_speedup,
+)
+from .predict import Prediction, predict
+from .simulate import (
+    AsyncSchedule, SimResult, async_event_timeline, async_schedule, sample_run_lengths, simulate_lr_async,
+    simulate_lr_sd, simulate_lr_sync, simulate_sd,
+)
+
+__all__ = [
+    "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
+    "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
+    "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
+    "f_sync", "feasible", "g_token", "h_combined", "hybrid_conditions", "paper_hybrid_box",
+    "parallel_degree", "predict", "regime", "sample_run_lengths", "sd_ceiling", "sd_speedup",
+    "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid",
+]

@@ -1,0 +1,95 @@
+"""What the formulas predict for a run, from the rates and costs the run measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import require
+from .formulas import f_async, f_sync, sd_speedup
+
+__all__ = ["Prediction", "predict"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted speedups over autoregressive decoding; None where an input they need is missing.
+
+    ``sd``          token SD alone, ``S(alpha, gamma, c)``;
+    ``lr_sync``     synchronous LR alone, ``f_sync(k1)``;
+    ``lr_async``    asynchronous LR alone, ``f_async(k1)`` (None when ``c1 > 1``: that model needs a draft
+                    step no slower than a target step);
+    ``lr_sd``       synchronous LR with token SD inside the steps, ``f_sync(k1) * S(alpha, gamma, c)``
+                    (the loop this library runs);
+    ``lr_sd_async`` the same with the asynchronous step layer, ``f_async(k1) * S(alpha, gamma, c)``.
+    ``k1`` is the step parallelism used (drafted steps per cycle + 1).
+    """
+
+    sd: float | None
+    lr_sync: float | None
+    lr_async: float | None
+    lr_sd: float | None
+    lr_sd_async: float | None
+    k1: int | None
+
+
+def _field(stats: Any, name: str) -> Any:
+    """``stats[name]`` or ``stats.name``; None when absent, None or NaN."""
+    if isinstance(stats, Mapping):
+        value = stats.get(name)
+    else:
+        value = getattr(stats, name, None)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def predict(stats: Any) -> Prediction:
+    """Predicted speedups from measured statistics (a mapping or any object with attributes).
+
+    Fields read (each optional; a missing, None or NaN field switches off what needs it):
+
+    - ``alpha``  per-token acceptance rate of token SD, in [0, 1);
+    - ``gamma``  drafted tokens per SD iteration (int >= 0);
+    - ``c``      draft/target cost ratio of one forward pass (>= 0);
+    - ``alpha1`` step acceptance rate, in [0, 1);
+    - ``c1``     draft step time / target step time (one batched target step run), >= 0;
+    - ``k``      drafted steps per LR cycle (int >= 0), as in ``LRStats.k``; the step parallelism is then
+                 ``k1 = k + 1`` (k drafted steps, k + 1 target rows). A ``k1`` field, if given, wins.
+
+    Where ``alpha``, ``gamma`` or ``c`` is missing and the object has a ``target_sd`` field (as
+    ``LRStats`` does: token SD inside the target's steps), that field's ``alpha``/``gamma``/``c`` are
+    used. So ``predict(lr_stats)``, ``predict(sd_stats)`` and ``predict({"alpha": .8, ...})`` all work.
+
+    The predictions carry every assumption of the formulas (i.i.d. acceptance, free parallelism, free
+    verification, fixed costs); the gap to a measured speedup is what those assumptions miss.
+    Out-of-range values raise :class:`~lookahead_reasoning.errors.ConfigError` (for instance a measured
+    acceptance rate of exactly 1, where the formulas have no finite geometric series).
+    """
+    alpha, gamma, c = _field(stats, "alpha"), _field(stats, "gamma"), _field(stats, "c")
+    inner = _field(stats, "target_sd")
+    if inner is not None:
+        alpha = alpha if alpha is not None else _field(inner, "alpha")
+        gamma = gamma if gamma is not None else _field(inner, "gamma")
+        c = c if c is not None else _field(inner, "c")
+    alpha1, c1 = _field(stats, "alpha1"), _field(stats, "c1")
+    k1, k = _field(stats, "k1"), _field(stats, "k")
+    if k1 is None and k is not None:
+        require(isinstance(k, int) and not isinstance(k, bool) and k >= 0,
+                f"k (drafted steps per cycle) must be an integer >= 0; got {k!r}")
+        k1 = k + 1
+
+    sd = None if None in (alpha, gamma, c) else float(sd_speedup(alpha, gamma, c))
+    lr_sync = lr_async = None
+    if None not in (alpha1, c1, k1):
+        lr_sync = float(f_sync(k1, alpha1, c1))
+        if c1 <= 1:
+            lr_async = float(f_async(k1, alpha1, c1))
+    return Prediction(
+        sd=sd, lr_sync=lr_sync, lr_async=lr_async,
+        lr_sd=None if sd is None or lr_sync is None else lr_sync * sd,
+        lr_sd_async=None if sd is None or lr_async is None else lr_async * sd,
+        k1=k1,
+    )

@@ -1,0 +1,199 @@
+"""Seeded Monte Carlo simulators of token SD and LR, under the assumptions of the closed forms.
+
+They play the processes out (acceptance coin flips, a draft clock, target slots) and never call the
+closed forms, so a formula and its simulation can disagree when either is wrong. Each returns a
+:class:`SimResult`: the measured speedup (output per unit time; plain target decoding = 1) with its
+standard error, so a check can say "within z standard errors".
+
+Time units: a target pass (token level) or a target step (step level) takes 1; a draft pass takes
+``c``, a draft step ``c1``. Acceptance is i.i.d. with the given rate. Verification is free.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import require
+from .formulas import Mode, check_cost, check_count, check_mode, check_rate
+
+__all__ = [
+    "AsyncSchedule", "SimResult", "async_event_timeline", "async_schedule", "sample_run_lengths",
+    "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd",
+]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """A simulated speedup: ``output / time`` over ``cycles`` renewal cycles, with its standard error.
+
+    ``output`` counts tokens (token SD) or steps (LR); ``time`` is in target-pass / target-step units.
+    ``stderr`` is the delta-method standard error of the ratio estimator (cycles are i.i.d.).
+    """
+
+    speedup: float
+    stderr: float
+    cycles: int
+    output: float
+    time: float
+
+    def agrees(self, value: float, z: float = 5.0) -> bool:
+        """``|speedup - value| <= z * stderr`` (plus float slack). At z = 5 a correct formula fails with
+        probability below 1e-6 under the normal approximation."""
+        return abs(self.speedup - value) <= z * self.stderr + 1e-9 * max(1.0, abs(value))
+
+
+def _ratio(output: np.ndarray, time: np.ndarray) -> SimResult:
+    output, time = np.asarray(output, dtype=float), np.asarray(time, dtype=float)
+    n = output.size
+    r = output.sum() / time.sum()
+    resid = output - r * time
+    se = float(np.sqrt((resid ** 2).sum() / (n * max(n - 1, 1))) / time.mean())
+    return SimResult(float(r), se, n, float(output.sum()), float(time.sum()))
+
+
+def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _leading_accepts(rng: np.random.Generator, alpha: float, cycles: int, drafts: int) -> np.ndarray:
+    """Per cycle: how many of ``drafts`` coin flips (heads with prob. alpha) come up heads before the first tail."""
+    if drafts == 0:
+        return np.zeros(cycles, dtype=np.int64)
+    heads = rng.random((cycles, drafts)) < alpha
+    return np.where(heads.all(axis=1), drafts, np.argmin(heads, axis=1))
+
+
+def sample_run_lengths(alpha: float, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` i.i.d. run lengths X: accepted drafts before the first rejection, ``P(X = x) = alpha^x (1 - alpha)``."""
+    a = float(check_rate(alpha, "alpha"))
+    n = int(check_count(n, "n"))
+    return _rng(seed).geometric(1.0 - a, size=n).astype(np.int64) - 1
+
+
+def _sync_cycles(alpha: float, drafts: int, draft_cost: float, cycles: int, seed) -> SimResult:
+    """One draft-then-verify cycle, repeated: ``drafts`` draft units (each ``draft_cost``), one target
+    pass (1), keep the leading accepted drafts plus the target's own unit."""
+    accepted = _leading_accepts(_rng(seed), alpha, cycles, drafts)
+    time = np.full(cycles, drafts * draft_cost + 1.0)
+    return _ratio(accepted + 1, time)
+
+
+def simulate_sd(alpha: float, gamma: int, c: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
+    """Token SD: per iteration the draft writes ``gamma`` tokens (time ``gamma c``), the target scores
+    them in one pass (time 1); the leading accepted drafts are kept plus one target token."""
+    a, n, cost = float(check_rate(alpha, "alpha")), int(check_count(gamma, "gamma", 0)), float(check_cost(c, "c"))
+    return _sync_cycles(a, n, cost, int(check_count(cycles, "cycles")), seed)
+
+
+def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
+    """Synchronous LR: the draft writes ``k1 - 1`` steps one after another (``c1`` each), the target
+    writes ``k1`` steps in one batched pass (1); the drafted steps up to the first rejection are kept,
+    then the target's step of the next row (correction, or bonus when all pass)."""
+    k = int(check_count(k1, "k1"))
+    a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
+    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed)
+
+
+@dataclass(frozen=True)
+class AsyncSchedule:
+    """The async timeline of one cycle, rows ``j = 1..rows`` (index ``j - 1``), from the cycle start at 0.
+
+    ``drafted[j-1]``: the draft finishes step j (``j c1``; the draft never waits);
+    ``start[j-1]``:   the target starts row j: its prefix (drafts 1..j-1) exists and a slot is free;
+    ``end[j-1]``:     the target's step j is written (``start + 1``);
+    ``settled[j-1]``: both step j versions exist, so the verifier can judge it (``max(end, drafted)``).
+    """
+
+    k1: int
+    c1: float
+    drafted: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    settled: np.ndarray
+
+
+def async_schedule(k1: int, c1: float, rows: int) -> AsyncSchedule:
+    """Play out the first ``rows`` rows of an async cycle with ``k1`` target slots (event by event).
+
+    Row j needs its prefix, ready when the draft has written steps 1..j-1 (time ``(j-1) c1``), and a
+    free slot: with k1 slots and every row taking 1, that is the slot row ``j - k1`` releases. The rows
+    do not depend on the verdicts; a cycle with X accepted steps ends when row ``X + 1`` is settled.
+    """
+    k = int(check_count(k1, "k1"))
+    cost = float(check_cost(c1, "c1"))
+    rows = int(check_count(rows, "rows"))
+    drafted = cost * np.arange(1, rows + 1)
+    start, end = np.empty(rows), np.empty(rows)
+    for j in range(rows):  # row j + 1
+        prefix_ready = j * cost
+        slot_free = end[j - k] if j >= k else 0.0
+        start[j] = max(prefix_ready, slot_free)
+        end[j] = start[j] + 1.0
+    return AsyncSchedule(k, cost, drafted, start, end, np.maximum(end, drafted))
+
+
+def simulate_lr_async(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
+    """Asynchronous LR: the draft writes steps back to back, each target row starts as soon as its
+    prefix exists and one of the ``k1`` slots is free, the verifier judges step j once both versions
+    exist. At the first rejection the target's step is kept, the speculative rows are dropped and both
+    clocks restart. Each cycle's run length X is drawn, its end time read off :func:`async_schedule`.
+    """
+    k = int(check_count(k1, "k1"))
+    a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
+    x = sample_run_lengths(a, int(check_count(cycles, "cycles")), seed)
+    schedule = async_schedule(k, cost, int(x.max()) + 1)
+    return _ratio(x + 1, schedule.settled[x])
+
+
+def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[int, float]:
+    """Slow reference for :func:`simulate_lr_async`: one global clock, a heap of target slots.
+
+    Feeds the verdicts one by one (True = the drafted step passed) through the async pipeline and
+    returns (steps written, time when the last one was settled). A rejection keeps the target's step,
+    frees every slot (the rows beyond it continue a wrong prefix and are cancelled) and restarts the
+    draft from that moment.
+    """
+    k = int(check_count(k1, "k1"))
+    cost = float(check_cost(c1, "c1"))
+    cycle_start, depth, steps, now = 0.0, 0, 0, 0.0
+    slots = [0.0] * k  # times at which each slot is free
+    for ok in verdicts:
+        prefix_ready = cycle_start + depth * cost  # the draft has written this cycle's steps 1..depth
+        start = max(prefix_ready, heapq.heappop(slots))
+        end = start + 1.0
+        heapq.heappush(slots, end)
+        now = max(end, cycle_start + (depth + 1) * cost)  # both versions of the step exist
+        steps += 1
+        if ok:
+            depth += 1
+        else:
+            cycle_start, depth, slots = now, 0, [now] * k
+    return steps, now
+
+
+def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, *,
+                   mode: Mode = "async", cycles: int = 100_000, seed: int = 0) -> SimResult:
+    """LR with token SD inside every step, under the composition assumption of ``h_combined``.
+
+    The token layer is simulated on its own (:func:`simulate_sd` with ``gamma = k2 - 1``): it gives the
+    time of a target step written with SD, ``tau = 1 / g_hat`` of the plain one (steps long enough that
+    their boundaries do not cut SD iterations). The step layer (:func:`simulate_lr_sync` or
+    :func:`simulate_lr_async`) is then played with target steps of length ``tau`` and draft steps of
+    ``c1 tau`` (``c1`` relative to the SD-accelerated target step). The two use independent seeds.
+    """
+    check_mode(mode)
+    k2 = int(check_count(k2, "k2"))
+    s_tok, s_step = np.random.SeedSequence(seed).spawn(2)
+    token = simulate_sd(alpha2, k2 - 1, c2, cycles=cycles, seed=s_tok)
+    run = simulate_lr_sync if mode == "sync" else simulate_lr_async
+    step = run(k1, alpha1, c1, cycles=cycles, seed=s_step)
+    require(token.speedup > 0, "token layer produced nothing")
+    tau = 1.0 / token.speedup  # plain target step = 1
+    time = step.time * tau  # every step-timeline duration scales with tau (draft steps are c1 * tau)
+    speedup = step.output / time
+    rel = np.hypot(step.stderr / step.speedup, token.stderr / token.speedup)
+    return SimResult(float(speedup), float(speedup * rel), step.cycles, step.output, float(time))
