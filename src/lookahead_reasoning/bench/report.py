@@ -87,8 +87,9 @@ def _predict(mode: str, stats: dict[str, Any]) -> float | None:
     except ImportError:
         return None
     try:
-        pred = predict({"alpha": stats.get("alpha"), "gamma": stats.get("gamma"), "c": stats.get("c"),
-                        "alpha1": stats.get("alpha1"), "c1": stats.get("c1"), "k": stats.get("k")})
+        as_int = {key: int(round(stats[key])) if stats.get(key) is not None else None for key in ("gamma", "k")}
+        pred = predict({"alpha": stats.get("alpha"), "gamma": as_int["gamma"], "c": stats.get("c"),
+                        "alpha1": stats.get("alpha1"), "c1": stats.get("c1"), "k": as_int["k"]})
     except Exception:  # incomplete or out-of-range measurements: no prediction
         return None
     field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode)

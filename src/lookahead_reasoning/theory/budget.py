@@ -102,22 +102,24 @@ def feasible(k1: int, k2: int, c1: float, M: int, mode: Mode = "async") -> bool:
     return parallel_degree(k1, c1, mode) * k2 <= M
 
 
-def _candidates(a1: float, c1: float, a2: float, c2: float, m: int, mode: Mode) -> list[Optimum]:
+def _table(a1: float, c1: float, a2: float, c2: float, m: int, mode: Mode) -> tuple[np.ndarray, ...]:
+    """Every feasible split as flat arrays (k1, k2, h, PD_f * k2)."""
     # k1 beyond ceil(1/c1) changes nothing in async (same f, same PD_f): stop there.
     top = m if mode == "sync" else int(min(m, async_depth(c1)))
-    out = []
-    for k1 in range(1, top + 1):
-        pd = parallel_degree(k1, c1, mode)
-        fk = float(f_step(k1, a1, c1, mode))
-        for k2 in range(1, m // pd + 1):
-            out.append(Optimum(k1, k2, fk * float(g_token(k2, a2, c2)), pd * k2))
-    return out
+    k1 = np.arange(1, top + 1)  # PD_f(k1) = k1 for every k1 enumerated
+    k2 = np.arange(1, m + 1)
+    fk = np.asarray(f_step(k1, a1, c1, mode), dtype=float)
+    gk = np.asarray(g_token(k2, a2, c2), dtype=float)
+    K1, K2 = np.meshgrid(k1, k2, indexing="ij")
+    P = K1 * K2
+    ok = P <= m
+    return K1[ok], K2[ok], (fk[:, None] * gk[None, :])[ok], P[ok]
 
 
-def _pick(cands: list[Optimum]) -> Optimum:
-    top = max(o.speedup for o in cands)
-    near = [o for o in cands if o.speedup >= top * (1 - _TIE)]
-    return min(near, key=lambda o: (o.parallel, o.k1, o.k2))
+def _pick(k1: np.ndarray, k2: np.ndarray, speedup: np.ndarray, parallel: np.ndarray) -> Optimum:
+    near = np.flatnonzero(speedup >= speedup.max() * (1 - _TIE))
+    i = near[np.lexsort((k2[near], k1[near], parallel[near]))[0]]
+    return Optimum(int(k1[i]), int(k2[i]), float(speedup[i]), int(parallel[i]))
 
 
 def best_split(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> BudgetSplit:
@@ -126,18 +128,20 @@ def best_split(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode:
     Assumptions are those of :func:`~lookahead_reasoning.theory.formulas.h_combined`; ``c1 <= 1`` in async.
     """
     a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
-    cands = _candidates(a1, k1c, a2, k2c, m, mode)
+    k1, k2, speedup, parallel = _table(a1, k1c, a2, k2c, m, mode)
+    sd, lr = k1 == 1, k2 == 1
     return BudgetSplit(
-        mode=mode, M=m, best=_pick(cands),
-        sd_only=_pick([o for o in cands if o.k1 == 1]),
-        lr_only=_pick([o for o in cands if o.k2 == 1]),
+        mode=mode, M=m, best=_pick(k1, k2, speedup, parallel),
+        sd_only=_pick(k1[sd], k2[sd], speedup[sd], parallel[sd]),
+        lr_only=_pick(k1[lr], k2[lr], speedup[lr], parallel[lr]),
     )
 
 
 def best_sd_only(alpha2: float, c2: float, M: int) -> Optimum:
     """Token SD alone: ``max g(k2)`` over ``1 <= k2 <= M`` (k1 = 1)."""
     a2, k2c, m = float(check_rate(alpha2, "alpha2")), float(check_cost(c2, "c2")), int(check_count(M, "M"))
-    return _pick([Optimum(1, k2, float(g_token(k2, a2, k2c)), k2) for k2 in range(1, m + 1)])
+    k2 = np.arange(1, m + 1)
+    return _pick(np.ones_like(k2), k2, np.asarray(g_token(k2, a2, k2c), dtype=float), k2)
 
 
 def best_lr_only(alpha1: float, c1: float, M: int, mode: Mode = "async") -> Optimum:
@@ -147,8 +151,8 @@ def best_lr_only(alpha1: float, c1: float, M: int, mode: Mode = "async") -> Opti
     k1c = float(check_cost(c1, "c1", upper=1.0 if mode == "async" else None))
     m = int(check_count(M, "M"))
     top = m if mode == "sync" else int(min(m, async_depth(k1c)))
-    return _pick([Optimum(k1, 1, float(f_step(k1, a1, k1c, mode)), parallel_degree(k1, k1c, mode))
-                  for k1 in range(1, top + 1)])
+    k1 = np.arange(1, top + 1)
+    return _pick(k1, np.ones_like(k1), np.asarray(f_step(k1, a1, k1c, mode), dtype=float), k1)
 
 
 def regime(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> Regime:

@@ -30,7 +30,6 @@ The derivations are in ``theory/README.md``.
 from __future__ import annotations
 
 import math
-from numbers import Integral
 from typing import Literal
 
 import numpy as np
@@ -57,34 +56,46 @@ def _out(x: np.ndarray) -> float | np.ndarray:
     return float(x) if x.ndim == 0 else x
 
 
+def _shown(value: ArrayLike, bad: np.ndarray | None = None) -> str:
+    """The offending value for an error message (the first bad entry of an array)."""
+    if bad is not None and np.ndim(value) > 0:
+        return f"{np.asarray(value)[bad].ravel()[0].item()!r} (in an array)"
+    return repr(value)
+
+
+def _fail(message: str) -> None:
+    require(False, message)
+
+
 def check_rate(value: ArrayLike, name: str) -> np.ndarray:
     """An acceptance rate: finite and in [0, 1). (At 1 every geometric series diverges.)"""
     v = np.asarray(value, dtype=float)
-    require(bool(np.all(np.isfinite(v))), f"{name} must be a finite number in [0, 1); got {value!r}")
-    require(bool(np.all((v >= 0) & (v < 1))),
-            f"{name} must lie in [0, 1) (an acceptance probability; 1 would mean unbounded speedup); "
-            f"got {value!r}")
+    bad = ~((v >= 0) & (v < 1))  # NaN fails both comparisons
+    if bad.any():
+        _fail(f"{name} must lie in [0, 1) (an acceptance probability; at 1 the speedup has no finite "
+              f"limit); got {_shown(value, bad)}")
     return v
 
 
 def check_cost(value: ArrayLike, name: str, upper: float | None = None) -> np.ndarray:
     """A cost ratio: finite and >= 0 (and <= ``upper`` where the model needs it)."""
     v = np.asarray(value, dtype=float)
-    require(bool(np.all(np.isfinite(v))), f"{name} must be a finite number >= 0; got {value!r}")
-    require(bool(np.all(v >= 0)), f"{name} must be >= 0 (a draft/target cost ratio); got {value!r}")
-    if upper is not None:
-        require(bool(np.all(v <= upper)), f"{name} must be <= {upper:g} here; got {value!r}")
+    bad = ~((v >= 0) & np.isfinite(v))
+    if bad.any():
+        _fail(f"{name} must be a finite number >= 0 (a draft/target cost ratio); got {_shown(value, bad)}")
+    if upper is not None and (v > upper).any():
+        _fail(f"{name} must be <= {upper:g} here (a draft step no slower than a target step); "
+              f"got {_shown(value, v > upper)}")
     return v
 
 
 def check_count(value: ArrayLike, name: str, minimum: int = 1) -> np.ndarray:
     """A whole number (int or integer array) >= ``minimum``."""
-    if isinstance(value, bool) or isinstance(value, np.bool_):
-        require(False, f"{name} must be an integer >= {minimum}; got {value!r}")
     v = np.asarray(value)
-    require(v.dtype.kind in "iu" or (isinstance(value, Integral)),
-            f"{name} must be an integer >= {minimum}; got {value!r}")
-    require(bool(np.all(v >= minimum)), f"{name} must be >= {minimum}; got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or v.dtype.kind not in "iu":
+        _fail(f"{name} must be an integer >= {minimum}; got {_shown(value)}")
+    if (v < minimum).any():
+        _fail(f"{name} must be an integer >= {minimum}; got {_shown(value, v < minimum)}")
     return v.astype(np.int64)
 
 
@@ -158,7 +169,8 @@ def best_gamma(alpha: float, c: float, gamma_max: int | None = None) -> int:
         return p * (1 - a) * (n * cost + 1) > cost * (1 - p)
 
     # Past gamma = alpha / ((1 - alpha) c) the speedup is below S(0) = 1, so the peak lies before it.
-    lo, hi = 0, int(math.ceil(a / ((1 - a) * cost))) + 1
+    past_peak = a / (1 - a) / cost
+    lo, hi = 0, int(math.ceil(past_peak)) + 1 if past_peak < 2.0 ** 64 else 2 ** 64
     if gamma_max is not None:
         hi = min(hi, gamma_max)
     while lo < hi:  # the first n that does not rise
@@ -203,20 +215,21 @@ def f_sync(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarra
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
 
 
-def async_depth(c1: float) -> float:
-    """``ceil(1/c1)``: the least k1 with ``k1 c1 >= 1``; ``inf`` at ``c1 = 0``.
+def async_depth(c1: float) -> int | float:
+    """``ceil(1/c1)``: the least k1 with ``k1 c1 >= 1``; ``inf`` at ``c1 = 0`` (and below 2^-53).
 
     This many target steps are in flight at once when the draft, writing a step every ``c1``, feeds
     target steps that each take 1. With at least this many slots the pipeline never waits for a slot.
     (Computed so that float rounding in ``1/c1`` cannot push it one too high.)
     """
     cost = float(check_cost(c1, "c1"))
-    if cost == 0:
+    inverse = math.inf if cost == 0 else 1 / cost
+    if inverse > 2.0 ** 53:  # also c1 = 0: no whole k1 reaches it
         return math.inf
-    depth = math.ceil(1 / cost)
-    while depth > 1 and (depth - 1) * cost >= 1:
+    depth = math.ceil(inverse)
+    if depth > 1 and (depth - 1) * cost >= 1:  # 1/c1 rounded up past a whole number
         depth -= 1
-    while depth * cost < 1:
+    elif depth * cost < 1:  # ... or down below one
         depth += 1
     return depth
 
@@ -282,7 +295,8 @@ def f_async(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarr
     k = check_count(k1, "k1")
     cost = check_cost(c1, "c1", upper=1.0)
     k, a, cost = np.broadcast_arrays(k, a, cost)
-    depth = np.array([async_depth(x) for x in cost.ravel()], dtype=float).reshape(cost.shape)
+    levels, where = np.unique(cost, return_inverse=True)
+    depth = np.array([async_depth(x) for x in levels], dtype=float)[where].reshape(cost.shape)
     s1 = 1 / (cost + (1 - cost) * (1 - a))
     s2 = (1 - a ** k) / ((1 - a) + cost * (a - a ** (k + 1) - k * (1 - a) * a ** k))
     return _out(np.where(k >= depth, s1, s2))

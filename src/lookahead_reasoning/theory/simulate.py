@@ -41,9 +41,11 @@ class SimResult:
     time: float
 
     def agrees(self, value: float, z: float = 5.0) -> bool:
-        """``|speedup - value| <= z * stderr`` (plus float slack). At z = 5 a correct formula fails with
-        probability below 1e-6 under the normal approximation."""
-        return abs(self.speedup - value) <= z * self.stderr + 1e-9 * max(1.0, abs(value))
+        """``|speedup - value| <= z * max(stderr, |value| / cycles)``. At z = 5 a correct formula fails
+        with probability below 1e-6 under the normal approximation. The floor ``|value| / cycles`` stands
+        in for the standard error when an event rarer than 1/cycles (an acceptance at alpha = 1e-7,
+        say) left no trace in the sample, so the measured spread is zero."""
+        return abs(self.speedup - value) <= z * max(self.stderr, abs(value) / self.cycles)
 
 
 def _ratio(output: np.ndarray, time: np.ndarray) -> SimResult:
