@@ -131,3 +131,40 @@ def test_bad_input(dataset, tmp_path):
                   runner=CountingRunner(None), progress=False)
     with pytest.raises(DatasetError, match="no results"):
         load_results(tmp_path / "nothing.jsonl")
+
+
+def test_mode_suffixes_sweep_gamma_and_k(dataset, tmp_path):
+    from lookahead_reasoning.bench.runner import parse_mode
+
+    assert parse_mode("ar") == ("ar", None, None)
+    assert parse_mode("sd@g6") == ("sd", None, 6)
+    assert parse_mode("lr-sd@k2g3") == ("lr-sd", 2, 3)
+    assert parse_mode("hf-assisted@g5") == ("hf-assisted", None, 5)
+    out = tmp_path / "sweep.jsonl"
+    modes = "ar,sd@g1,sd@g3,lr@k1,lr@k3,lr-sd@k2g2,hf-assisted@g2,hf-lookup@g3"
+    config = BenchConfig(dataset=str(dataset), out=str(out), modes=modes, limit=2, max_new_tokens=10)
+    run_bench(config, runner=_runner(config), progress=False)
+    records = load_results(out)
+    by = {(r["problem_id"], r["mode"]): r for r in records}
+    assert {r["mode"] for r in records} == set(modes.split(","))
+    for pid in {r["problem_id"] for r in records}:
+        # each variant really ran with its own gamma / k (greedy: the text is AR's every time)
+        assert by[(pid, "sd@g1")]["gamma"] == 1 and by[(pid, "sd@g3")]["gamma"] == 3
+        g1, g3 = by[(pid, "sd@g1")], by[(pid, "sd@g3")]
+        assert g1["drafted"] <= sum(g1["accept_histogram"]) < g3["drafted"] <= 3 * sum(g3["accept_histogram"])
+        assert by[(pid, "lr@k1")]["k"] == 1 and by[(pid, "lr@k3")]["k"] == 3
+        assert by[(pid, "hf-lookup@g3")]["gamma"] == 3
+        for mode in modes.split(","):
+            if not mode.startswith("lr@"):
+                assert by[(pid, mode)]["text"] == by[(pid, "ar")]["text"], mode
+    rows = summarize(records)
+    assert {r.mode for r in rows} == set(modes.split(","))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("sd@x4", "bad mode suffix"), ("sd@g0", "must be >= 1"), ("ar@g4", "does not apply"),
+    ("sd@k2", "only applies to lr"), ("warp@g2", "unknown mode"), ("sd,sd", "listed twice"),
+])
+def test_bad_mode_suffixes(dataset, tmp_path, bad, message):
+    with pytest.raises(ConfigError, match=message):
+        BenchConfig(dataset=str(dataset), out=str(tmp_path / "r.jsonl"), modes=bad)

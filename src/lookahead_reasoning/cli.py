@@ -23,6 +23,9 @@ DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (auto: bf16 where the CPU/GPU supports it)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
+    p.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"],
+                   help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "
+                        "few-token forwards; default: torch's BLAS path)")
 
 
 def _add_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -67,7 +70,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .lm import LM
     from .models import load_model
 
-    lm = LM.from_loaded(load_model(args.model, dtype=args.dtype, device=args.device))
+    lm = LM.from_loaded(load_model(args.model, dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear))
     prompt, _ = _question(args)
     ids = lm.prompt_ids(prompt, raw=args.raw)
     result = generate(lm, ids, max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed,
@@ -91,7 +94,7 @@ def cmd_lr(args: argparse.Namespace) -> int:
         token_sd=TokenSD(target=args.token_sd_target, draft=args.token_sd_draft, gamma=args.gamma),
         sampling=_sampling(args), gamma=args.gamma,
         verifier_kwargs={"threshold": args.threshold} if args.threshold is not None else None,
-        dtype=args.dtype, device=args.device)
+        dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize)
     prompt, gold = _question(args)
     modes = [args.mode] + ([] if args.no_compare else ["ar"])
     results = {}
@@ -140,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     lr = sub.add_parser("lr", help="Lookahead Reasoning on one question, with AR in the same run for the speedup")
     lr.add_argument("--target", default=DEFAULT_TARGET)
     lr.add_argument("--draft", default=DEFAULT_DRAFT)
+    lr.add_argument("--draft-quantize", default="auto", choices=["auto", "int8", "none"],
+                    help="auto (int8 for a float32 CPU draft) | int8 | none: dynamic int8 linears make the draft ~2x cheaper")
     lr.add_argument("--verifier", default="embedding", help="exact | embedding | judge | cascade:exact+embedding | random")
     lr.add_argument("--threshold", type=float, default=None, help="verifier threshold (embedding cosine, judge score)")
     lr.add_argument("--mode", default="lr", choices=["lr", "lr-sd", "sd", "sd-ngram", "ar"])

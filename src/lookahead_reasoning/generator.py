@@ -15,9 +15,13 @@ SD with prompt lookup).
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 from typing import Any, Callable, Sequence
+
+import torch
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary
@@ -70,6 +74,11 @@ class LookaheadGenerator:
             with tokenizers that differ the target falls back to plain decoding inside steps).
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
         gamma: drafted tokens per iteration for modes "sd" and "sd-ngram".
+        draft_quantize: None, "int8" or "auto". "int8" turns a float32 CPU draft's linear layers into
+            dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): about half the
+            draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
+            unchanged (the target checks every drafted token). "auto" does it when the draft is a model
+            of its own, float32, on the CPU (the CLI's default); None leaves the draft as loaded.
         load_kwargs: passed to load_model for names (dtype=, device=, ...).
     """
 
@@ -87,6 +96,7 @@ class LookaheadGenerator:
         gamma: int = 4,
         verifier_kwargs: dict | None = None,
         alt_temperature: float = 0.7,
+        draft_quantize: str | None = None,
         **load_kwargs: Any,
     ):
         require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
@@ -98,6 +108,20 @@ class LookaheadGenerator:
         self.sampling = sampling or SamplingConfig()
         self.target = as_lm(target, **load_kwargs)
         self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)
+        require(draft_quantize in (None, "none", "int8", "auto"),
+                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
+        if draft_quantize == "auto":
+            param = next(self.draft.model.parameters(), None)
+            own = self.draft is not self.target and self.draft.model is not self.target.model
+            fits = param is not None and param.device.type == "cpu" and param.dtype == torch.float32
+            draft_quantize = "int8" if own and fits else None
+        if draft_quantize == "int8":
+            require(self.draft is not self.target and self.draft.model is not self.target.model,
+                    "draft_quantize='int8' needs a draft model of its own (the draft is the target here)")
+            from .kernels import quantize_draft_int8
+
+            quantize_draft_int8(self.draft.model)
+        self.draft_quantize = draft_quantize if draft_quantize != "none" else None
         if self.draft is self.target:  # separate counters for the two roles
             self.draft = LM(self.target.model, self.target.tokenizer, self.target.name)
         try:
@@ -132,16 +156,25 @@ class LookaheadGenerator:
         seed: int | None = 0,
         raw: bool = False,
         on_text: Callable[[str], None] | None = None,
+        gamma: int | None = None,
+        k: int | None = None,
     ) -> GenerationResult:
         """Answer ``prompt``: a question, chat messages, or token ids (used as they are).
 
-        ``raw=True`` uses a text prompt as it is, without the chat template.
+        ``raw=True`` uses a text prompt as it is, without the chat template. ``gamma`` and ``k``
+        override the generator's drafted tokens per iteration and drafted steps per cycle for this
+        call (a benchmark sweeps them with the models loaded once).
 
         Modes: "lr", "lr-sd", "ar", "sd", "sd-ngram" (see the module docstring).
         """
         require(mode in MODES, f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
                 f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        given_gamma = gamma
+        gamma = self.gamma if gamma is None else gamma
+        k = self.k if k is None else k
+        require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
+        require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
         target_ids, draft_ids = self._prompts(prompt, raw)
         if mode == "ar":
             return generate_ar(self.target, target_ids, max_new_tokens=max_new_tokens, sampling=self.sampling,
@@ -150,14 +183,16 @@ class LookaheadGenerator:
             if mode == "sd" and not self.same_vocab:
                 check_same_vocabulary(self.draft, self.target)  # raises with the explanation
             drafter = self.draft if mode == "sd" else NGramDrafter(self.token_sd.ngram_max, self.token_sd.ngram_min)
-            return generate_sd(self.target, target_ids, drafter, gamma=self.gamma, max_new_tokens=max_new_tokens,
+            return generate_sd(self.target, target_ids, drafter, gamma=gamma, max_new_tokens=max_new_tokens,
                                sampling=self.sampling, seed=seed, on_text=on_text)
-        return self._generate_lr(target_ids, draft_ids, max_new_tokens, seed, on_text,
-                                 token_sd=self.token_sd if mode == "lr-sd" else None)
+        token_sd = None
+        if mode == "lr-sd":
+            token_sd = self.token_sd if given_gamma is None else dataclasses.replace(self.token_sd, gamma=given_gamma)
+        return self._generate_lr(target_ids, draft_ids, max_new_tokens, seed, on_text, token_sd, k)
 
-    def _generate_lr(self, target_ids, draft_ids, max_new_tokens, seed, on_text, token_sd: TokenSD | None):
+    def _generate_lr(self, target_ids, draft_ids, max_new_tokens, seed, on_text, token_sd: TokenSD | None, k: int):
         generator = make_generator(seed)
-        stats = LRStats(k=self.k)
+        stats = LRStats(k=k)
         target_drafter = draft_drafter = None
         row_drafter = None
         if token_sd is not None:
@@ -193,7 +228,7 @@ class LookaheadGenerator:
         if max_new_tokens == 0:
             state.done = "budget"
         while state.done is None:
-            stats.cycles.append(run_cycle(state, self.k, draft_writer, target_writer, self.verifier, translator,
+            stats.cycles.append(run_cycle(state, k, draft_writer, target_writer, self.verifier, translator,
                                           row_drafter, self.width, alt_writer))
             if on_text is not None:
                 text = self.target.decode(state.target.rows[0][len(target_ids):])

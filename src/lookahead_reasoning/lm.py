@@ -60,8 +60,20 @@ class LM:
 
     @property
     def vocab_size(self) -> int:
-        """Rows of the output embedding (can exceed ``len(tokenizer)``: padded vocabularies)."""
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        """Rows of the output embedding (can exceed ``len(tokenizer)``: padded vocabularies).
+
+        Read once and remembered: an int8 output layer rebuilds its float weight to tell its shape,
+        which costs more than a forward pass.
+        """
+        cached = self.__dict__.get("_vocab_size")
+        if cached is None:
+            cached = self.__dict__["_vocab_size"] = self._read_vocab_size()
+        return cached
+
+    def _read_vocab_size(self) -> int:
+        out = self.model.get_output_embeddings()
+        weight = out.weight() if callable(getattr(out, "weight", None)) else out.weight  # int8 linears: a method
+        return int(weight.shape[0])
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
@@ -166,10 +178,13 @@ def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> froz
 
 
 def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assistant: LM | None = None,
-                prompt_lookup_num_tokens: int | None = None, sampling: Any = None, seed: int = 0) -> list[int]:
+                assistant_tokens: int | None = None, prompt_lookup_num_tokens: int | None = None,
+                sampling: Any = None, seed: int = 0) -> list[int]:
     """transformers' own ``generate`` (the peer baselines): plain, assisted or prompt-lookup.
 
     Greedy unless ``sampling`` (a SamplingConfig) says otherwise. Returns the new token ids.
+    ``assistant_tokens`` fixes the assistant's drafted tokens per iteration (a constant schedule);
+    None keeps transformers' own adaptive defaults.
     """
     kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": lm.pad_id}
     if sampling is not None and not sampling.greedy:
@@ -185,6 +200,15 @@ def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assis
     if lm.eos_ids:
         kwargs["eos_token_id"] = sorted(lm.eos_ids)
     ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
-    with torch.no_grad():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    saved = None
+    if assistant is not None and assistant_tokens:
+        config = assistant.model.generation_config
+        saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
+        config.num_assistant_tokens, config.num_assistant_tokens_schedule = int(assistant_tokens), "constant"
+    try:
+        with torch.no_grad():
+            out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    finally:
+        if saved is not None:
+            config.num_assistant_tokens, config.num_assistant_tokens_schedule = saved
     return out[0, len(prompt_ids):].tolist()

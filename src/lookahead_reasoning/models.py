@@ -581,6 +581,7 @@ def load_model(
     attn_implementation: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     trust_remote_code: bool = False,
+    cpu_linear: str | None = "auto",
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer for inference (see the module docstring for the lookup order).
 
@@ -593,7 +594,14 @@ def load_model(
         attn_implementation: see :func:`resolve_attn_implementation`.
         cache_dir: where offline models are joined and converted (default :func:`cache_root`).
         trust_remote_code: passed to ``from_pretrained`` for hub ids and local directories.
+        cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
+            much faster than the default BLAS for the few-token forwards speculative decoding makes
+            (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
     """
+    from .kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
+
+    require(cpu_linear is None or str(cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
+            f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {cpu_linear!r}")
     require(device is None or device_map is None,
             f"give device= or device_map=, not both (got device={device!r}, device_map={device_map!r})")
     placement = resolve_device(device) if device_map is None else _device_map_device(device_map)
@@ -635,6 +643,7 @@ def load_model(
     if device_map is None and placement.type != "cpu":
         model.to(placement)
     _prepare(model, tokenizer)
+    apply_cpu_linear(model, cpu_linear)
     param = next(model.parameters())
     return LoadedModel(model, tokenizer, label, param.device, param.dtype, source)
 

@@ -12,7 +12,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="run modes side by side on a dataset; results appended to a JSONL (resumable)")
     b.add_argument("--dataset", required=True, help="GSM8K/AIME-format jsonl path, or a datasets-library name")
     b.add_argument("--out", default="results/bench.jsonl", help="results JSONL (rerun with the same path to resume)")
-    b.add_argument("--modes", default="ar,lr", help=f"comma-separated, from: {','.join(ALL_MODES)}")
+    b.add_argument("--modes", default="ar,lr",
+                   help=f"comma-separated, from: {','.join(ALL_MODES)}; a suffix sets gamma or k for one entry, "
+                        "e.g. sd@g6, lr@k2, lr-sd@k2g3 (a sweep in one run)")
     b.add_argument("--limit", type=int, default=None)
     b.add_argument("--offset", type=int, default=0)
     b.add_argument("--sample", type=int, default=None, help="seeded random subset of this size")
@@ -20,6 +22,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--on-error", default="raise", choices=["raise", "skip"], help="malformed dataset lines")
     b.add_argument("--target", default="qwen2.5-coder-1.5b")
     b.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    b.add_argument("--draft-quantize", default="auto", choices=["auto", "int8", "none"],
+                   help="auto (int8 for a float32 CPU draft) | int8 | none: dynamic int8 linears make the draft ~2x cheaper")
     b.add_argument("--verifier", default="embedding")
     b.add_argument("--threshold", type=float, default=None)
     b.add_argument("-k", type=int, default=3)
@@ -29,6 +33,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"])
     b.add_argument("--dtype", default="auto")
     b.add_argument("--device", default=None)
+    b.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"])
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--report", action="store_true", help="print the report when done")
     b.set_defaults(func=cmd_bench)
@@ -48,7 +53,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sample=args.sample, seed=args.seed, on_error=args.on_error, target=args.target, draft=args.draft,
         verifier=args.verifier, threshold=args.threshold, k=args.k, gamma=args.gamma,
         max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens,
-        token_sd_target=args.token_sd_target, dtype=args.dtype, device=args.device)
+        token_sd_target=args.token_sd_target, dtype=args.dtype, device=args.device,
+        cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize)
     path = run_bench(config, progress=not args.no_progress)
     print(f"results: {path}")
     if args.report:

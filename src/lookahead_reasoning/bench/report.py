@@ -92,7 +92,7 @@ def _predict(mode: str, stats: dict[str, Any]) -> float | None:
                         "alpha1": stats.get("alpha1"), "c1": stats.get("c1"), "k": as_int["k"]})
     except Exception:  # incomplete or out-of-range measurements: no prediction
         return None
-    field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode)
+    field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode.partition("@")[0])
     return getattr(pred, field, None) if field else None
 
 

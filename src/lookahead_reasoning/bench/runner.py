@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,15 +51,41 @@ class BenchConfig:
     token_sd_target: str = "draft"
     dtype: str = "auto"
     device: str | None = None
+    cpu_linear: str = "auto"
+    draft_quantize: str | None = "auto"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         modes = tuple(m.strip() for m in (self.modes.split(",") if isinstance(self.modes, str) else self.modes) if m.strip())
-        unknown = [m for m in modes if m not in ALL_MODES]
-        require(not unknown, f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
+        for m in modes:
+            parse_mode(m)  # raises on an unknown mode or a bad suffix
         require(len(modes) > 0, "no mode given")
+        require(len(set(modes)) == len(modes), f"a mode is listed twice in {','.join(modes)}")
         self.modes = modes
         require(self.on_error in ("raise", "skip"), f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+
+
+_SUFFIX_RE = re.compile(r"^(?:k(\d+))?(?:g(\d+))?$")
+
+
+def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
+    """``"sd@g6"`` -> ("sd", k=None, gamma=6); ``"lr-sd@k2g3"`` -> ("lr-sd", 2, 3); ``"ar"`` -> ("ar", None, None).
+
+    The suffix lets one run sweep gamma (drafted tokens) or k (drafted steps) with the models loaded once;
+    each variant is its own row in the report.
+    """
+    base, _, suffix = mode.partition("@")
+    require(base in ALL_MODES, f"unknown mode {base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
+    if not suffix:
+        return base, None, None
+    m = _SUFFIX_RE.match(suffix)
+    require(m is not None and (m.group(1) or m.group(2)),
+            f"bad mode suffix in {mode!r}: write @gN (gamma), @kN (k) or @kNgM, N >= 1")
+    k, gamma = (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) else None)
+    require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"k and gamma must be >= 1 in {mode!r}")
+    require(k is None or base in ("lr", "lr-sd"), f"@k only applies to lr and lr-sd, not {base!r} ({mode!r})")
+    require(gamma is None or base not in ("ar", "hf-generate", "lr"), f"@g does not apply to {base!r} ({mode!r})")
+    return base, k, gamma
 
 
 def shard_path(out: str | Path, index: int, count: int) -> Path:
@@ -120,14 +147,16 @@ class ModeRunner:
         self.config = config
         if generator is None:
             kwargs = {"threshold": config.threshold} if config.threshold is not None else None
-            needs_draft = any(m in ("sd", "lr", "lr-sd", "hf-assisted") for m in config.modes)
-            needs_verifier = any(m in ("lr", "lr-sd") for m in config.modes)
+            bases = {parse_mode(m)[0] for m in config.modes}
+            needs_draft = bool(bases & {"sd", "lr", "lr-sd", "hf-assisted"})
+            needs_verifier = bool(bases & {"lr", "lr-sd"})
             generator = LookaheadGenerator(
                 target=config.target, draft=config.draft if needs_draft else None,
                 verifier=config.verifier if needs_verifier else "exact", k=config.k, gamma=config.gamma,
                 steps=StepConfig(("\n\n",), config.max_step_tokens),
                 token_sd=TokenSD(target=config.token_sd_target, draft="ngram", gamma=config.gamma),
-                verifier_kwargs=kwargs if needs_verifier else None, dtype=config.dtype, device=config.device)
+                verifier_kwargs=kwargs if needs_verifier else None, dtype=config.dtype, device=config.device,
+                cpu_linear=config.cpu_linear, draft_quantize=config.draft_quantize if needs_draft else None)
         self.gen = generator
 
     def warmup(self, tokens: int = 8) -> None:
@@ -148,24 +177,30 @@ class ModeRunner:
 
         messages = math_messages(problem.question)
         cfg = self.config
-        if mode in OUR_MODES:
-            result = self.gen.generate(messages, mode=mode, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-            text, summary = result.text, result.summary()
+        base, k, gamma = parse_mode(mode)
+        if base in OUR_MODES:
+            result = self.gen.generate(messages, mode=base, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                                       gamma=gamma, k=k)
+            text, summary = result.text, {**result.summary(), "mode": mode}
         else:
             ids = self.gen.target.prompt_ids(messages)
+            # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
+            gamma = gamma or (cfg.gamma if base == "hf-lookup" else None)
             start = time.perf_counter()
             new = hf_generate(self.gen.target, ids, cfg.max_new_tokens,
-                              assistant=self.gen.draft if mode == "hf-assisted" else None,
-                              prompt_lookup_num_tokens=cfg.gamma if mode == "hf-lookup" else None)
+                              assistant=self.gen.draft if base == "hf-assisted" else None,
+                              assistant_tokens=gamma if base == "hf-assisted" else None,
+                              prompt_lookup_num_tokens=gamma if base == "hf-lookup" else None)
             wall = time.perf_counter() - start
             text = self.gen.target.decode(new)
-            summary = {"mode": mode, "new_tokens": len(new), "wall_time_s": round(wall, 4),
+            summary = {"mode": mode, "new_tokens": len(new), "wall_time_s": round(wall, 4), "gamma": gamma,
                        "tokens_per_s": round(len(new) / wall, 3) if wall > 0 else None,
                        "stop_reason": "eos" if new and new[-1] in self.gen.target.eos_ids else "budget"}
         g = grade(text, problem.answer)
         return {"problem_id": problem.id, "index": problem.index, "mode": mode, **summary,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
-                "target": cfg.target, "draft": cfg.draft, "verifier": cfg.verifier, "k": cfg.k,
+                "target": cfg.target, "draft": cfg.draft, "draft_quantize": getattr(self.gen, "draft_quantize", cfg.draft_quantize),
+                "verifier": cfg.verifier, "k": k or cfg.k,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
@@ -223,4 +258,4 @@ def _progress(total: int, enabled: bool, desc: str):
     return tqdm(total=total, disable=not enabled, desc=desc, unit="run")
 
 
-__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "run_bench", "shard_path", "done_pairs", "asdict"]
+__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "parse_mode", "run_bench", "shard_path", "done_pairs", "asdict"]

@@ -132,6 +132,7 @@ class LRStats:
         }
         if self.target_sd is not None and self.target_sd.drafted:
             out["alpha"] = r(self.target_sd.alpha)
+            out["gamma"] = self.target_sd.gamma
             out["target_sd_mean_accepted"] = r(self.target_sd.mean_accepted)
             out["c"] = r(self.target_sd.c)
         return out
