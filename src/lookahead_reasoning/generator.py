@@ -79,6 +79,8 @@ class LookaheadGenerator:
             draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
             unchanged (the target checks every drafted token). "auto" does it when the draft is a model
             of its own, float32, on the CPU (the CLI's default); None leaves the draft as loaded.
+        draft_stop_below: mode "sd": the draft model stops drafting after a token it gave less than
+            this probability (see ModelDrafter); with it a larger gamma pays. None drafts gamma tokens.
         load_kwargs: passed to load_model for names (dtype=, device=, ...).
     """
 
@@ -97,12 +99,16 @@ class LookaheadGenerator:
         verifier_kwargs: dict | None = None,
         alt_temperature: float = 0.7,
         draft_quantize: str | None = None,
+        draft_stop_below: float | None = None,
         **load_kwargs: Any,
     ):
         require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
         require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
         require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
+        require(draft_stop_below is None or 0.0 <= draft_stop_below < 1.0,
+                f"draft_stop_below must be in [0, 1) or None, got {draft_stop_below!r}")
         self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
+        self.draft_stop_below = draft_stop_below
         self.steps = steps or StepConfig()
         self.token_sd = token_sd or TokenSD(target="draft", draft="ngram")
         self.sampling = sampling or SamplingConfig()
@@ -184,7 +190,8 @@ class LookaheadGenerator:
                 check_same_vocabulary(self.draft, self.target)  # raises with the explanation
             drafter = self.draft if mode == "sd" else NGramDrafter(self.token_sd.ngram_max, self.token_sd.ngram_min)
             return generate_sd(self.target, target_ids, drafter, gamma=gamma, max_new_tokens=max_new_tokens,
-                               sampling=self.sampling, seed=seed, on_text=on_text)
+                               sampling=self.sampling, seed=seed, on_text=on_text,
+                               draft_stop_below=self.draft_stop_below)
         token_sd = None
         if mode == "lr-sd":
             token_sd = self.token_sd if given_gamma is None else dataclasses.replace(self.token_sd, gamma=given_gamma)

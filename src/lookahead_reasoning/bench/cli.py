@@ -28,6 +28,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--threshold", type=float, default=None)
     b.add_argument("-k", type=int, default=3)
     b.add_argument("--gamma", type=int, default=4)
+    b.add_argument("--draft-stop-below", type=float, default=None,
+                   help="mode sd: the draft stops after a token it gave less than this probability (e.g. 0.6)")
     b.add_argument("--max-new-tokens", type=int, default=512)
     b.add_argument("--max-step-tokens", type=int, default=100)
     b.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"])
@@ -54,7 +56,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         verifier=args.verifier, threshold=args.threshold, k=args.k, gamma=args.gamma,
         max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens,
         token_sd_target=args.token_sd_target, dtype=args.dtype, device=args.device,
-        cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize)
+        cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize, draft_stop_below=args.draft_stop_below)
     path = run_bench(config, progress=not args.no_progress)
     print(f"results: {path}")
     if args.report:

@@ -53,6 +53,7 @@ class BenchConfig:
     device: str | None = None
     cpu_linear: str = "auto"
     draft_quantize: str | None = "auto"
+    draft_stop_below: float | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -156,7 +157,8 @@ class ModeRunner:
                 steps=StepConfig(("\n\n",), config.max_step_tokens),
                 token_sd=TokenSD(target=config.token_sd_target, draft="ngram", gamma=config.gamma),
                 verifier_kwargs=kwargs if needs_verifier else None, dtype=config.dtype, device=config.device,
-                cpu_linear=config.cpu_linear, draft_quantize=config.draft_quantize if needs_draft else None)
+                cpu_linear=config.cpu_linear, draft_quantize=config.draft_quantize if needs_draft else None,
+                draft_stop_below=config.draft_stop_below)
         self.gen = generator
 
     def warmup(self, tokens: int = 8) -> None:
@@ -200,7 +202,7 @@ class ModeRunner:
         return {"problem_id": problem.id, "index": problem.index, "mode": mode, **summary,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
                 "target": cfg.target, "draft": cfg.draft, "draft_quantize": getattr(self.gen, "draft_quantize", cfg.draft_quantize),
-                "verifier": cfg.verifier, "k": k or cfg.k,
+                "verifier": cfg.verifier, "k": k or cfg.k, "draft_stop_below": cfg.draft_stop_below,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 

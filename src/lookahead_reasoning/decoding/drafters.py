@@ -43,13 +43,23 @@ class ModelDrafter:
 
     It holds its own :class:`Session` over the same rows. ``propose`` first moves that session to
     the given rows (a crop of what was rejected, the target's correction token appended) and then
-    runs gamma single-token forwards. ``sampling`` must be the target's, so q and p are comparable.
+    runs up to gamma single-token forwards. ``sampling`` must be the target's, so q and p are comparable.
+
+    ``stop_below``: a row stops drafting after a token whose draft probability (the top probability
+    of the draft's distribution, before sampling) is below this value. Unsure drafts are the ones the
+    target rejects, so this spends fewer draft forwards on them and lets gamma be large for the easy
+    stretches. Output is unchanged: the stop depends only on the draft's own distribution, and every
+    drafted token still goes through the acceptance test.
     """
 
-    def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None):
+    def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
+                 stop_below: float | None = None):
+        require(stop_below is None or 0.0 <= stop_below < 1.0,
+                f"stop_below (draft confidence to keep drafting) must be in [0, 1), got {stop_below!r}")
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
+        self.stop_below = stop_below
         self.session: Session | None = None
 
     def attach(self, session: Session) -> None:
@@ -67,20 +77,27 @@ class ModelDrafter:
         # only ids the tokenizer knows: a padded embedding (more rows than tokens) must not propose an
         # id the target cannot embed; q is then a distribution over those ids, as acceptance needs
         proposable = min(len(self.lm.tokenizer), self.lm.vocab_size)
+        drafting = list(active)
         for _ in range(gamma):
-            logits = self.session.logits(active=active)[:, -1, :proposable]  # (B, V)
+            if not any(drafting):
+                break
+            logits = self.session.logits(active=drafting)[:, -1, :proposable]  # (B, V)
             if self.sampling.greedy:
                 tokens = next_token(logits, self.sampling).tolist()
                 q = None
+                sure = (torch.softmax(logits, dim=-1).amax(dim=-1) if self.stop_below is not None else None)
             else:
                 q = probs_from_logits(logits, self.sampling)
                 tokens = sample(q, self.generator).tolist()
+                sure = q.amax(dim=-1) if self.stop_below is not None else None
             for b in range(bsz):
-                if active[b]:
+                if drafting[b]:
                     drafted[b].append(tokens[b])
                     self.session.extend(b, [tokens[b]])
                     if q is not None:
                         qs[b].append(q[b])
+                    if sure is not None and float(sure[b]) < self.stop_below:
+                        drafting[b] = False
         q_out = [torch.stack(qs[b]) if qs[b] else None for b in range(bsz)]
         return Proposal(drafted, q_out)
 

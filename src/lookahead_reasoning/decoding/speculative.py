@@ -102,8 +102,10 @@ def generate_sd(
     stop_strings: Sequence[str] = (),
     seed: int | None = 0,
     on_text: Callable[[str], None] | None = None,
+    draft_stop_below: float | None = None,
 ) -> GenerationResult:
-    """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter)."""
+    """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter,
+    which stops a draft early after a token it gave less than ``draft_stop_below`` probability)."""
     from .drafters import check_same_vocabulary
 
     require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
@@ -111,7 +113,7 @@ def generate_sd(
     generator = make_generator(seed)
     if isinstance(drafter, LM):
         check_same_vocabulary(drafter, target)
-        drafter = ModelDrafter(drafter, sampling, generator)
+        drafter = ModelDrafter(drafter, sampling, generator, stop_below=draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None
