@@ -84,6 +84,27 @@ def test_keep_limits_logits_and_stats_count_real_tokens():
     assert max_abs_diff(logits[1, 0], reference_logits(lm, [5, 6, 8])[-1]) < ATOL
 
 
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+@pytest.mark.parametrize("n, keep", [(1, 1), (4, 1), (4, 2), (4, 4), (3, 9)])
+def test_lm_head_sees_compact_hidden_states(arch_name, n, keep):
+    """The output layer must get a compact (B, keep, H) input, not a strided view of the n positions:
+    torch's bf16 CPU matmul copies the whole output matrix for the strided view (a 40x slower LM
+    head on every multi-token forward that keeps fewer positions). The logits must not change."""
+    lm = tiny_lm(arch_name)
+    seen = []
+    hook = lm.model.get_output_embeddings().register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+    try:
+        ids = torch.tensor([[9, 10, 11, 12, 13][:n]] * 2)
+        logits, _ = lm.forward(ids, None, keep=keep)
+    finally:
+        hook.remove()
+    [x] = seen
+    kept = min(keep, n)
+    assert tuple(x.shape[:2]) == (2, kept)
+    assert x.stride() == torch.empty(x.shape).stride()  # compact: batch stride kept * H, not n * H
+    assert max_abs_diff(logits[0], reference_logits(lm, [9, 10, 11, 12, 13][:n])[-kept:]) < ATOL
+
+
 def test_forward_rejects_bad_shapes():
     lm = tiny_lm("llama")
     with pytest.raises(ConfigError):

@@ -115,7 +115,7 @@ class LM:
             position_ids=position_ids,
             past_key_values=state.cache,
             use_cache=True,
-            logits_to_keep=min(keep, n),
+            logits_to_keep=_keep_positions(keep, n, device),
         )
         self.stats.calls += 1
         self.stats.tokens += int(new_mask.sum())
@@ -159,6 +159,29 @@ class LM:
         ids = self.encode(text)
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids
+
+
+def _keep_positions(keep: int, n: int, device: torch.device) -> int | torch.Tensor:
+    """``logits_to_keep`` for the last ``keep`` of ``n`` positions, as an index tensor when keep < n.
+
+    transformers slices ``hidden[:, -keep:, :]`` for an int; that view keeps the (n * H) batch stride,
+    and torch's bf16 CPU matmul routes such an input to a batched product that first copies the
+    whole (V, H) output matrix: the LM head of one position then costs 40x more (430 ms instead of
+    10 ms for the 0.5B, over a second for the 1.5B), on every forward that feeds several tokens but
+    keeps one (branch starts, a draft catching up after an accepted block). Indexing with a tensor
+    gives a compact copy. ``tests/test_forward.py`` checks the LM head sees compact strides.
+    """
+    if keep >= n:
+        return n
+    return torch.arange(n - keep, n, device=device)
+
+
+def _compact_input(module: torch.nn.Module, args: tuple) -> tuple:
+    """Forward pre-hook: hand the module its input with compact strides (a view, no copy)."""
+    x = args[0]
+    if isinstance(x, torch.Tensor) and x.dim() >= 2:
+        x = x.reshape(-1, x.shape[-1]).view(x.shape)
+    return (x,) + tuple(args[1:])
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
@@ -205,10 +228,16 @@ def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assis
         config = assistant.model.generation_config
         saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = int(assistant_tokens), "constant"
+    # the peers get the same LM-head fix as LM.forward (see _keep_positions), so that the comparison
+    # measures the decoding loops, not a strided-matmul slow path that only one side avoids
+    hooks = [m.get_output_embeddings().register_forward_pre_hook(_compact_input)
+             for m in ([lm.model] + ([assistant.model] if assistant is not None else []))]
     try:
         with torch.no_grad():
             out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
     finally:
+        for hook in hooks:
+            hook.remove()
         if saved is not None:
             config.num_assistant_tokens, config.num_assistant_tokens_schedule = saved
     return out[0, len(prompt_ids):].tolist()
