@@ -126,11 +126,11 @@ def test_int8_draft_bad_input():
     with pytest.raises(ConfigError, match="draft_quantize must be"):
         LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
                            draft_quantize="int4")
-    with pytest.raises(ConfigError, match="float32 models on the CPU"):
-        quantize_draft_int8(tiny_model("qwen2", seed=0).model.to(torch.bfloat16))
+    with pytest.raises(ConfigError, match="models on the CPU"):
+        quantize_draft_int8(tiny_model("qwen2", seed=0).model.to("meta"))
 
 
-def test_auto_quantizes_only_a_float32_cpu_draft_of_its_own():
+def test_auto_quantizes_only_a_cpu_draft_of_its_own():
     from lookahead_reasoning import LookaheadGenerator
 
     from lr_helpers import exact
@@ -142,5 +142,24 @@ def test_auto_quantizes_only_a_float32_cpu_draft_of_its_own():
     assert shared.draft_quantize is None and _linears(shared.target.model) > 0
     bf16 = tiny_model("qwen2", seed=1)
     bf16.model.to(torch.bfloat16)
-    kept = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), draft_quantize="auto")
-    assert kept.draft_quantize is None and _linears(kept.draft.model) > 0
+    cast = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), draft_quantize="auto")
+    assert cast.draft_quantize == "int8" and _linears(cast.draft.model) == 0  # bf16 is cast to float32, then int8
+    off = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
+                             draft_quantize=None)
+    assert off.draft_quantize is None and _linears(off.draft.model) > 0
+
+
+def test_int8_from_a_bf16_draft_keeps_sd_lossless():
+    from lookahead_reasoning import LookaheadGenerator
+
+    from lr_helpers import exact
+
+    draft = tiny_model("qwen2", seed=0)
+    draft.model.to(torch.bfloat16)
+    gen = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=draft, verifier=exact(), draft_quantize="int8")
+    assert _linears(gen.draft.model) == 0
+    prompt = list(range(5, 25))
+    ar = gen.generate(prompt, mode="ar", max_new_tokens=16).token_ids
+    sd = gen.generate(prompt, mode="sd", max_new_tokens=16, gamma=3)
+    assert sd.token_ids == ar
+    assert sd.stats.accepted > 0  # the int8 copy of the same weights still agrees with the target often

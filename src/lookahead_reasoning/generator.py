@@ -74,11 +74,11 @@ class LookaheadGenerator:
             with tokenizers that differ the target falls back to plain decoding inside steps).
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
         gamma: drafted tokens per iteration for modes "sd" and "sd-ngram".
-        draft_quantize: None, "int8" or "auto". "int8" turns a float32 CPU draft's linear layers into
-            dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): about half the
-            draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
-            unchanged (the target checks every drafted token). "auto" does it when the draft is a model
-            of its own, float32, on the CPU (the CLI's default); None leaves the draft as loaded.
+        draft_quantize: None, "int8" or "auto". "int8" turns a CPU draft's linear layers into
+            dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to a
+            third of the draft's cost per token, at a somewhat lower acceptance rate; token-level SD
+            output is unchanged (the target checks every drafted token). "auto" does it when the draft
+            is a model of its own on the CPU (the CLI's default); None leaves the draft as loaded.
         draft_stop_below: mode "sd": the draft model stops drafting after a token it gave less than
             this probability (see ModelDrafter); with it a larger gamma pays. None drafts gamma tokens.
         load_kwargs: passed to load_model for names (dtype=, device=, ...).
@@ -119,7 +119,7 @@ class LookaheadGenerator:
         if draft_quantize == "auto":
             param = next(self.draft.model.parameters(), None)
             own = self.draft is not self.target and self.draft.model is not self.target.model
-            fits = param is not None and param.device.type == "cpu" and param.dtype == torch.float32
+            fits = param is not None and param.device.type == "cpu" and param.is_floating_point()
             draft_quantize = "int8" if own and fits else None
         if draft_quantize == "int8":
             require(self.draft is not self.target and self.draft.model is not self.target.model,

