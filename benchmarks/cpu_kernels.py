@@ -1,5 +1,8 @@
 """Why the CPU defaults are what they are: forward costs and SD speed, side by side in one process.
 
+Part 0 times a forward that feeds 5 tokens and keeps the logits of the last one, with
+``logits_to_keep`` given as an int (transformers slices the hidden states: a strided view) and as an
+index tensor (a compact copy, what ``LM.forward`` does), in the models' bf16 (``--dtype``).
 Part 1 times one forward of the target and of the draft for 1, 5, 9 and 16 new tokens with torch's
 default linear layers and with oneDNN's (``cpu_linear``), and the draft with int8 linears
 (``draft_quantize``). Part 2 runs greedy AR and draft-model SD with the float32 draft and with the
@@ -42,6 +45,24 @@ def forward_ms(lm: LM, prompt: list[int], n: int, repeats: int) -> float:
     return statistics.median(times) * 1000
 
 
+def head_ms(lm: LM, prompt: list[int], n: int, as_index: bool, repeats: int) -> float:
+    """Median time of one forward of n new tokens after a cached prompt, keeping the last position's
+    logits via ``logits_to_keep=1`` (as_index False) or ``logits_to_keep=tensor([n - 1])``."""
+    import torch
+
+    times = []
+    for _ in range(repeats):
+        session = Session(lm, [prompt])
+        session.logits()
+        ids = torch.tensor([[prompt[-1]] * n])
+        keep = torch.tensor([n - 1]) if as_index else 1
+        start = time.perf_counter()
+        with torch.no_grad():
+            lm.model(input_ids=ids, past_key_values=session.kv.cache, use_cache=True, logits_to_keep=keep)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
@@ -51,7 +72,18 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--gamma", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--head-dtype", default="bf16", help="dtype for part 0 (the LM head strides)")
     args = ap.parse_args()
+
+    print(f"## 0. a 5-token forward keeping 1 position's logits, {args.head_dtype}, ms (median of {args.repeats})\n")
+    print("| model | logits_to_keep=1 (strided view) | index tensor (compact) | ratio |\n|---|---|---|---|")
+    for name in (args.target, args.draft):
+        lm = LM.from_loaded(load_model(name, dtype=args.head_dtype))
+        prompt = lm.prompt_ids(math_messages("What is 17 * 23?"))
+        sliced, indexed = (head_ms(lm, prompt, 5, flag, args.repeats) for flag in (False, True))
+        print(f"| {name} | {sliced:.0f} | {indexed:.0f} | {sliced / indexed:.1f}x |", flush=True)
+        del lm
+    print()
 
     target = LM.from_loaded(load_model(args.target, dtype="fp32", cpu_linear="default"))
     draft = LM.from_loaded(load_model(args.draft, dtype="fp32", cpu_linear="default"))

@@ -55,6 +55,21 @@ def test_lr_command_prints_trace_and_summary(model_dirs, dataset, capsys, tmp_pa
     assert "speedup_vs_ar" in summary and html.read_text().startswith("<!doctype html>")
 
 
+@pytest.mark.parametrize("stop_below, code", [("0.5", 0), ("1.5", 2)])
+def test_lr_command_sd_with_draft_stop_below(model_dirs, dataset, capsys, stop_below, code):
+    argv = ["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--mode", "sd", "--gamma", "6",
+            "--draft-stop-below", stop_below, "--dataset", str(dataset), "--index", "0", "--max-new-tokens", "16",
+            "--dtype", "fp32"]
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    if code:
+        assert "draft_stop_below" in captured.err
+        return
+    out = captured.out
+    summary = json.loads(out[out.index("=== summary ===") + len("=== summary ==="):])
+    assert summary["mode"] == "sd" and summary["same_text_as_ar"] is True  # lossless with the early stop
+
+
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--model", "./no/such/model", "--prompt", "x"], "no such file or directory"),
     (["generate", "--model", "qwen2.5-coder-0.5b", "--prompt", "x", "--device", "cuda:7"], "cuda"),

@@ -73,6 +73,22 @@ def test_lr_sd_variants_equal_ar(token_sd):
     assert gen.generate(prompt, mode="lr-sd", max_new_tokens=60).token_ids == ar.token_ids
 
 
+@pytest.mark.parametrize("draft_seed", [0, 1])
+def test_lr_sd_with_draft_stop_below_equals_ar(draft_seed):
+    """The draft model's early stop inside the target's branches (draft_stop_below) changes how much is
+    drafted, never the text: identical draft (seed 0) and a disagreeing one (seed 1)."""
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    token_sd = TokenSD(target="draft", draft=None, gamma=8)
+    ar = generate(TARGET, prompt, max_new_tokens=60)
+    eager = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd).generate(prompt, mode="lr-sd", max_new_tokens=60)
+    careful = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd,
+                  draft_stop_below=0.999999).generate(prompt, mode="lr-sd", max_new_tokens=60)
+    assert eager.token_ids == careful.token_ids == ar.token_ids
+    assert careful.stats.target_sd.drafted < eager.stats.target_sd.drafted
+    # a threshold no draft reaches: at most one drafted token per row and SD iteration (one record each)
+    assert careful.stats.target_sd.drafted <= careful.stats.target_sd.iterations
+
+
 def test_branches_equal_each_branch_alone():
     """Row j of the target's batch writes the same step as the target alone from that context,
     including rows of very different lengths (a long drafted step and a short one)."""

@@ -7,6 +7,7 @@ import http.server
 import json
 import logging
 import math
+from fractions import Fraction
 import socket
 import threading
 import time
@@ -20,8 +21,8 @@ from lookahead_reasoning import verifiers as V
 from lookahead_reasoning.errors import ConfigError, VerifierError
 from lookahead_reasoning.lm import LM
 from lookahead_reasoning.verifiers import (
-    CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier, OpenAIJudgeVerifier, RandomVerifier,
-    Verdict, Verifier, make_verifier, normalize_step,
+    CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier, NumbersEmbeddingVerifier,
+    OpenAIJudgeVerifier, RandomVerifier, Verdict, Verifier, make_verifier, normalize_step, step_numbers,
 )
 
 # ------------------------------------------------------------------------------------------ exact match
@@ -87,6 +88,35 @@ def test_embedding_threshold_logic_with_a_stub_model():
     just_above = EmbeddingVerifier(model=stub, threshold=0.5 + 1e-6).verify_one("a", "b")
     assert not just_above.accepted and "<" in just_above.reason
     assert EmbeddingVerifier(model=stub, threshold=-1.0).verify_one("a", "d").accepted
+
+
+@pytest.mark.parametrize("text, numbers", [
+    ("48 / 2 = 24", {48, 2, 24}),
+    ("She had $1,200 and then 1200.0 more", {1200}),
+    ("a loss of -3.5, then 3,4 (two numbers)", {Fraction(-7, 2), 3, 4}),
+    ("10-3=7", {10, 3, 7}),                 # a minus between digits is an operator
+    ("x2 and v3 are names; twelve is a word", set()),
+    ("half is .5 or 0.50", {Fraction(1, 2)}),
+    ("\\frac{3}{4} of 20 is 15", {3, 4, 20, 15}),
+])
+def test_step_numbers(text, numbers):
+    assert step_numbers(text) == {Fraction(n) for n in numbers}
+
+
+def test_same_numbers_rejects_a_wrong_number_before_the_model_is_asked():
+    """The stub says every pair means the same (cosine 1); with same_numbers the pair whose result
+    differs is rejected, and only the pairs with equal numbers are embedded."""
+    texts = ["48 / 2 = 24 clips", "half of 48 is 24: 2 halves", "48 / 2 = 42 clips", "no numbers here"]
+    stub = StubEmbedder({t: [1.0, 0.0] for t in texts + ["none either"]})
+    pairs = [(texts[0], texts[1]), (texts[0], texts[2]), (texts[3], "none either")]
+    plain = EmbeddingVerifier(model=stub, threshold=0.9).verify(pairs)
+    assert [v.accepted for v in plain] == [True, True, True]
+    checked = make_verifier("embedding-numbers", model=stub, threshold=0.9).verify(pairs)
+    assert [v.accepted for v in checked] == [True, False, True]
+    assert "numbers differ" in checked[1].reason and "42" in checked[1].reason and checked[1].score is None
+    assert stub.calls[-1][0] == [texts[0], texts[3], texts[1], "none either"]  # the rejected pair was not embedded
+    assert isinstance(make_verifier("numbers", model=stub), NumbersEmbeddingVerifier)
+    assert make_verifier("embedding", model=stub, same_numbers=True).same_numbers
 
 
 def test_embedding_empty_steps_are_decided_without_the_model():

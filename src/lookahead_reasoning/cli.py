@@ -94,7 +94,8 @@ def cmd_lr(args: argparse.Namespace) -> int:
         token_sd=TokenSD(target=args.token_sd_target, draft=args.token_sd_draft, gamma=args.gamma),
         sampling=_sampling(args), gamma=args.gamma,
         verifier_kwargs={"threshold": args.threshold} if args.threshold is not None else None,
-        dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize)
+        dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear, draft_quantize=args.draft_quantize,
+        draft_stop_below=args.draft_stop_below)
     prompt, gold = _question(args)
     modes = [args.mode] + ([] if args.no_compare else ["ar"])
     results = {}
@@ -144,13 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--target", default=DEFAULT_TARGET)
     lr.add_argument("--draft", default=DEFAULT_DRAFT)
     lr.add_argument("--draft-quantize", default="auto", choices=["auto", "int8", "none"],
-                    help="auto (int8 for a float32 CPU draft) | int8 | none: dynamic int8 linears make the draft ~2x cheaper")
+                    help="auto (int8 for a CPU draft) | int8 | none: dynamic int8 linears make the draft 2-3x cheaper")
     lr.add_argument("--verifier", default="embedding", help="exact | embedding | judge | cascade:exact+embedding | random")
     lr.add_argument("--threshold", type=float, default=None, help="verifier threshold (embedding cosine, judge score)")
     lr.add_argument("--mode", default="lr", choices=["lr", "lr-sd", "sd", "sd-ngram", "ar"])
     lr.add_argument("-k", type=int, default=3, help="drafted steps per cycle")
     lr.add_argument("--width", type=int, default=1, help="drafts per position")
     lr.add_argument("--gamma", type=int, default=4, help="drafted tokens per SD iteration")
+    lr.add_argument("--draft-stop-below", type=float, default=None,
+                    help="modes sd and lr-sd: the draft model stops after a token it gave less than this probability (e.g. 0.4 with --gamma 12)")
     lr.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
     lr.add_argument("--token-sd-draft", default="ngram", choices=["ngram", "none"], help="SD inside draft steps (lr-sd)")
     lr.add_argument("--delimiter", action="append", help="step delimiter (repeatable; default a blank line)")

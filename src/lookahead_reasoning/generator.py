@@ -79,8 +79,9 @@ class LookaheadGenerator:
             third of the draft's cost per token, at a somewhat lower acceptance rate; token-level SD
             output is unchanged (the target checks every drafted token). "auto" does it when the draft
             is a model of its own on the CPU (the CLI's default); None leaves the draft as loaded.
-        draft_stop_below: mode "sd": the draft model stops drafting after a token it gave less than
-            this probability (see ModelDrafter); with it a larger gamma pays. None drafts gamma tokens.
+        draft_stop_below: modes "sd" and "lr-sd" (inside the target's branches): the draft model stops
+            drafting after a token it gave less than this probability (see ModelDrafter); with it a
+            larger gamma pays. None drafts gamma tokens.
         load_kwargs: passed to load_model for names (dtype=, device=, ...).
     """
 
@@ -213,7 +214,7 @@ class LookaheadGenerator:
                     log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
                 else:
                     def row_drafter(state: LRState, n_rows: int):
-                        drafter = ModelDrafter(self.draft, self.sampling, generator)
+                        drafter = ModelDrafter(self.draft, self.sampling, generator, stop_below=self.draft_stop_below)
                         drafter.attach(state.draft.fork(n_rows))
                         return drafter
         gamma = token_sd.gamma if token_sd else self.gamma

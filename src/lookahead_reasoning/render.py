@@ -12,8 +12,15 @@ from typing import Any
 GREEN, YELLOW, RED, DIM, RESET = "\033[32m", "\033[33m", "\033[31m", "\033[2m", "\033[0m"
 
 
-def _accepted_pieces(stats: Any) -> list[tuple[str, str]]:
-    """(kind, text) for every piece of the final text: kind is "draft" or "target"."""
+def _accepted_pieces(result: Any) -> list[tuple[str, str]]:
+    """(kind, text) for every piece of the final text: kind is "draft" or "target".
+
+    A result without step cycles (modes ar, sd, sd-ngram: every token is the target's) is one
+    target piece.
+    """
+    stats = result.stats
+    if not hasattr(stats, "cycles"):
+        return [("target", result.text)]
     pieces = []
     for cycle in stats.cycles:
         for step in cycle.drafted[:cycle.accepted]:
@@ -27,12 +34,12 @@ def render_terminal(result: Any, color: bool = True, details: bool = False) -> s
     """The answer with each step coloured by who wrote it; ``details`` adds every cycle's verdicts."""
     stats = result.stats
     paint = (lambda c, s: f"{c}{s}{RESET}") if color else (lambda c, s: s)
-    out = [paint(GREEN if kind == "draft" else YELLOW, text) for kind, text in _accepted_pieces(stats)]
+    out = [paint(GREEN if kind == "draft" else YELLOW, text) for kind, text in _accepted_pieces(result)]
     lines = ["".join(out), ""]
     legend = f"{paint(GREEN, 'drafted step, accepted')}  {paint(YELLOW, 'target step')}"
     lines.append(legend)
     if details:
-        for i, cycle in enumerate(stats.cycles):
+        for i, cycle in enumerate(getattr(stats, "cycles", [])):
             lines.append(paint(DIM, f"-- cycle {i}: {len(cycle.drafted)} drafted, {cycle.accepted} accepted, "
                                     f"{cycle.target_rows} target rows, draft {cycle.draft_s:.2f}s, "
                                     f"target {cycle.target_s:.2f}s, verify {cycle.verify_s:.3f}s"))
@@ -49,11 +56,11 @@ def render_html(result: Any) -> str:
     table of every verdict."""
     stats = result.stats
     spans = []
-    for kind, text in _accepted_pieces(stats):
+    for kind, text in _accepted_pieces(result):
         color = "#c8f7c5" if kind == "draft" else "#fff3b0"
         spans.append(f'<span style="background:{color}" title="{kind}">{html.escape(text)}</span>')
     rows = []
-    for i, cycle in enumerate(stats.cycles):
+    for i, cycle in enumerate(getattr(stats, "cycles", [])):
         for j, v in enumerate(cycle.verdicts):
             rows.append(
                 f"<tr><td>{i}</td><td>{j}</td><td>{'yes' if v.accepted else 'no'}</td>"

@@ -8,6 +8,8 @@ verifier               accepts when                                             
 =====================  ==============================================================  ==========
 ExactMatchVerifier     the steps are equal after lower-casing and removing whitespace   1.0 / 0.0
 EmbeddingVerifier      cosine similarity of sentence embeddings >= threshold             cosine
+                       (``same_numbers=True``, name "embedding-numbers": and the two
+                       steps contain the same set of numbers)
 LLMJudgeVerifier       a local chat model answers "yes" (P(yes)/(P(yes)+P(no)) >= t)    that ratio
 OpenAIJudgeVerifier    the same question to an OpenAI-compatible completions server      that ratio
 CascadeVerifier        ``first`` accepts, else ``then`` accepts                         theirs
@@ -38,11 +40,13 @@ import json
 import logging
 import math
 import random
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from .errors import VerifierError, require
@@ -164,6 +168,11 @@ class EmbeddingVerifier(_Base):
         device: where a model loaded here runs.
         batch_size: passed to ``encode``.
 
+    ``same_numbers``: also require the two steps to contain the same set of numbers
+    (:func:`step_numbers`: "1,200", "1200" and "1200.0" are one number). A sentence embedding barely
+    sees digits, so "48 / 2 = 24" and "48 / 2 = 42" score a cosine near 1; on arithmetic reasoning a
+    wrong number is the mismatch that costs answers. The check runs first and needs no model.
+
     The model is loaded on the first ``verify`` (or by :meth:`load`), once. All 2n steps of a call are
     embedded in one ``encode`` call. Empty steps are decided without the model: two steps that are
     both empty (or whitespace only) are equal (accepted, score 1.0); exactly one empty step is rejected
@@ -172,12 +181,14 @@ class EmbeddingVerifier(_Base):
 
     name = "embedding"
 
-    def __init__(self, model: Any = None, threshold: float = 0.85, device: str = "cpu", batch_size: int = 32):
+    def __init__(self, model: Any = None, threshold: float = 0.85, device: str = "cpu", batch_size: int = 32,
+                 same_numbers: bool = False):
         require(isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
                 and -1.0 <= float(threshold) <= 1.0,
                 f"embedding threshold must be a cosine in [-1, 1], got {threshold!r}")
         require(isinstance(batch_size, int) and batch_size >= 1, f"batch_size must be >= 1, got {batch_size!r}")
         self.threshold = float(threshold)
+        self.same_numbers = bool(same_numbers)
         self.device = device
         self.batch_size = batch_size
         self._source = model
@@ -248,6 +259,11 @@ class EmbeddingVerifier(_Base):
                 verdicts[i] = Verdict(True, 1.0, "both steps empty", 0.0, self.name)
             elif empty_d or empty_t:
                 verdicts[i] = Verdict(False, 0.0, "one step is empty", 0.0, self.name)
+            elif self.same_numbers and step_numbers(draft) != step_numbers(target):
+                only_d = sorted(step_numbers(draft) - step_numbers(target), key=str)[:3]
+                only_t = sorted(step_numbers(target) - step_numbers(draft), key=str)[:3]
+                verdicts[i] = Verdict(False, None, f"numbers differ (draft only {[str(x) for x in only_d]}, "
+                                      f"target only {[str(x) for x in only_t]})", 0.0, self.name)
             else:
                 todo.append(i)
         if todo:
@@ -267,6 +283,36 @@ class EmbeddingVerifier(_Base):
                     verdicts[i] = Verdict(ok, cos, f"cosine {cos:.3f} {'>=' if ok else '<'} {self.threshold:g}",
                                           0.0, self.name)
         return _with_latency(list(verdicts), _share(start, len(pairs)))
+
+
+_NUMBER_RE = re.compile(r"(?<![\w.])(?:-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+)")
+
+
+def step_numbers(text: str) -> frozenset[Fraction]:
+    """The set of numbers written in ``text``, as exact fractions.
+
+    Thousands separators are dropped ("1,200" is 1200), "1200.0" equals "1200", a leading minus
+    counts; a comma between digits not in groups of three (as in "3,4") separates two numbers.
+    Words ("twelve") and numbers inside identifiers ("x2") are not read.
+    """
+    out = set()
+    for m in _NUMBER_RE.finditer(text):
+        token = m.group(0).replace(",", "")
+        try:
+            out.add(Fraction(token))
+        except (ValueError, ZeroDivisionError):
+            continue
+    return frozenset(out)
+
+
+class NumbersEmbeddingVerifier(EmbeddingVerifier):
+    """:class:`EmbeddingVerifier` with ``same_numbers`` on: the cosine AND the same set of numbers."""
+
+    name = "embedding-numbers"
+
+    def __init__(self, model: Any = None, threshold: float = 0.85, device: str = "cpu", batch_size: int = 32,
+                 same_numbers: bool = True):
+        super().__init__(model, threshold, device, batch_size, same_numbers)
 
 
 def _require_module(module: str, pip_name: str) -> None:
@@ -634,12 +680,14 @@ class RandomVerifier(_Base):
 _FACTORIES: dict[str, type] = {
     "exact": ExactMatchVerifier,
     "embedding": EmbeddingVerifier,
+    "embedding-numbers": NumbersEmbeddingVerifier,
     "judge": LLMJudgeVerifier,
     "openai-judge": OpenAIJudgeVerifier,
     "random": RandomVerifier,
 }
-_ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge"}
-KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "judge (or llm-judge)", "openai-judge (or openai)",
+_ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
+            "numbers": "embedding-numbers"}
+KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)", "openai-judge (or openai)",
                    "random", "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
 
 
@@ -658,7 +706,8 @@ def _canonical(name: str) -> str:
 def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
     """A verifier from a name and options, or ``spec`` itself if it already is one.
 
-    Names: "exact"; "embedding" (aliases "embed", "cosine"; options model, threshold, device);
+    Names: "exact"; "embedding" (aliases "embed", "cosine"; options model, threshold, device,
+    same_numbers); "embedding-numbers" (alias "numbers": embedding with same_numbers=True);
     "judge" (alias "llm-judge"; needs ``judge=LM``; threshold, answers, prefill, ...); "openai-judge"
     (alias "openai"; needs base_url and model); "random" (p_accept, seed); and
     "cascade:<first>+<then>", e.g. "cascade:exact+embedding", where each stage takes the options
@@ -700,6 +749,6 @@ def _build(key: str, kw: dict[str, Any]) -> Verifier:
 
 __all__ = [
     "CascadeVerifier", "EmbeddingVerifier", "ExactMatchVerifier", "JUDGE_QUESTION", "KNOWN_VERIFIERS",
-    "LLMJudgeVerifier", "OpenAIJudgeVerifier", "RandomVerifier", "Verdict", "Verifier", "judge_question",
+    "LLMJudgeVerifier", "NumbersEmbeddingVerifier", "step_numbers", "OpenAIJudgeVerifier", "RandomVerifier", "Verdict", "Verifier", "judge_question",
     "make_verifier", "normalize_step",
 ]

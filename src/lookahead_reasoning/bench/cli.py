@@ -23,13 +23,13 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--target", default="qwen2.5-coder-1.5b")
     b.add_argument("--draft", default="qwen2.5-coder-0.5b")
     b.add_argument("--draft-quantize", default="auto", choices=["auto", "int8", "none"],
-                   help="auto (int8 for a float32 CPU draft) | int8 | none: dynamic int8 linears make the draft ~2x cheaper")
+                   help="auto (int8 for a CPU draft) | int8 | none: dynamic int8 linears make the draft 2-3x cheaper")
     b.add_argument("--verifier", default="embedding")
     b.add_argument("--threshold", type=float, default=None)
     b.add_argument("-k", type=int, default=3)
     b.add_argument("--gamma", type=int, default=4)
     b.add_argument("--draft-stop-below", type=float, default=None,
-                   help="mode sd: the draft stops after a token it gave less than this probability (e.g. 0.6)")
+                   help="modes sd and lr-sd: the draft model stops after a token it gave less than this probability (e.g. 0.4 with a gamma of 12)")
     b.add_argument("--max-new-tokens", type=int, default=512)
     b.add_argument("--max-step-tokens", type=int, default=100)
     b.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"])
