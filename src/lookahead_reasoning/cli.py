@@ -146,10 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--draft", default=DEFAULT_DRAFT)
     lr.add_argument("--draft-quantize", default="auto", choices=["auto", "int8", "none"],
                     help="auto (int8 for a CPU draft) | int8 | none: dynamic int8 linears make the draft 2-3x cheaper")
-    lr.add_argument("--verifier", default="embedding", help="exact | embedding | judge | cascade:exact+embedding | random")
+    lr.add_argument("--verifier", default="embedding-numbers",
+                    help="exact | embedding | embedding-numbers | judge | cascade:exact+embedding | random")
     lr.add_argument("--threshold", type=float, default=None, help="verifier threshold (embedding cosine, judge score)")
     lr.add_argument("--mode", default="lr", choices=["lr", "lr-sd", "sd", "sd-ngram", "ar"])
-    lr.add_argument("-k", type=int, default=3, help="drafted steps per cycle")
+    lr.add_argument("-k", type=int, default=2, help="drafted steps per cycle")
     lr.add_argument("--width", type=int, default=1, help="drafts per position")
     lr.add_argument("--gamma", type=int, default=4, help="drafted tokens per SD iteration")
     lr.add_argument("--draft-stop-below", type=float, default=None,
