@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .decoding.autoregressive import generate as generate_ar
-from .decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary
+from .decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary, check_stop_below
 from .decoding.lookahead import LRState, LRStats, StepWriter, TokenSD, Translator, run_cycle
 from .decoding.results import GenerationResult, SDStats
 from .decoding.session import Session
@@ -106,8 +106,7 @@ class LookaheadGenerator:
         require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
         require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
         require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-        require(draft_stop_below is None or 0.0 <= draft_stop_below < 1.0,
-                f"draft_stop_below must be in [0, 1) or None, got {draft_stop_below!r}")
+        check_stop_below(draft_stop_below)  # here, not only when a drafter is built: fail before loading
         self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
         self.draft_stop_below = draft_stop_below
         self.steps = steps or StepConfig()

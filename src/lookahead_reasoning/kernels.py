@@ -22,8 +22,8 @@ A cheaper draft. The draft's share of an SD iteration is gamma * c target forwar
 costs less raises the speedup directly, and it cannot cost quality: the target checks every drafted
 token, so the output is the target's whatever the draft is. ``quantize_draft_int8(model)`` turns
 a CPU draft's linear layers into torch's dynamic int8 linears (weights stored in int8, a quarter of
-float32's bytes and half of bfloat16's to read per token). Only drafts: the target stays as loaded, so AR and SD produce
-the same text and the comparison stays fair.
+float32's bytes and half of bfloat16's to read per token). Only drafts: the target stays as loaded,
+so AR and SD produce the same text and the comparison stays fair.
 """
 
 from __future__ import annotations
@@ -137,11 +137,11 @@ def quantize_draft_int8(model: torch.nn.Module) -> int:
     if param is None or param.device.type != "cpu" or param.dtype not in floats:
         raise ConfigError("int8 draft quantization is for floating-point models on the CPU; this draft is "
                           f"{getattr(param, 'dtype', None)} on {getattr(param, 'device', None)}")
-    if param.dtype != torch.float32:
-        model.float()
     engines = torch.backends.quantized.supported_engines
     if not any(e in engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
         raise ConfigError(f"this torch build has no quantized CPU engine (engines: {engines})")
+    if param.dtype != torch.float32:  # only once nothing can refuse any more: a refusal leaves the model as it was
+        model.float()
     import warnings
 
     from torch.ao.quantization import quantize_dynamic

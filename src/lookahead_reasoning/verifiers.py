@@ -259,11 +259,8 @@ class EmbeddingVerifier(_Base):
                 verdicts[i] = Verdict(True, 1.0, "both steps empty", 0.0, self.name)
             elif empty_d or empty_t:
                 verdicts[i] = Verdict(False, 0.0, "one step is empty", 0.0, self.name)
-            elif self.same_numbers and step_numbers(draft) != step_numbers(target):
-                only_d = sorted(step_numbers(draft) - step_numbers(target), key=str)[:3]
-                only_t = sorted(step_numbers(target) - step_numbers(draft), key=str)[:3]
-                verdicts[i] = Verdict(False, None, f"numbers differ (draft only {[str(x) for x in only_d]}, "
-                                      f"target only {[str(x) for x in only_t]})", 0.0, self.name)
+            elif self.same_numbers and (mismatch := _numbers_mismatch(draft, target)):
+                verdicts[i] = Verdict(False, None, mismatch, 0.0, self.name)
             else:
                 todo.append(i)
         if todo:
@@ -303,6 +300,16 @@ def step_numbers(text: str) -> frozenset[Fraction]:
         except (ValueError, ZeroDivisionError):
             continue
     return frozenset(out)
+
+
+def _numbers_mismatch(draft: str, target: str) -> str | None:
+    """None when both steps hold the same set of numbers, else a reason naming (up to 3 of) each side's extras."""
+    d, t = step_numbers(draft), step_numbers(target)
+    if d == t:
+        return None
+    only_d = [str(x) for x in sorted(d - t)[:3]]
+    only_t = [str(x) for x in sorted(t - d)[:3]]
+    return f"numbers differ (draft only {only_d}, target only {only_t})"
 
 
 class NumbersEmbeddingVerifier(EmbeddingVerifier):
@@ -687,8 +694,8 @@ _FACTORIES: dict[str, type] = {
 }
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
             "numbers": "embedding-numbers"}
-KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)", "openai-judge (or openai)",
-                   "random", "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
+KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)",
+                   "openai-judge (or openai)", "random", "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
 
 
 def _options(cls: type) -> set[str]:
@@ -749,6 +756,6 @@ def _build(key: str, kw: dict[str, Any]) -> Verifier:
 
 __all__ = [
     "CascadeVerifier", "EmbeddingVerifier", "ExactMatchVerifier", "JUDGE_QUESTION", "KNOWN_VERIFIERS",
-    "LLMJudgeVerifier", "NumbersEmbeddingVerifier", "step_numbers", "OpenAIJudgeVerifier", "RandomVerifier", "Verdict", "Verifier", "judge_question",
-    "make_verifier", "normalize_step",
+    "LLMJudgeVerifier", "NumbersEmbeddingVerifier", "OpenAIJudgeVerifier", "RandomVerifier", "Verdict", "Verifier",
+    "judge_question", "make_verifier", "normalize_step", "step_numbers",
 ]

@@ -38,6 +38,13 @@ class Drafter(Protocol):
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
 
 
+def check_stop_below(stop_below: float | None) -> None:
+    """Raise ConfigError unless ``stop_below`` (the draft confidence to keep drafting) is None or in [0, 1)."""
+    require(stop_below is None or 0.0 <= stop_below < 1.0,
+            f"draft_stop_below / stop_below (draft confidence to keep drafting) must be in [0, 1) or None, "
+            f"got {stop_below!r}")
+
+
 class ModelDrafter:
     """Drafts with a small LM that shares the target's vocabulary.
 
@@ -54,8 +61,7 @@ class ModelDrafter:
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
                  stop_below: float | None = None):
-        require(stop_below is None or 0.0 <= stop_below < 1.0,
-                f"stop_below (draft confidence to keep drafting) must be in [0, 1), got {stop_below!r}")
+        check_stop_below(stop_below)
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
