@@ -53,19 +53,21 @@ def test_lr_command_prints_trace_and_summary(model_dirs, dataset, capsys, tmp_pa
     assert summary["mode"] == "lr" and summary["gold"] == "4"
     assert summary["same_text_as_ar"] is True  # exact verifier: lossless
     assert "speedup_vs_ar" in summary and html.read_text().startswith("<!doctype html>")
+    assert "warming up" in out  # the timed runs start warm
 
 
 @pytest.mark.parametrize("stop_below, code", [("0.5", 0), ("1.5", 2)])
 def test_lr_command_sd_with_draft_stop_below(model_dirs, dataset, capsys, stop_below, code):
     argv = ["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--mode", "sd", "--gamma", "6",
             "--draft-stop-below", stop_below, "--dataset", str(dataset), "--index", "0", "--max-new-tokens", "16",
-            "--dtype", "fp32"]
+            "--dtype", "fp32", "--no-warmup"]
     assert main(argv) == code
     captured = capsys.readouterr()
     if code:
         assert "draft_stop_below" in captured.err
         return
     out = captured.out
+    assert "warming up" not in out
     summary = json.loads(out[out.index("=== summary ===") + len("=== summary ==="):])
     assert summary["mode"] == "sd" and summary["same_text_as_ar"] is True  # lossless with the early stop
 

@@ -89,6 +89,15 @@ def test_lr_sd_with_draft_stop_below_equals_ar(draft_seed):
     assert careful.stats.target_sd.drafted <= careful.stats.target_sd.iterations
 
 
+def test_warmup_runs_each_mode_and_the_verifier():
+    verifier = ScriptedVerifier(lambda d, t: True)
+    gen = _lr(tiny_lm(1), verifier=verifier)
+    target_calls, draft_calls = gen.target.stats.calls, gen.draft.stats.calls
+    gen.warmup(["lr", "ar"], tokens=4)
+    assert gen.target.stats.calls > target_calls and gen.draft.stats.calls > draft_calls
+    assert verifier.seen  # the verifier's first (slow) call happened here, not in a timed run
+
+
 def test_branches_equal_each_branch_alone():
     """Row j of the target's batch writes the same step as the target alone from that context,
     including rows of very different lengths (a long drafted step and a short one)."""

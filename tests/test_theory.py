@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.theory import (
     Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_lr_only,
-    best_sd_only, best_split, expected_ceil, expected_mod, expected_tokens, f_async, f_step, f_sync, feasible,
-    g_token, h_combined, hybrid_conditions, paper_hybrid_box, parallel_degree, predict, regime,
+    best_sd_only, best_split, expected_ceil, expected_mod, expected_tokens, f_async, f_step, f_sync, f_sync_batched,
+    feasible, g_token, h_combined, hybrid_conditions, lookahead_pays, paper_hybrid_box, parallel_degree, predict, regime,
     sample_run_lengths, sd_ceiling, sd_speedup, simulate_lr_async, simulate_lr_sd, simulate_lr_sync,
     simulate_sd, speedup_grid,
 )
@@ -200,6 +200,26 @@ def test_sd_matches_simulation(alpha, gamma, c):
 def test_lr_sync_matches_simulation(alpha1, c1, k1):
     sim = simulate_lr_sync(k1, alpha1, c1, cycles=20_000, seed=2)
     assert sim.agrees(f_sync(k1, alpha1, c1)), (sim, f_sync(k1, alpha1, c1))
+
+
+@sims
+@given(sim_rates, costs, depths, st.floats(0.5, 3.0))
+def test_lr_sync_with_a_costly_batch_matches_simulation(alpha1, c1, k1, beta):
+    sim = simulate_lr_sync(k1, alpha1, c1, cycles=20_000, seed=4, beta=beta)
+    assert sim.agrees(f_sync_batched(k1, alpha1, c1, beta)), (sim, f_sync_batched(k1, alpha1, c1, beta))
+
+
+def test_batched_sync_reduces_to_free_parallelism_and_sets_the_break_even():
+    assert f_sync_batched(4, 0.5, 0.1, 1.0) == pytest.approx(f_sync(4, 0.5, 0.1))
+    # k1 = 2 pays exactly when 1 + alpha1 > beta + c1
+    assert lookahead_pays(0.45, 0.2, 1.3) is False and lookahead_pays(0.55, 0.2, 1.3) is True
+    assert lookahead_pays(0.25, 0.2, 1.0) is True
+    assert f_sync_batched(2, 0.5, 0.2, 1.3) == pytest.approx(1.5 / 1.5)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="beta"):
+            f_sync_batched(2, 0.5, 0.2, bad)
+        with pytest.raises(ConfigError, match="beta"):
+            simulate_lr_sync(2, 0.5, 0.2, beta=bad)
 
 
 @sims

@@ -98,6 +98,10 @@ def test_embedding_threshold_logic_with_a_stub_model():
     ("x2 and v3 are names; twelve is a word", set()),
     ("half is .5 or 0.50", {Fraction(1, 2)}),
     ("\\frac{3}{4} of 20 is 15", {3, 4, 20, 15}),
+    # labels are not quantities: list items at a line start, step headings
+    ("1. Add 48 and 24.\n2. Divide by 3.\n  3) Done", {48, 24, 3}),
+    ("**Step 2: Multiply** 12 by 5\n# Step 4: print", {12, 5}),
+    ("1.5 hours, then 2.\n10. is the answer", {Fraction(3, 2), 2}),   # "1.5" is a number, "10. " a label
 ])
 def test_step_numbers(text, numbers):
     assert step_numbers(text) == {Fraction(n) for n in numbers}

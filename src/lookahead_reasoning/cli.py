@@ -98,6 +98,9 @@ def cmd_lr(args: argparse.Namespace) -> int:
         draft_stop_below=args.draft_stop_below)
     prompt, gold = _question(args)
     modes = [args.mode] + ([] if args.no_compare else ["ar"])
+    if not args.no_warmup:  # untimed: a fresh process's first forwards are several times slower
+        print("warming up (a few tokens of each mode, untimed) ...", flush=True)
+        gen.warmup(modes)
     results = {}
     for mode in modes:
         print(f"\n=== {mode} ===", flush=True)
@@ -160,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--delimiter", action="append", help="step delimiter (repeatable; default a blank line)")
     lr.add_argument("--max-step-tokens", type=int, default=100)
     lr.add_argument("--no-compare", action="store_true", help="skip the autoregressive run")
+    lr.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up of each mode")
     lr.add_argument("--details", action="store_true", help="print every cycle's verdicts")
     lr.add_argument("--color", action="store_true", help="colour the trace even when not on a terminal")
     lr.add_argument("--html", help="write the trace as an HTML page here")

@@ -152,6 +152,22 @@ class LookaheadGenerator:
         draft_ids = target_ids if self.same_vocab else self.draft.prompt_ids(prompt, raw=raw)
         return target_ids, draft_ids
 
+    # ------------------------------------------------------------------ warm-up
+    def warmup(self, modes: Sequence[str] = ("lr",), tokens: int = 8) -> None:
+        """Run each mode once on a short question, untimed, and call the verifier once.
+
+        The first forwards of a fresh process page the weights in and set up kernels, and the first
+        verifier call loads its model: both are several times slower than later calls. Timing a
+        mode without this charges it for the process's start-up, not for its decoding.
+        """
+        from .prompts import math_messages
+
+        probe = math_messages("What is 2 + 3?")
+        for mode in modes:
+            self.generate(probe, mode=mode, max_new_tokens=tokens)
+        if any(m.startswith("lr") for m in modes):
+            self.verifier.verify([("We add 2 and 3.", "Adding 2 and 3 gives 5.")])
+
     # ------------------------------------------------------------------ generate
     def generate(
         self,

@@ -283,6 +283,10 @@ class EmbeddingVerifier(_Base):
 
 
 _NUMBER_RE = re.compile(r"(?<![\w.])(?:-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+)")
+# Labels that number the text rather than the problem: a list item ("2. ", "3) " at a line start, after
+# any indent or markdown marks) and a step heading ("Step 4:", "# Step 1"). Two steps that plan the
+# same work in lists of different lengths should not differ by their item numbers.
+_LABEL_RE = re.compile(r"(?im)^[ \t>#*_-]*\d{1,2}[.)](?=[ \t])|\bstep[ \t]+\d{1,2}\b")
 
 
 def step_numbers(text: str) -> frozenset[Fraction]:
@@ -290,10 +294,11 @@ def step_numbers(text: str) -> frozenset[Fraction]:
 
     Thousands separators are dropped ("1,200" is 1200), "1200.0" equals "1200", a leading minus
     counts; a comma between digits not in groups of three (as in "3,4") separates two numbers.
-    Words ("twelve") and numbers inside identifiers ("x2") are not read.
+    Words ("twelve"), numbers inside identifiers ("x2") and labels (list items "2. " at a line start,
+    "Step 3") are not read.
     """
     out = set()
-    for m in _NUMBER_RE.finditer(text):
+    for m in _NUMBER_RE.finditer(_LABEL_RE.sub(" ", text)):
         token = m.group(0).replace(",", "")
         try:
             out.add(Fraction(token))

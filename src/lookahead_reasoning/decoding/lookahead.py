@@ -135,6 +135,9 @@ class LRStats:
             out["gamma"] = self.target_sd.gamma
             out["target_sd_mean_accepted"] = r(self.target_sd.mean_accepted)
             out["c"] = r(self.target_sd.c)
+        if self.draft_sd is not None and self.draft_sd.drafted:  # prompt lookup inside the draft's steps
+            out["draft_sd_alpha"] = r(self.draft_sd.alpha)
+            out["draft_sd_mean_accepted"] = r(self.draft_sd.mean_accepted)
         return out
 
 

@@ -2,7 +2,8 @@
 
 Pure numpy/float functions in the paper's symbols (no torch):
 
-- :mod:`.formulas`  ``sd_speedup`` S(alpha, gamma, c), its ceiling, ``best_gamma``; ``f_sync``,
+- :mod:`.formulas`  ``sd_speedup`` S(alpha, gamma, c), its ceiling, ``best_gamma``; ``f_sync``
+  (and ``f_sync_batched``/``lookahead_pays`` when the batched target step is not free),
   ``f_async`` (branches ``async_s1``/``async_s2``, identities ``expected_ceil``/``expected_mod``);
   ``g_token``, ``h_combined``, ``parallel_degree``;
 - :mod:`.budget`    ``best_split`` of a parallel budget M between k1 and k2, ``regime``,
@@ -19,7 +20,7 @@ from .budget import (
 )
 from .formulas import (
     async_depth, async_s1, async_s2, best_gamma, expected_ceil, expected_mod, expected_tokens, f_async,
-    f_step, f_sync, g_token, h_combined, parallel_degree, sd_ceiling, sd_speedup,
+    f_step, f_sync, f_sync_batched, g_token, h_combined, lookahead_pays, parallel_degree, sd_ceiling, sd_speedup,
 )
 from .predict import Prediction, predict
 from .simulate import (
@@ -31,7 +32,8 @@ __all__ = [
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
     "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
     "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
-    "f_sync", "feasible", "g_token", "h_combined", "hybrid_conditions", "paper_hybrid_box",
+    "f_sync", "f_sync_batched", "feasible", "g_token", "h_combined", "hybrid_conditions", "lookahead_pays",
+    "paper_hybrid_box",
     "parallel_degree", "predict", "regime", "sample_run_lengths", "sd_ceiling", "sd_speedup",
     "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid",
 ]

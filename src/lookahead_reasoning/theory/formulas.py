@@ -41,7 +41,8 @@ ArrayLike = float | int | np.ndarray
 
 __all__ = [
     "Mode", "async_depth", "async_s1", "async_s2", "best_gamma", "expected_ceil", "expected_mod",
-    "expected_tokens", "f_async", "f_step", "f_sync", "g_token", "h_combined", "parallel_degree",
+    "expected_tokens", "f_async", "f_step", "f_sync", "f_sync_batched", "g_token", "h_combined", "lookahead_pays",
+    "parallel_degree",
     "sd_ceiling", "sd_speedup",
 ]
 
@@ -213,6 +214,33 @@ def f_sync(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarra
     k = check_count(k1, "k1")
     cost = check_cost(c1, "c1")
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
+
+
+def f_sync_batched(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, beta: ArrayLike) -> float | np.ndarray:
+    """Synchronous LR when the batched pass is not free: ``(1 - alpha1^k1) / ((1 - alpha1)(beta + c1 (k1 - 1)))``.
+
+    ``beta`` is the time of the target's ``k1``-row batched step relative to a one-row step (``beta = 1``
+    is :func:`f_sync`'s free parallelism, the GPU picture). A CPU, or a GPU already full of token-SD
+    positions, pays for every row: with k1 = 2 the step layer wins over the target alone only when
+    ``1 + alpha1 > beta + c1`` (see :func:`lookahead_pays`).
+    """
+    a = check_rate(alpha1, "alpha1")
+    k = check_count(k1, "k1")
+    cost = check_cost(c1, "c1")
+    b = np.asarray(beta, dtype=float)
+    if np.any(~np.isfinite(b)) or np.any(b <= 0):
+        _fail(f"beta (batched/one-row target step time) must be a finite number > 0, got {_shown(beta, ~(np.isfinite(b) & (b > 0)))}")
+    return _out((1 - a ** k) / ((1 - a) * (b + cost * (k - 1))))
+
+
+def lookahead_pays(alpha1: float, c1: float, beta: float) -> bool:
+    """Whether one drafted step per cycle (k1 = 2 rows) beats the target alone: ``1 + alpha1 > beta + c1``.
+
+    Equivalently the step acceptance must exceed ``beta + c1 - 1``: on free parallel hardware
+    (``beta = 1``) any ``alpha1 > c1`` pays; a batched step that costs 1.3 one-row steps needs
+    ``alpha1 > 0.3 + c1``.
+    """
+    return bool(f_sync_batched(2, alpha1, c1, beta) > 1.0)
 
 
 def async_depth(c1: float) -> int | float:

@@ -12,6 +12,7 @@ Time units: a target pass (token level) or a target step (step level) takes 1; a
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -76,11 +77,12 @@ def sample_run_lengths(alpha: float, n: int, seed: int = 0) -> np.ndarray:
     return _rng(seed).geometric(1.0 - a, size=n).astype(np.int64) - 1
 
 
-def _sync_cycles(alpha: float, drafts: int, draft_cost: float, cycles: int, seed) -> SimResult:
+def _sync_cycles(alpha: float, drafts: int, draft_cost: float, cycles: int, seed, target_cost: float = 1.0) -> SimResult:
     """One draft-then-verify cycle, repeated: ``drafts`` draft units (each ``draft_cost``), one target
-    pass (1), keep the leading accepted drafts plus the target's own unit."""
+    pass (``target_cost``, 1 unless the batch is not free), keep the leading accepted drafts plus the
+    target's own unit."""
     accepted = _leading_accepts(_rng(seed), alpha, cycles, drafts)
-    time = np.full(cycles, drafts * draft_cost + 1.0)
+    time = np.full(cycles, drafts * draft_cost + target_cost)
     return _ratio(accepted + 1, time)
 
 
@@ -91,13 +93,17 @@ def simulate_sd(alpha: float, gamma: int, c: float, *, cycles: int = 100_000, se
     return _sync_cycles(a, n, cost, int(check_count(cycles, "cycles")), seed)
 
 
-def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
+def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0,
+                     beta: float = 1.0) -> SimResult:
     """Synchronous LR: the draft writes ``k1 - 1`` steps one after another (``c1`` each), the target
-    writes ``k1`` steps in one batched pass (1); the drafted steps up to the first rejection are kept,
-    then the target's step of the next row (correction, or bonus when all pass)."""
+    writes ``k1`` steps in one batched pass (``beta``: 1 when the batch is free); the drafted steps up
+    to the first rejection are kept, then the target's step of the next row (correction, or bonus when
+    all pass)."""
     k = int(check_count(k1, "k1"))
     a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
-    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed)
+    require(isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0,
+            f"beta (batched/one-row target step time) must be a finite number > 0, got {beta!r}")
+    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed, float(beta))
 
 
 @dataclass(frozen=True)
