@@ -113,3 +113,15 @@ def test_two_process_sharded_bench(model_dirs, dataset, tmp_path):
     from lookahead_reasoning.bench.report import load_results
 
     assert len({r["problem_id"] for r in load_results(out)}) == 3
+
+
+@pytest.mark.parametrize("mode, target, gamma", [
+    ("sd", "draft", 12), ("lr-sd", "draft", 12), ("sd-ngram", "draft", 6), ("lr-sd", "ngram", 6), ("lr", "draft", 12),
+])
+def test_default_gamma_and_k_follow_the_mode(mode, target, gamma):
+    from lookahead_reasoning.cli import build_parser, default_gamma, default_k
+
+    assert default_gamma(mode, target) == gamma
+    assert default_k(mode) == (1 if mode == "lr-sd" else 2)
+    args = build_parser().parse_args(["lr", "--mode", mode])
+    assert args.gamma is None and args.k is None and args.draft_stop_below == 0.4  # resolved by cmd_lr

@@ -28,7 +28,7 @@ import numpy as np
 
 from lookahead_reasoning.theory import (
     Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_split,
-    expected_ceil, expected_mod, f_async, f_sync, g_token, h_combined, hybrid_conditions, paper_hybrid_box,
+    expected_ceil, expected_mod, f_async, f_sync, f_sync_batched, g_token, h_combined, hybrid_conditions, paper_hybrid_box,
     predict, regime, sample_run_lengths, sd_ceiling, sd_speedup, simulate_lr_async, simulate_lr_sd,
     simulate_lr_sync, simulate_sd, speedup_grid,
 )
@@ -159,6 +159,9 @@ def simulations() -> None:
     for i, (k, a, c) in enumerate(((4, 0.5, 0.1), (6, 0.8, 0.2), (2, 0.9, 0.4))):
         compare(f"sync LR f_sync(k1={k}; alpha1={a}, c1={c})", f_sync(k, a, c),
                 simulate_lr_sync(k, a, c, cycles=CYCLES, seed=200 + i))
+    for i, (k, a, c, b) in enumerate(((2, 0.4, 0.2, 1.3), (3, 0.6, 0.15, 1.6))):
+        compare(f"sync LR, batch not free: f_sync_batched(k1={k}; alpha1={a}, c1={c}, beta={b})",
+                f_sync_batched(k, a, c, b), simulate_lr_sync(k, a, c, cycles=CYCLES, seed=250 + i, beta=b))
     for i, (k, a, c) in enumerate(((4, 0.5, 0.1), (10, 0.5, 0.1), (3, 0.8, 0.2), (5, 0.8, 0.2), (7, 0.9, 0.05),
                                    (40, 0.9, 0.05))):
         branch = "S1" if k >= async_depth(c) else "S2"

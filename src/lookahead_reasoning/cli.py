@@ -80,6 +80,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_gamma(mode: str, token_sd_target: str = "draft") -> int:
+    """Drafted tokens per SD iteration when --gamma is not given: 12 for the draft model (with its
+    early stop, --draft-stop-below 0.4), 6 for prompt lookup; the best measured on this project's CPU
+    (README, Benchmark)."""
+    ngram = mode == "sd-ngram" or (mode == "lr-sd" and token_sd_target == "ngram")
+    return 6 if ngram else 12
+
+
+def default_k(mode: str) -> int:
+    """Drafted steps per cycle when -k is not given: 2 for ``lr``, 1 for ``lr-sd``. With token SD
+    inside the rows, every extra row makes the target's batched step dearer on a CPU (beta, see
+    theory/README.md section 2), and one drafted step per cycle measured best (README, Benchmark)."""
+    return 1 if mode == "lr-sd" else 2
+
+
 def cmd_lr(args: argparse.Namespace) -> int:
     from .bench.grading import grade
     from .decoding.lookahead import TokenSD
@@ -87,6 +102,10 @@ def cmd_lr(args: argparse.Namespace) -> int:
     from .generator import LookaheadGenerator
     from .render import render_html, render_terminal
 
+    if args.gamma is None:
+        args.gamma = default_gamma(args.mode, args.token_sd_target)
+    if args.k is None:
+        args.k = default_k(args.mode)
     print(f"loading target {args.target}, draft {args.draft}, verifier {args.verifier} ...", flush=True)
     gen = LookaheadGenerator(
         target=args.target, draft=args.draft, verifier=args.verifier, k=args.k, width=args.width,
@@ -153,11 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exact | embedding | embedding-numbers | judge | cascade:exact+embedding | random")
     lr.add_argument("--threshold", type=float, default=None, help="verifier threshold (embedding cosine, judge score)")
     lr.add_argument("--mode", default="lr", choices=["lr", "lr-sd", "sd", "sd-ngram", "ar"])
-    lr.add_argument("-k", type=int, default=2, help="drafted steps per cycle")
+    lr.add_argument("-k", type=int, default=None, help="drafted steps per cycle (default: 2 for lr, 1 for lr-sd)")
     lr.add_argument("--width", type=int, default=1, help="drafts per position")
-    lr.add_argument("--gamma", type=int, default=4, help="drafted tokens per SD iteration")
-    lr.add_argument("--draft-stop-below", type=float, default=None,
-                    help="modes sd and lr-sd: the draft model stops after a token it gave less than this probability (e.g. 0.4 with --gamma 12)")
+    lr.add_argument("--gamma", type=int, default=None,
+                    help="drafted tokens per SD iteration (default: 12 for the draft model, 6 for prompt lookup)")
+    lr.add_argument("--draft-stop-below", type=float, default=0.4,
+                    help="modes sd and lr-sd: the draft model stops after a token it gave less than this "
+                         "probability (default 0.4; 0 drafts gamma tokens every time)")
     lr.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
     lr.add_argument("--token-sd-draft", default="ngram", choices=["ngram", "none"], help="SD inside draft steps (lr-sd)")
     lr.add_argument("--delimiter", action="append", help="step delimiter (repeatable; default a blank line)")
