@@ -4,6 +4,7 @@ running each branch alone, stops exactly where AR stops, width > 1, tokenizers t
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,6 +97,21 @@ def test_warmup_runs_each_mode_and_the_verifier():
     gen.warmup(["lr", "ar"], tokens=4)
     assert gen.target.stats.calls > target_calls and gen.draft.stats.calls > draft_calls
     assert verifier.seen  # the verifier's first (slow) call happened here, not in a timed run
+
+
+def test_warmup_reaches_the_embedding_model_behind_a_numbers_check():
+    from lookahead_reasoning.verifiers import make_verifier
+
+    class Embedder:
+        calls = 0
+
+        def encode(self, texts, convert_to_tensor=False, normalize_embeddings=False):
+            Embedder.calls += 1
+            return torch.ones(len(texts), 4)
+
+    gen = _lr(tiny_lm(1), verifier=make_verifier("embedding-numbers", model=Embedder()))
+    gen.warmup(["ar", "lr"], tokens=2)
+    assert Embedder.calls >= 1  # the warm-up pair has the same numbers, so the embedding was computed
 
 
 def test_branches_equal_each_branch_alone():

@@ -166,7 +166,8 @@ class LookaheadGenerator:
         for mode in modes:
             self.generate(probe, mode=mode, max_new_tokens=tokens)
         if any(m.startswith("lr") for m in modes):
-            self.verifier.verify([("We add 2 and 3.", "Adding 2 and 3 gives 5.")])
+            # the same numbers on both sides, so a numbers check passes and the embedding model runs too
+            self.verifier.verify([("Add 2 and 3 to get 5.", "2 plus 3 is 5.")])
 
     # ------------------------------------------------------------------ generate
     def generate(
