@@ -90,6 +90,15 @@ def check_cost(value: ArrayLike, name: str, upper: float | None = None) -> np.nd
     return v
 
 
+def check_batch_cost(value: ArrayLike, name: str = "beta") -> np.ndarray:
+    """A batched/one-row target step time ratio: finite and > 0."""
+    v = np.asarray(value, dtype=float)
+    bad = ~((v > 0) & np.isfinite(v))
+    if bad.any():
+        _fail(f"{name} (batched/one-row target step time) must be a finite number > 0, got {_shown(value, bad)}")
+    return v
+
+
 def check_count(value: ArrayLike, name: str, minimum: int = 1) -> np.ndarray:
     """A whole number (int or integer array) >= ``minimum``."""
     v = np.asarray(value)
@@ -227,9 +236,7 @@ def f_sync_batched(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, beta: ArrayL
     a = check_rate(alpha1, "alpha1")
     k = check_count(k1, "k1")
     cost = check_cost(c1, "c1")
-    b = np.asarray(beta, dtype=float)
-    if np.any(~np.isfinite(b)) or np.any(b <= 0):
-        _fail(f"beta (batched/one-row target step time) must be a finite number > 0, got {_shown(beta, ~(np.isfinite(b) & (b > 0)))}")
+    b = check_batch_cost(beta)
     return _out((1 - a ** k) / ((1 - a) * (b + cost * (k - 1))))
 
 

@@ -12,14 +12,13 @@ Time units: a target pass (token level) or a target step (step level) takes 1; a
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import require
-from .formulas import Mode, check_cost, check_count, check_mode, check_rate
+from .formulas import Mode, check_batch_cost, check_cost, check_count, check_mode, check_rate
 
 __all__ = [
     "AsyncSchedule", "SimResult", "async_event_timeline", "async_schedule", "sample_run_lengths",
@@ -101,9 +100,7 @@ def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000
     all pass)."""
     k = int(check_count(k1, "k1"))
     a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
-    require(isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0,
-            f"beta (batched/one-row target step time) must be a finite number > 0, got {beta!r}")
-    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed, float(beta))
+    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed, float(check_batch_cost(beta)))
 
 
 @dataclass(frozen=True)
