@@ -11,7 +11,6 @@ token. Everything is float32: the equality tests compare token for token.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from pathlib import Path
@@ -22,7 +21,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from lookahead_reasoning.lm import LM
-from lookahead_reasoning.testing import tiny_model, tiny_tokenizer
+from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
 N_TOKENS = len(tiny_tokenizer())  # ids 0..N_TOKENS-4 are bytes and merges, the last 3 special tokens
@@ -68,13 +67,8 @@ def tiny_lm(arch: str = "qwen2", seed: int = 0, tokenizer: PreTrainedTokenizerFa
 
 def perturbed_lm(lm: LM, scale: float, seed: int = 0) -> LM:
     """A copy of ``lm`` with Gaussian noise (``scale`` times the weights' std) on its output layer: a
-    draft that agrees with the target often but not always."""
-    model = copy.deepcopy(lm.model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        w = model.get_output_embeddings().weight
-        w += scale * w.std() * torch.randn(w.shape, generator=gen)
-    return LM(model, lm.tokenizer, name=f"{lm.name}-perturbed")
+    draft that agrees with the target often but not always (:func:`lookahead_reasoning.testing.perturbed_copy`)."""
+    return perturbed_copy(lm, scale, seed)
 
 
 def set_eos(lm: LM, eos_ids) -> LM:
@@ -97,6 +91,22 @@ LOGIT_ATOL = 5e-4
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_for_tiny_models(request):
+    """Tiny models run on one thread: their ops are too small to split, and with more threads than
+    free cores (a busy machine) every op waits for its slowest thread. Real-model tests keep torch's
+    own setting."""
+    if request.node.get_closest_marker("real"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------------- real models

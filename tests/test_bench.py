@@ -10,6 +10,7 @@ import pytest
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.bench.report import load_results, markdown_table, plot, summarize
 from lookahead_reasoning.bench.runner import BenchConfig, ModeRunner, done_pairs, run_bench, shard_path
+from lookahead_reasoning.planning import PlannerConfig
 
 from lr_helpers import exact, tiny_lm
 
@@ -24,8 +25,8 @@ def dataset(tmp_path):
 
 
 def _runner(config: BenchConfig) -> ModeRunner:
-    gen = LookaheadGenerator(target=tiny_lm(0), draft=tiny_lm(1), verifier=exact(), k=2,
-                             steps=StepConfig((" ",), 8))
+    gen = LookaheadGenerator(target=tiny_lm(0), draft=tiny_lm(1), verifier=exact(), k=2, gamma=4,
+                             steps=StepConfig((" ",), 8), planner=PlannerConfig(progress=False, learn=False))
     return ModeRunner(config, generator=gen)
 
 
@@ -38,11 +39,11 @@ class CountingRunner:
     def warmup(self):
         pass
 
-    def run(self, problem, mode):
+    def run(self, problem, mode, sample=0):
         if self.interrupt_after is not None and len(self.calls) == self.interrupt_after:
             raise KeyboardInterrupt
         self.calls.append((problem.id, mode))
-        return self.inner.run(problem, mode)
+        return self.inner.run(problem, mode, sample)
 
 
 def test_all_modes_run_and_report(dataset, tmp_path):
@@ -163,7 +164,7 @@ def test_mode_suffixes_sweep_gamma_and_k(dataset, tmp_path):
 
 @pytest.mark.parametrize("bad, message", [
     ("sd@x4", "bad mode suffix"), ("sd@g0", "must be >= 1"), ("ar@g4", "does not apply"),
-    ("sd@k2", "only applies to lr"), ("warp@g2", "unknown mode"), ("sd,sd", "listed twice"),
+    ("sd@k2", "only applies to lr"), ("auto@g4", "does not apply"), ("warp@g2", "unknown mode"), ("sd,sd", "listed twice"),
 ])
 def test_bad_mode_suffixes(dataset, tmp_path, bad, message):
     with pytest.raises(ConfigError, match=message):

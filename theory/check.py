@@ -32,6 +32,9 @@ from lookahead_reasoning.theory import (
     predict, regime, sample_run_lengths, sd_ceiling, sd_speedup, simulate_lr_async, simulate_lr_sd,
     simulate_lr_sync, simulate_sd, speedup_grid,
 )
+from lookahead_reasoning.theory import (  # noqa: E402 - the costed part
+    StepModel, TokenModel, f_sync_costed, lr_cycle, sd_rate, simulate_costed_lr, simulate_costed_sd,
+)
 
 Z = 5.0  # simulation tolerance, in standard errors
 CYCLES = 100_000
@@ -146,14 +149,14 @@ def step_level() -> None:
                f"{steps} steps, time {total:.4f} vs {table:.4f}")
 
 
+def compare(name: str, closed: float, sim) -> None:
+    z = abs(sim.speedup - closed) / max(sim.stderr, 1e-300)
+    report(sim.agrees(closed, Z), name,
+           f"closed {closed:.4f}, simulated {sim.speedup:.4f} +- {sim.stderr:.4f} ({z:.1f} SE)")
+
+
 def simulations() -> None:
     section(f"5. closed form vs Monte Carlo ({CYCLES} cycles each, pass within {Z:g} standard errors)")
-
-    def compare(name: str, closed: float, sim) -> None:
-        z = abs(sim.speedup - closed) / max(sim.stderr, 1e-300)
-        report(sim.agrees(closed, Z), name,
-               f"closed {closed:.4f}, simulated {sim.speedup:.4f} +- {sim.stderr:.4f} ({z:.1f} SE)")
-
     for i, (a, g, c) in enumerate(((0.8, 4, 0.05), (0.6, 2, 0.2), (0.9, 12, 0.02), (0.3, 6, 0.5))):
         compare(f"token SD S(alpha={a}, gamma={g}, c={c})", sd_speedup(a, g, c), simulate_sd(a, g, c, cycles=CYCLES, seed=100 + i))
     for i, (k, a, c) in enumerate(((4, 0.5, 0.1), (6, 0.8, 0.2), (2, 0.9, 0.4))):
@@ -168,9 +171,40 @@ def simulations() -> None:
         compare(f"async LR f_async(k1={k}; alpha1={a}, c1={c}) [{branch}]", f_async(k, a, c),
                 simulate_lr_async(k, a, c, cycles=CYCLES, seed=300 + i))
     for i, mode in enumerate(("sync", "async")):
-        compare(f"LR+SD h(4, 4) {mode}, alpha1=.6 c1=.2 alpha2=.7 c2=.1",
+        compare(f"LR+SD h(4, 4) {mode}, alpha1=.6 c1=.2 alpha2=.7 c2=.1 (the composition h assumes)",
                 h_combined(4, 4, 0.6, 0.2, 0.7, 0.1, mode),
-                simulate_lr_sd(4, 4, 0.6, 0.2, 0.7, 0.1, mode=mode, cycles=CYCLES, seed=400 + i))
+                simulate_lr_sd(4, 4, 0.6, 0.2, 0.7, 0.1, mode=mode, cycles=CYCLES, seed=400 + i, step_tokens=None))
+    for k1, k2, tokens in ((2, 5, 40), (4, 4, 40), (4, 4, 100), (2, 9, 40)):
+        joint = simulate_lr_sd(k1, k2, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=CYCLES // 5, seed=450, step_tokens=tokens)
+        h = h_combined(k1, k2, 0.6, 0.2, 0.7, 0.1, "sync")
+        info(f"h({k1}, {k2}) = f g = {h:.3f} vs the joint process (rows wait for the slowest, steps of {tokens} "
+             f"tokens) {joint.speedup:.3f} +- {joint.stderr:.3f}: h overstates by {100 * (h / joint.speedup - 1):.1f}%")
+
+
+def costed() -> None:
+    section("8. speeds priced by measured costs T(R, n) (theory.costed) against their simulators")
+    target = lambda r, n: 0.3 * (1 + 0.35 * (r - 1)) * (1 + 0.05 * (n - 1))  # noqa: E731 - CPU-like: rows and tokens cost
+    draft = lambda r, n: 0.04 * (1 + 0.1 * (r - 1)) * (1 + 0.3 * (n - 1))  # noqa: E731
+    for i, (gamma, model) in enumerate(((0, TokenModel.plain(0.7)), (4, TokenModel.plain(0.7)),
+                                        (12, TokenModel(0.8, 0.85, 0.4)), (16, TokenModel(0.6, 0.9, 0.3)))):
+        compare(f"sd_rate(gamma={gamma}, {model})", sd_rate(gamma, model, target, draft),
+                simulate_costed_sd(gamma, model, target, draft, iterations=CYCLES // 4, seed=800 + i))
+    step = StepModel(0.5, 40, 38, 12, 0.02)
+    for i, k in enumerate((1, 2, 3)):
+        compare(f"lr_cycle(k={k}, plain rows; alpha1=.5, L_t=40, L_d=38, H=12)", lr_cycle(k, 0, step, TokenModel.plain(0.7),
+                target, draft).rate, simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft,
+                                                        cycles=CYCLES // 10, seed=850 + i))
+    token = TokenModel(0.8, 0.85, 0.4)
+    for k, gamma in ((1, 6), (2, 6), (2, 12)):
+        closed = lr_cycle(k, gamma, step, token, target, draft).rate
+        joint = simulate_costed_lr(k, gamma, step, token, target, draft, cycles=CYCLES // 20, seed=870)
+        info(f"lr_cycle(k={k}, gamma={gamma}) = {closed:.3f} tok/s vs the joint rows {joint.speedup:.3f} +- "
+             f"{joint.stderr:.3f}: the mean-rows closed form overstates by {100 * (closed / joint.speedup - 1):.1f}%")
+    worst = max(abs(f_sync_costed(k, a, c, target) - f_sync_batched(k, a, c, target(k, 1) / target(1, 1)))
+                for k in (1, 2, 3, 4) for a in (0.1, 0.5, 0.9) for c in (0.0, 0.1, 0.3))
+    report(worst < 1e-12, "f_sync_costed == f_sync_batched with beta = T(k1, 1) / T(1, 1)", f"max |diff| {worst:.1e}")
+    report(f_sync_batched(1, 0.5, 0.2, 1.7) == 1.0, "f_sync_batched(k1 = 1) is 1 whatever beta (one row is no batch)",
+           f"{f_sync_batched(1, 0.5, 0.2, 1.7)}")
 
 
 def budget() -> None:
@@ -229,11 +263,16 @@ def prediction() -> None:
           and abs(p.sd - sd_speedup(0.7, 4, 0.1)) < 1e-12 and abs(p.lr_sd - p.lr_sync * p.sd) < 1e-12)
     report(ok, "predict(k=3 drafted steps -> k1=4)", f"sd {p.sd:.3f}, lr_sync {p.lr_sync:.3f}, lr_async "
            f"{p.lr_async:.3f}, lr_sd {p.lr_sd:.3f}, lr_sd_async {p.lr_sd_async:.3f}")
+    costs = lambda r, n: 0.3 * (1.35 if r > 1 else 1.0)  # noqa: E731 - a batch of rows costs 1.35 rows
+    q = predict({"alpha": 0.7, "gamma": 4, "c": 0.1, "alpha1": 0.5, "c1": 0.1, "k": 1}, costs=costs)
+    report(abs(q.lr_sync - f_sync_batched(2, 0.5, 0.1, 1.35)) < 1e-12,
+           "predict(..., costs=T) prices the batch (beta = T(k1, 1) / T(1, 1))", f"lr_sync {q.lr_sync:.3f} "
+           f"vs free parallelism {predict({'alpha1': 0.5, 'c1': 0.1, 'k': 1}).lr_sync:.3f}")
 
 
 def main() -> int:
     start = time.perf_counter()
-    for part in (sanity_values, token_level, identities, step_level, simulations, budget, prediction):
+    for part in (sanity_values, token_level, identities, step_level, simulations, budget, prediction, costed):
         part()
     failed = RESULTS.count(False)
     print(f"\n{len(RESULTS)} checks, {failed} failed, {time.perf_counter() - start:.1f} s")

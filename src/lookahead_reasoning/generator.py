@@ -2,41 +2,35 @@
 
     from lookahead_reasoning import LookaheadGenerator
 
-    gen = LookaheadGenerator(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", verifier="embedding")
+    gen = LookaheadGenerator(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")
     result = gen.generate("Natalia sold clips to 48 friends ...", max_new_tokens=512)
     print(result.text, result.stats.summary())
 
 One object holds the target, the draft, the verifier and the settings, and runs every mode on the
-same loaded models so that their speeds can be compared in one process:
-``lr`` (Lookahead Reasoning), ``lr-sd`` (LR with token-level SD inside every step), ``ar``
-(autoregressive target), ``sd`` (token-level SD with the draft model), ``sd-ngram`` (token-level
-SD with prompt lookup).
+same loaded models so that their speeds can be compared in one process. It only loads, checks and
+dispatches: the loops themselves live in :mod:`lookahead_reasoning.decoding` (``ar``, ``sd``,
+``sd-ngram``, ``lr``, ``lr-sd``) and :mod:`lookahead_reasoning.planning` (``auto``); the modes and
+their defaults in :mod:`lookahead_reasoning.presets`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import logging
-import time
 from typing import Any, Callable, Sequence
 
-import torch
-
 from .decoding.autoregressive import generate as generate_ar
-from .decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary, check_stop_below
-from .decoding.lookahead import LRState, LRStats, StepWriter, TokenSD, Translator, run_cycle
-from .decoding.results import GenerationResult, SDStats
-from .decoding.session import Session
+from .decoding.drafters import NGramDrafter, check_same_vocabulary, check_stop_below
+from .decoding.lookahead import TokenSD, generate_lr
+from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .decoding.steps import StepConfig
 from .errors import ConfigError, TokenizerMismatchError, require
 from .lm import LM
-from .sampling import SamplingConfig, make_generator
+from .presets import (DEFAULT_MODE, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, STEP_MODES, check_mode, mode_gamma,
+                      mode_k)
+from .sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
-
-MODES = ("lr", "lr-sd", "ar", "sd", "sd-ngram")
 
 
 def as_lm(model: Any, **load_kwargs: Any) -> LM:
@@ -62,72 +56,83 @@ class LookaheadGenerator:
     Args:
         target, draft: model names (offline short names, hub ids, local dirs, .gguf files),
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
-        verifier: a Verifier or a name for :func:`lookahead_reasoning.verifiers.make_verifier`
-            ("exact", "embedding", "judge", "cascade:exact+embedding", ...).
-        k: drafted steps per cycle (k >= 1).
+        verifier: a Verifier, a name for :func:`lookahead_reasoning.verifiers.make_verifier`
+            ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
+            with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
+            (what the command line builds; checked before any model loads).
+        mode: the mode ``generate`` runs when it is not given one (see :mod:`lookahead_reasoning.presets`).
+        k: drafted steps per cycle (k >= 1) for the step modes; None takes each mode's preset (in
+            ``auto``: the most drafted steps a plan may use).
         width: drafts per position (W >= 1). W - 1 alternatives are sampled (at ``alt_temperature``
             when decoding is greedy) at each drafted position; one can replace the target's
-            correction where the main draft is rejected (see ``run_cycle``).
+            correction where the main draft is rejected (see ``decoding.lookahead.rescue``).
         steps: the step segmenter (delimiters, per-step token cap).
         token_sd: token-level SD inside steps, used by mode "lr-sd" (default: the draft model drafts
             tokens for the target's branches, prompt lookup drafts tokens for the draft's own steps;
             with tokenizers that differ the target falls back to plain decoding inside steps).
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
-        gamma: drafted tokens per iteration for modes "sd" and "sd-ngram".
-        draft_quantize: None, "int8" or "auto". "int8" turns a CPU draft's linear layers into
-            dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to a
-            third of the draft's cost per token, at a somewhat lower acceptance rate; token-level SD
-            output is unchanged (the target checks every drafted token). "auto" does it when the draft
-            is a model of its own on the CPU (the CLI's default); None leaves the draft as loaded.
-        draft_stop_below: modes "sd" and "lr-sd" (inside the target's branches): the draft model stops
-            drafting after a token it gave less than this probability (see ModelDrafter); with it a
-            larger gamma pays. None drafts gamma tokens.
-        load_kwargs: passed to load_model for names (dtype=, device=, ...).
+        gamma: drafted tokens per iteration for modes "sd", "sd-ngram" and "lr-sd"; None takes each
+            mode's preset.
+        draft_quantize: "auto" (default), "int8" or None. "int8" turns a CPU draft's linear layers
+            into dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to
+            a third of the draft's cost per token, at a somewhat lower acceptance rate; token-level SD
+            output is unchanged (the target checks every drafted token). "auto" does it when the
+            draft is a CPU model this generator loaded itself (a model object you pass in is never
+            changed); None leaves the draft as loaded.
+        draft_stop_below: the draft model stops drafting after a token it gave less than this
+            probability (modes "sd", "lr-sd" inside the target's branches, and "auto"); with it a large
+            gamma pays. None drafts gamma tokens every time.
+        planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
+        load_kwargs: passed to load_model for names (dtype=, device=, cpu_linear=, ...).
     """
 
     def __init__(
         self,
         target: Any,
         draft: Any = None,
-        verifier: Any = "embedding",
+        verifier: Any = DEFAULT_VERIFIER,
         *,
-        k: int = 3,
+        mode: str = DEFAULT_MODE,
+        k: int | None = None,
         width: int = 1,
         steps: StepConfig | None = None,
         token_sd: TokenSD | None = None,
         sampling: SamplingConfig | None = None,
-        gamma: int = 4,
+        gamma: int | None = None,
         verifier_kwargs: dict | None = None,
         alt_temperature: float = 0.7,
-        draft_quantize: str | None = None,
-        draft_stop_below: float | None = None,
+        draft_quantize: str | None = "auto",
+        draft_stop_below: float | None = DRAFT_STOP_BELOW,
+        planner: Any = None,
         **load_kwargs: Any,
     ):
-        require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
+        # every setting is checked before any model loads
+        self.mode = check_mode(mode)
+        if k is not None:
+            mode_k("lr", k)
+        if gamma is not None:
+            mode_gamma("sd", gamma)
         require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
-        require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-        check_stop_below(draft_stop_below)  # here, not only when a drafter is built: fail before loading
+        require(draft_quantize in (None, "none", "int8", "auto"),
+                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
+        check_stop_below(draft_stop_below)
+        from .verifiers import VerifierSettings, check_verifier_settings, check_verifier_spec
+
+        if isinstance(verifier, str):
+            check_verifier_spec(verifier, **(verifier_kwargs or {}))
+        elif isinstance(verifier, VerifierSettings):
+            check_verifier_settings(verifier)
         self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
         self.draft_stop_below = draft_stop_below
         self.steps = steps or StepConfig()
         self.token_sd = token_sd or TokenSD(target="draft", draft="ngram")
         self.sampling = sampling or SamplingConfig()
+        self.planner = planner
+        self._planning = None
         self.target = as_lm(target, **load_kwargs)
+        owned_draft = isinstance(draft, str)
         self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)
-        require(draft_quantize in (None, "none", "int8", "auto"),
-                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
-        if draft_quantize == "auto":
-            param = next(self.draft.model.parameters(), None)
-            own = self.draft is not self.target and self.draft.model is not self.target.model
-            fits = param is not None and param.device.type == "cpu" and param.is_floating_point()
-            draft_quantize = "int8" if own and fits else None
-        if draft_quantize == "int8":
-            require(self.draft is not self.target and self.draft.model is not self.target.model,
-                    "draft_quantize='int8' needs a draft model of its own (the draft is the target here)")
-            from .kernels import quantize_draft_int8
-
-            quantize_draft_int8(self.draft.model)
-        self.draft_quantize = draft_quantize if draft_quantize != "none" else None
+        self.draft_quantize = self._quantize_draft(draft_quantize, owned_draft)
         if self.draft is self.target:  # separate counters for the two roles
             self.draft = LM(self.target.model, self.target.tokenizer, self.target.name)
         try:
@@ -141,7 +146,35 @@ class LookaheadGenerator:
             from .verifiers import make_verifier
 
             verifier = make_verifier(verifier, **(verifier_kwargs or {}))
+        elif isinstance(verifier, VerifierSettings):  # may need the target (target-score, --judge-model target)
+            from .verifiers import build_verifier
+
+            verifier = build_verifier(verifier, target_lm=self.target, device=load_kwargs.get("device"))
         self.verifier = verifier
+
+    def _quantize_draft(self, choice: str | None, owned: bool) -> str | None:
+        """Apply ``draft_quantize``; returns what was done ("int8" or None)."""
+        own_model = self.draft is not self.target and self.draft.model is not self.target.model
+        if choice == "auto":
+            param = next(self.draft.model.parameters(), None)
+            fits = param is not None and param.device.type == "cpu" and param.is_floating_point()
+            choice = "int8" if own_model and owned and fits else None
+        if choice != "int8":
+            return None
+        require(own_model, "draft_quantize='int8' needs a draft model of its own (the draft is the target here)")
+        from .kernels import quantize_draft_int8
+
+        quantize_draft_int8(self.draft.model)
+        return "int8"
+
+    def planning(self):
+        """Mode ``auto``'s cost tables and learned rates for this pair (measured or read on first use)."""
+        if self._planning is None:
+            from .planning import Planning, PlannerConfig
+
+            self._planning = Planning.load(self.target, self.draft, getattr(self.verifier, "name", "verifier"),
+                                           self.planner or PlannerConfig())
+        return self._planning
 
     # ------------------------------------------------------------------ prompts
     def _prompts(self, prompt: str | list[dict[str, str]] | list[int], raw: bool) -> tuple[list[int], list[int]]:
@@ -165,16 +198,16 @@ class LookaheadGenerator:
         probe = math_messages("What is 2 + 3?")
         for mode in modes:
             self.generate(probe, mode=mode, max_new_tokens=tokens)
-        if any(m.startswith("lr") for m in modes):
+        if any(m in STEP_MODES for m in modes):
             # the same numbers on both sides, so a numbers check passes and the embedding model runs too
             self.verifier.verify([("Add 2 and 3 to get 5.", "2 plus 3 is 5.")])
 
     # ------------------------------------------------------------------ generate
     def generate(
         self,
-        prompt: str | list[dict[str, str]],
+        prompt: str | list[dict[str, str]] | list[int],
         *,
-        mode: str = "lr",
+        mode: str | None = None,
         max_new_tokens: int = 512,
         seed: int | None = 0,
         raw: bool = False,
@@ -184,88 +217,32 @@ class LookaheadGenerator:
     ) -> GenerationResult:
         """Answer ``prompt``: a question, chat messages, or token ids (used as they are).
 
-        ``raw=True`` uses a text prompt as it is, without the chat template. ``gamma`` and ``k``
-        override the generator's drafted tokens per iteration and drafted steps per cycle for this
-        call (a benchmark sweeps them with the models loaded once).
-
-        Modes: "lr", "lr-sd", "ar", "sd", "sd-ngram" (see the module docstring).
+        ``mode`` defaults to the generator's. ``raw=True`` uses a text prompt as it is, without the
+        chat template. ``gamma`` and ``k`` override the drafted tokens per iteration and drafted steps
+        per cycle for this call (a benchmark sweeps them with the models loaded once).
         """
-        require(mode in MODES, f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        mode = check_mode(self.mode if mode is None else mode)
         require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
                 f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        given_gamma = gamma
-        gamma = self.gamma if gamma is None else gamma
-        k = self.k if k is None else k
-        require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-        require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
+        gamma = mode_gamma(mode, self.gamma if gamma is None else gamma, self.token_sd.target)
+        k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None
         target_ids, draft_ids = self._prompts(prompt, raw)
+        common = dict(max_new_tokens=max_new_tokens, sampling=self.sampling, seed=seed, on_text=on_text)
         if mode == "ar":
-            return generate_ar(self.target, target_ids, max_new_tokens=max_new_tokens, sampling=self.sampling,
-                               seed=seed, on_text=on_text)
+            return generate_ar(self.target, target_ids, **common)
         if mode in ("sd", "sd-ngram"):
             if mode == "sd" and not self.same_vocab:
                 check_same_vocabulary(self.draft, self.target)  # raises with the explanation
             drafter = self.draft if mode == "sd" else NGramDrafter(self.token_sd.ngram_max, self.token_sd.ngram_min)
-            return generate_sd(self.target, target_ids, drafter, gamma=gamma, max_new_tokens=max_new_tokens,
-                               sampling=self.sampling, seed=seed, on_text=on_text,
-                               draft_stop_below=self.draft_stop_below)
-        token_sd = None
-        if mode == "lr-sd":
-            token_sd = self.token_sd if given_gamma is None else dataclasses.replace(self.token_sd, gamma=given_gamma)
-        return self._generate_lr(target_ids, draft_ids, max_new_tokens, seed, on_text, token_sd, k)
+            return generate_sd(self.target, target_ids, drafter, gamma=gamma, draft_stop_below=self.draft_stop_below,
+                               **common)
+        lr = dict(draft_prompt_ids=draft_ids, steps=self.steps, width=self.width, alt_temperature=self.alt_temperature,
+                  draft_stop_below=self.draft_stop_below, same_vocab=self.same_vocab, **common)
+        if mode == "auto":
+            from .planning import generate_auto
 
-    def _generate_lr(self, target_ids, draft_ids, max_new_tokens, seed, on_text, token_sd: TokenSD | None, k: int):
-        generator = make_generator(seed)
-        stats = LRStats(k=k)
-        target_drafter = draft_drafter = None
-        row_drafter = None
-        if token_sd is not None:
-            stats.target_sd, stats.draft_sd = SDStats(gamma=token_sd.gamma), SDStats(gamma=token_sd.gamma)
-            ngram = NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
-            draft_drafter = ngram if token_sd.draft == "ngram" else None
-            if token_sd.target == "ngram":
-                target_drafter = ngram
-            elif token_sd.target == "draft":
-                if not self.same_vocab:
-                    log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
-                else:
-                    def row_drafter(state: LRState, n_rows: int):
-                        drafter = ModelDrafter(self.draft, self.sampling, generator, stop_below=self.draft_stop_below)
-                        drafter.attach(state.draft.fork(n_rows))
-                        return drafter
-        gamma = token_sd.gamma if token_sd else self.gamma
-        draft_writer = StepWriter(self.draft, self.steps, self.sampling, generator, draft_drafter, gamma,
-                                  stats.draft_sd)
-        target_writer = StepWriter(self.target, self.steps, self.sampling, generator, target_drafter, gamma,
-                                   stats.target_sd)
-        state = LRState(Session(self.target, [target_ids]), Session(self.draft, [draft_ids]),
-                        len(target_ids), len(draft_ids), max_new_tokens)
-        translator = Translator(self.target, self.draft, self.same_vocab)
-        alt_writer = None
-        if self.width > 1:  # alternatives must differ from the main draft: they are sampled
-            alt_sampling = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=self.alt_temperature)
-            alt_writer = StepWriter(self.draft, self.steps, alt_sampling, generator, draft_drafter, gamma)
-        t_calls, t_secs = self.target.stats.calls, self.target.stats.seconds
-        d_calls, d_secs = self.draft.stats.calls, self.draft.stats.seconds
-        sent = 0
-        start = time.perf_counter()
-        if max_new_tokens == 0:
-            state.done = "budget"
-        while state.done is None:
-            stats.cycles.append(run_cycle(state, k, draft_writer, target_writer, self.verifier, translator,
-                                          row_drafter, self.width, alt_writer))
-            if on_text is not None:
-                text = self.target.decode(state.target.rows[0][len(target_ids):])
-                if len(text) > sent and not text.endswith("\ufffd"):
-                    on_text(text[sent:])
-                    sent = len(text)
-        wall = time.perf_counter() - start
-        if stats.target_sd is not None:
-            stats.target_sd.target_forwards = self.target.stats.calls - t_calls
-            stats.target_sd.target_seconds = self.target.stats.seconds - t_secs
-            stats.target_sd.draft_forwards = self.draft.stats.calls - d_calls
-            stats.target_sd.draft_seconds = self.draft.stats.seconds - d_secs
-        new = state.target.rows[0][len(target_ids):]
-        mode = "lr-sd" if token_sd else "lr"
-        return GenerationResult(new, self.target.decode(new), list(target_ids), state.done,
-                                self.target.stats.calls - t_calls, wall, mode=mode, stats=stats)
+            return generate_auto(self.target, self.draft, target_ids, self.verifier, max_k=k,
+                                 config=self.planner, planning=self.planning(), **lr)
+        token_sd = TokenSD(self.token_sd.target, self.token_sd.draft, gamma, self.token_sd.ngram_max,
+                           self.token_sd.ngram_min) if mode == "lr-sd" else None
+        return generate_lr(self.target, self.draft, target_ids, self.verifier, k=k, token_sd=token_sd, **lr)

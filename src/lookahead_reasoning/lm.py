@@ -9,8 +9,9 @@ cache, and returns float32 logits for the last ``keep`` positions only (``logits
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -21,14 +22,35 @@ from .errors import PromptError, require
 
 @dataclass
 class ForwardStats:
-    """How often and how long a model ran: the raw material of the cost ratio c."""
+    """How often and how long a model ran: the raw material of the cost ratio c.
+
+    A loop reads its own window of these counters: ``before = lm.stats.copy()`` at its start,
+    ``lm.stats.since(before)`` at its end.
+    """
 
     calls: int = 0
     tokens: int = 0  # real (unmasked) tokens fed, summed over rows
     seconds: float = 0.0
 
-    def reset(self) -> None:
-        self.calls, self.tokens, self.seconds = 0, 0, 0.0
+    def copy(self) -> "ForwardStats":
+        return ForwardStats(self.calls, self.tokens, self.seconds)
+
+    def since(self, before: "ForwardStats") -> "ForwardStats":
+        """The calls, tokens and seconds added after ``before`` was copied."""
+        return ForwardStats(self.calls - before.calls, self.tokens - before.tokens, self.seconds - before.seconds)
+
+
+@dataclass(frozen=True)
+class ForwardTiming:
+    """One timed forward: ``rows`` x ``width`` new token positions after ``cached`` cache columns."""
+
+    rows: int
+    width: int
+    cached: int
+    seconds: float
+
+
+ForwardListener = Callable[[ForwardTiming], None]
 
 
 class LM:
@@ -43,6 +65,7 @@ class LM:
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.stats = ForwardStats()
+        self.listeners: list[ForwardListener] = []  # called after every forward (e.g. a cost table learning)
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
 
@@ -95,8 +118,6 @@ class LM:
         Returns:
             (logits, state): logits is float32 (B, keep, V); ``state`` now covers T + n columns.
         """
-        import time
-
         require(input_ids.dim() == 2 and input_ids.shape[1] > 0, f"input_ids must be (B, n>0), got {tuple(input_ids.shape)}")
         device = self.device
         input_ids = input_ids.to(device)
@@ -122,7 +143,12 @@ class LM:
         state.cache = out.past_key_values
         state.mask = full_mask
         logits = out.logits.float()
-        self.stats.seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.stats.seconds += seconds
+        if self.listeners:
+            timing = ForwardTiming(bsz, n, full_mask.shape[1] - n, seconds)
+            for listener in self.listeners:
+                listener(timing)
         return logits, state
 
     # ------------------------------------------------------------------ text
@@ -176,14 +202,6 @@ def _keep_positions(keep: int, n: int, device: torch.device) -> int | torch.Tens
     return torch.arange(n - keep, n, device=device)
 
 
-def _compact_input(module: torch.nn.Module, args: tuple) -> tuple:
-    """Forward pre-hook: hand the module its input with compact strides (a view, no copy)."""
-    x = args[0]
-    if isinstance(x, torch.Tensor) and x.dim() >= 2:
-        x = x.reshape(-1, x.shape[-1]).view(x.shape)
-    return (x,) + tuple(args[1:])
-
-
 def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
     for candidate in (tokenizer.pad_token_id, getattr(model.config, "pad_token_id", None), tokenizer.eos_token_id):
         if candidate is not None:
@@ -198,46 +216,3 @@ def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> froz
             continue
         ids.update(int(i) for i in (source if isinstance(source, (list, tuple)) else [source]))
     return frozenset(ids)
-
-
-def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assistant: LM | None = None,
-                assistant_tokens: int | None = None, prompt_lookup_num_tokens: int | None = None,
-                sampling: Any = None, seed: int = 0) -> list[int]:
-    """transformers' own ``generate`` (the peer baselines): plain, assisted or prompt-lookup.
-
-    Greedy unless ``sampling`` (a SamplingConfig) says otherwise. Returns the new token ids.
-    ``assistant_tokens`` fixes the assistant's drafted tokens per iteration (a constant schedule);
-    None keeps transformers' own adaptive defaults.
-    """
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": lm.pad_id}
-    if sampling is not None and not sampling.greedy:
-        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                      top_k=sampling.top_k or 0)
-        torch.manual_seed(seed)
-    else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    if assistant is not None:
-        kwargs["assistant_model"] = assistant.model
-    if prompt_lookup_num_tokens:
-        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
-    if lm.eos_ids:
-        kwargs["eos_token_id"] = sorted(lm.eos_ids)
-    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
-    saved = None
-    if assistant is not None and assistant_tokens:
-        config = assistant.model.generation_config
-        saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
-        config.num_assistant_tokens, config.num_assistant_tokens_schedule = int(assistant_tokens), "constant"
-    # the peers get the same LM-head fix as LM.forward (see _keep_positions), so that the comparison
-    # measures the decoding loops, not a strided-matmul slow path that only one side avoids
-    hooks = [m.get_output_embeddings().register_forward_pre_hook(_compact_input)
-             for m in ([lm.model] + ([assistant.model] if assistant is not None else []))]
-    try:
-        with torch.no_grad():
-            out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        if saved is not None:
-            config.num_assistant_tokens, config.num_assistant_tokens_schedule = saved
-    return out[0, len(prompt_ids):].tolist()

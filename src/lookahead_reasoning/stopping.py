@@ -57,7 +57,7 @@ class StopChecker:
         what was seen.
         """
         cond = self.condition
-        start = _common_prefix(self._seen, generated, self._checked)
+        start = common_prefix(self._seen, generated, self._checked)
         for i in range(start, len(generated)):
             if i >= cond.max_new_tokens:  # tokens placed past the budget by the caller
                 return StopHit(cond.max_new_tokens, "budget")
@@ -73,9 +73,6 @@ class StopChecker:
             return StopHit(0, "budget")
         return None
 
-    def reset(self, position: int = 0) -> None:
-        self._checked = position
-
     def _completes_stop_string(self, generated: Sequence[int], i: int) -> bool:
         lo = max(0, i - _WINDOW)
         after = self.decode(list(generated[lo:i + 1]))
@@ -85,7 +82,7 @@ class StopChecker:
         return not any(s in before for s in self.condition.stop_strings)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     """Length of the common prefix of a and b, at most ``limit``."""
     n = min(len(a), len(b), limit)
     if list(a[:n]) == list(b[:n]):

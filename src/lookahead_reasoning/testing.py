@@ -4,6 +4,7 @@
 
     target = tiny_model("qwen2", seed=0)   # a LoadedModel: random weights, float32, sdpa
     draft = tiny_model("qwen2", seed=1)    # another seed: disagrees with the target often
+    close = perturbed_copy(LM.from_loaded(target), scale=0.2, seed=2)  # agrees with the target mostly
 
 The tokenizer is byte-level BPE over the 256 bytes plus a few merges ("\\n\\n", "the", ...), so any
 text round-trips exactly through encode/decode and the step delimiter "\\n\\n" can hide inside a
@@ -22,6 +23,7 @@ import functools
 
 import torch
 
+from .lm import LM
 from .models import LoadedModel
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -133,3 +135,25 @@ def tiny_model(
     gen.eos_token_id, gen.pad_token_id, gen.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
     model.eval().requires_grad_(False)
     return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", torch.device("cpu"), dtype, "memory")
+
+
+def perturbed_copy(lm: LM, scale: float, seed: int = 0) -> LM:
+    """A copy of ``lm`` with Gaussian noise on its output layer: a draft that agrees with it often, not always.
+
+    The noise is ``scale`` times the output weights' standard deviation, drawn from its own generator
+    seeded by ``seed`` (the caller's RNG is left untouched); the copy shares nothing with ``lm`` but
+    the tokenizer. Around 0.2 the copy's greedy token equals the original's most of the time; the
+    larger ``scale``, the more they disagree.
+    """
+    import copy
+
+    from .errors import require
+
+    require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale >= 0,
+            f"scale must be a number >= 0, got {scale!r}")
+    model = copy.deepcopy(lm.model)
+    noise = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight = model.get_output_embeddings().weight
+        weight += scale * weight.std() * torch.randn(weight.shape, generator=noise).to(weight)
+    return LM(model, lm.tokenizer, name=f"{lm.name}-perturbed")

@@ -1,8 +1,14 @@
-"""Turn a results JSONL (and its shards) into a markdown table and PNG plots.
+"""Turn a results JSONL (and its shards) into markdown tables and PNG plots.
 
-Per mode: problems, accuracy, tokens/s (median and mean over problems), speedup over ``ar`` two
-ways (ratio of the medians; median of the per-problem ratios), the measured alpha, alpha1, c, c1
-(medians over problems) and the speedup the theory predicts from them.
+Per mode (:func:`markdown_table`): runs, accuracy (with its spread over samples when a run repeated
+each problem), tokens/s (median and mean), speedup over ``ar`` two ways (ratio of the medians;
+median of the per-problem ratios), the measured alpha, alpha1, c, c1 (medians), the speedup the
+theory predicts from them, and for mode ``auto`` the planner's predicted speed over the realised one
+(median over runs).
+
+Fidelity against ``ar`` on the same problems and samples (:func:`fidelity_table`): answers kept (both
+right), lost (``ar`` right, the mode wrong), won (the reverse), the share with the same final answer,
+and the mean tokens the target wrote on rows that were thrown away.
 """
 
 from __future__ import annotations
@@ -18,23 +24,36 @@ from typing import Any
 from ..errors import DatasetError
 
 
+def _key(rec: dict[str, Any]) -> tuple:
+    return rec.get("problem_id"), rec.get("mode"), int(rec.get("sample", 0) or 0)
+
+
 def load_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records of ``path`` and of its shards (``path.shard*``); a torn last line is skipped."""
+    """Records of ``path`` and of its shards (``path.shard*``); a torn last line is skipped.
+
+    Raises DatasetError when there is no such file, or when no line of it is a result record (an
+    empty file, or one of something else): a report of nothing would hide the mistake.
+    """
     path = Path(path)
     files = ([path] if path.exists() else []) + [Path(p) for p in sorted(glob.glob(str(path) + ".shard*"))]
     if not files:
         raise DatasetError(f"no results at {path} (nor shards {path}.shard*)")
-    records, seen = [], set()
+    records, seen, lines = [], set(), 0
     for f in files:
-        for line in f.read_text(encoding="utf-8").splitlines():
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            lines += bool(line.strip())
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            key = (rec.get("problem_id"), rec.get("mode"))
-            if key not in seen:
-                seen.add(key)
+            if not (isinstance(rec, dict) and {"problem_id", "mode"} <= rec.keys()):
+                continue
+            if _key(rec) not in seen:
+                seen.add(_key(rec))
                 records.append(rec)
+    if not records:
+        raise DatasetError(f"{path} holds no benchmark results ({lines} non-empty lines, none a record with "
+                           "problem_id and mode): is it the output of `lookahead-reasoning bench`?")
     return records
 
 
@@ -52,6 +71,8 @@ class ModeRow:
     c: float | None
     c1: float | None
     predicted: float | None
+    accuracy_spread: float | None = None  # standard deviation of the accuracy over samples
+    planner_ratio: float | None = None  # mode auto: predicted / realised tokens/s, median over runs
 
 
 def _median(values: list) -> float | None:
@@ -59,25 +80,63 @@ def _median(values: list) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def _accuracy(recs: list[dict[str, Any]]) -> tuple[float, float | None]:
+    """Mean accuracy, and its spread over samples (None with one sample)."""
+    by_sample: dict[int, list[bool]] = {}
+    for r in recs:
+        by_sample.setdefault(int(r.get("sample", 0) or 0), []).append(bool(r.get("correct")))
+    per = [sum(v) / len(v) for v in by_sample.values()]
+    return statistics.mean(per), (statistics.stdev(per) if len(per) > 1 else None)
+
+
 def summarize(records: list[dict[str, Any]]) -> list[ModeRow]:
     """One row per mode, in the order modes first appear."""
     modes = list(dict.fromkeys(r["mode"] for r in records))
-    ar = {r["problem_id"]: r for r in records if r["mode"] == "ar"}
+    ar = {(r["problem_id"], r.get("sample", 0)): r for r in records if r["mode"] == "ar"}
     ar_median = _median([r.get("tokens_per_s") for r in ar.values()])
     rows = []
     for mode in modes:
         recs = [r for r in records if r["mode"] == mode]
         tps = [r.get("tokens_per_s") for r in recs if r.get("tokens_per_s")]
         med = _median(tps)
-        ratios = [r["tokens_per_s"] / ar[r["problem_id"]]["tokens_per_s"] for r in recs
-                  if r["problem_id"] in ar and r.get("tokens_per_s") and ar[r["problem_id"]].get("tokens_per_s")]
+        base = [(r, ar.get((r["problem_id"], r.get("sample", 0)))) for r in recs]
+        ratios = [r["tokens_per_s"] / a["tokens_per_s"] for r, a in base
+                  if a is not None and r.get("tokens_per_s") and a.get("tokens_per_s")]
         stats = {key: _median([r.get(key) for r in recs]) for key in ("alpha", "alpha1", "c", "c1", "k", "gamma")}
+        accuracy, spread = _accuracy(recs)
+        planner = _median([r["predicted_tok_s"] / r["tokens_per_s"] for r in recs
+                           if r.get("predicted_tok_s") and r.get("tokens_per_s")])
         rows.append(ModeRow(
-            mode, len(recs), sum(bool(r.get("correct")) for r in recs) / len(recs) if recs else float("nan"),
-            med or float("nan"), statistics.mean(tps) if tps else float("nan"),
+            mode, len(recs), accuracy, med or float("nan"), statistics.mean(tps) if tps else float("nan"),
             (med / ar_median) if (med and ar_median) else None, _median(ratios),
-            stats["alpha"], stats["alpha1"], stats["c"], stats["c1"], _predict(mode, stats)))
+            stats["alpha"], stats["alpha1"], stats["c"], stats["c1"], _predict(mode, stats), spread, planner))
     return rows
+
+
+def fidelity_table(records: list[dict[str, Any]]) -> str:
+    """Per mode against ``ar`` on the same (problem, sample): answers kept / lost / won, the share with
+    the same final answer, and the mean target tokens thrown away per run. Empty without ``ar``."""
+    ar = {(r["problem_id"], r.get("sample", 0)): r for r in records if r["mode"] == "ar"}
+    if not ar:
+        return ""
+    lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | target tokens thrown away (mean) |",
+             "|---|---|---|---|---|---|---|"]
+    for mode in dict.fromkeys(r["mode"] for r in records):
+        if mode == "ar":
+            continue
+        pairs = [(r, ar[(r["problem_id"], r.get("sample", 0))]) for r in records
+                 if r["mode"] == mode and (r["problem_id"], r.get("sample", 0)) in ar]
+        if not pairs:
+            continue
+        kept = sum(bool(r.get("correct")) and bool(a.get("correct")) for r, a in pairs)
+        lost = sum(not r.get("correct") and bool(a.get("correct")) for r, a in pairs)
+        won = sum(bool(r.get("correct")) and not a.get("correct") for r, a in pairs)
+        same = sum(str(r.get("predicted")) == str(a.get("predicted")) for r, a in pairs) / len(pairs)
+        thrown = [r["target_tokens_discarded"] for r, _ in pairs if r.get("target_tokens_discarded") is not None]
+        lines.append(f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | "
+                     f"{statistics.mean(thrown):.1f} |" if thrown else
+                     f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | - |")
+    return "\n".join(lines)
 
 
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:
@@ -92,7 +151,7 @@ def _predict(mode: str, stats: dict[str, Any]) -> float | None:
                         "alpha1": stats.get("alpha1"), "c1": stats.get("c1"), "k": as_int["k"]})
     except Exception:  # incomplete or out-of-range measurements: no prediction
         return None
-    field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode.partition("@")[0])
+    field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode.partition("@")[0])  # auto: its own column
     return getattr(pred, field, None) if field else None
 
 
@@ -101,12 +160,13 @@ def markdown_table(rows: list[ModeRow]) -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
     lines = ["| mode | n | accuracy | tok/s median | tok/s mean | speedup (ratio of medians) | "
-             "speedup (median ratio) | alpha | alpha1 | c | c1 | predicted |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "speedup (median ratio) | alpha | alpha1 | c | c1 | predicted | planner predicted / realised |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.mode} | {r.n} | {f(r.accuracy)} | {f(r.tps_median)} | {f(r.tps_mean)} | "
+        accuracy = f(r.accuracy) + (f" ± {f(r.accuracy_spread)}" if r.accuracy_spread is not None else "")
+        lines.append(f"| {r.mode} | {r.n} | {accuracy} | {f(r.tps_median)} | {f(r.tps_mean)} | "
                      f"{f(r.speedup_of_medians)} | {f(r.median_speedup)} | {f(r.alpha)} | {f(r.alpha1)} | "
-                     f"{f(r.c)} | {f(r.c1)} | {f(r.predicted)} |")
+                     f"{f(r.c)} | {f(r.c1)} | {f(r.predicted)} | {f(r.planner_ratio)} |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ writes ``<out>.shard<i>-of-<n>`` next to ``<out>``; ``report`` merges the shards
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,50 +21,49 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import ConfigError, require
+from ..options import GeneratorSettings
+from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from .datasets import Problem, load_dataset
 from .grading import grade
 
-OUR_MODES = ("ar", "sd", "sd-ngram", "lr", "lr-sd")
+OUR_MODES = MODES
 PEER_MODES = ("hf-generate", "hf-assisted", "hf-lookup")
 ALL_MODES = OUR_MODES + PEER_MODES
 
 
 @dataclass
 class BenchConfig:
-    """What to run. ``modes`` in ALL_MODES; model arguments as for LookaheadGenerator."""
+    """What to run: the problems, the modes, and the generator's settings (models, verifier, ...).
+
+    ``samples`` runs every (problem, mode) that many times with seeds ``seed, seed + 1, ...`` (with
+    a temperature above 0: the paper's sampled evaluation; greedy runs repeat the same text).
+    """
 
     dataset: str
     out: str
-    modes: tuple[str, ...] = ("ar", "lr")
+    modes: tuple[str, ...] = ("ar", "auto")
     limit: int | None = None
     offset: int = 0
     sample: int | None = None
     seed: int = 0
     on_error: str = "raise"
-    target: str = "qwen2.5-coder-1.5b"
-    draft: str = "qwen2.5-coder-0.5b"
-    verifier: str = "embedding"
-    threshold: float | None = None
-    k: int = 3
-    gamma: int = 4
-    max_new_tokens: int = 512
-    max_step_tokens: int = 100
-    token_sd_target: str = "draft"
-    dtype: str = "auto"
-    device: str | None = None
-    cpu_linear: str = "auto"
-    draft_quantize: str | None = "auto"
-    draft_stop_below: float | None = None
-    extra: dict = field(default_factory=dict)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    samples: int = 1
+    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
 
     def __post_init__(self) -> None:
         modes = tuple(m.strip() for m in (self.modes.split(",") if isinstance(self.modes, str) else self.modes) if m.strip())
         for m in modes:
             parse_mode(m)  # raises on an unknown mode or a bad suffix
-        require(len(modes) > 0, "no mode given")
-        require(len(set(modes)) == len(modes), f"a mode is listed twice in {','.join(modes)}")
+        require(len(modes) > 0, "--modes: no mode given")
+        require(len(set(modes)) == len(modes), f"--modes: a mode is listed twice in {','.join(modes)}")
         self.modes = modes
-        require(self.on_error in ("raise", "skip"), f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        require(self.on_error in ("raise", "skip"), f"--on-error must be 'raise' or 'skip', got {self.on_error!r}")
+        require(isinstance(self.samples, int) and self.samples >= 1, f"--samples must be an integer >= 1, got {self.samples!r}")
+        require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
+                f"--max-new-tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        require(self.limit is None or self.limit >= 0, f"--limit must be >= 0, got {self.limit}")
+        require(self.offset >= 0, f"--offset must be >= 0, got {self.offset}")
 
 
 _SUFFIX_RE = re.compile(r"^(?:k(\d+))?(?:g(\d+))?$")
@@ -72,8 +72,8 @@ _SUFFIX_RE = re.compile(r"^(?:k(\d+))?(?:g(\d+))?$")
 def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
     """``"sd@g6"`` -> ("sd", k=None, gamma=6); ``"lr-sd@k2g3"`` -> ("lr-sd", 2, 3); ``"ar"`` -> ("ar", None, None).
 
-    The suffix lets one run sweep gamma (drafted tokens) or k (drafted steps) with the models loaded once;
-    each variant is its own row in the report.
+    The suffix lets one run sweep gamma (drafted tokens) or k (drafted steps; for ``auto`` the most a
+    plan may use) with the models loaded once; each variant is its own row in the report.
     """
     base, _, suffix = mode.partition("@")
     require(base in ALL_MODES, f"unknown mode {base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
@@ -84,8 +84,8 @@ def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
             f"bad mode suffix in {mode!r}: write @gN (gamma), @kN (k) or @kNgM, N >= 1")
     k, gamma = (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) else None)
     require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"k and gamma must be >= 1 in {mode!r}")
-    require(k is None or base in ("lr", "lr-sd"), f"@k only applies to lr and lr-sd, not {base!r} ({mode!r})")
-    require(gamma is None or base not in ("ar", "hf-generate", "lr"), f"@g does not apply to {base!r} ({mode!r})")
+    require(k is None or base in STEP_MODES, f"@k only applies to lr, lr-sd and auto, not {base!r} ({mode!r})")
+    require(gamma is None or base not in ("ar", "hf-generate", "lr", "auto"), f"@g does not apply to {base!r} ({mode!r})")
     return base, k, gamma
 
 
@@ -104,9 +104,9 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"cannot write results to {path}: {exc.strerror or exc}") from None
 
 
-def done_pairs(path: Path) -> set[tuple[str, str]]:
-    """(problem id, mode) pairs already in a results file; a torn last line (killed run) is ignored."""
-    done: set[tuple[str, str]] = set()
+def done_pairs(path: Path) -> set[tuple[str, str, int]]:
+    """(problem id, mode, sample) triples already in a results file; a torn last line (killed run) is ignored."""
+    done: set[tuple[str, str, int]] = set()
     if not path.exists():
         return done
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -114,7 +114,8 @@ def done_pairs(path: Path) -> set[tuple[str, str]]:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        done.add((str(rec.get("problem_id")), str(rec.get("mode"))))
+        if isinstance(rec, dict):
+            done.add((str(rec.get("problem_id")), str(rec.get("mode")), int(rec.get("sample", 0))))
     return done
 
 
@@ -138,72 +139,94 @@ def _last_byte(path: Path) -> bytes:
 
 
 class ModeRunner:
-    """Holds the loaded models and runs one (problem, mode) pair into a result record."""
+    """Holds the loaded models and runs one (problem, mode, sample) into a result record."""
 
     def __init__(self, config: BenchConfig, generator: Any = None):
-        from ..decoding.lookahead import TokenSD
-        from ..decoding.steps import StepConfig
-        from ..generator import LookaheadGenerator
-
         self.config = config
         if generator is None:
-            kwargs = {"threshold": config.threshold} if config.threshold is not None else None
             bases = {parse_mode(m)[0] for m in config.modes}
-            needs_draft = bool(bases & {"sd", "lr", "lr-sd", "hf-assisted"})
-            needs_verifier = bool(bases & {"lr", "lr-sd"})
-            generator = LookaheadGenerator(
-                target=config.target, draft=config.draft if needs_draft else None,
-                verifier=config.verifier if needs_verifier else "exact", k=config.k, gamma=config.gamma,
-                steps=StepConfig(("\n\n",), config.max_step_tokens),
-                token_sd=TokenSD(target=config.token_sd_target, draft="ngram", gamma=config.gamma),
-                verifier_kwargs=kwargs if needs_verifier else None, dtype=config.dtype, device=config.device,
-                cpu_linear=config.cpu_linear, draft_quantize=config.draft_quantize if needs_draft else None,
-                draft_stop_below=config.draft_stop_below)
+            needs_draft = bool(bases & {"sd", "lr", "lr-sd", "auto", "hf-assisted"})
+            settings = config.generator
+            if not bases & set(STEP_MODES):  # no verifier needed: do not load one
+                settings = dataclasses.replace(settings, verifier=dataclasses.replace(settings.verifier, name="exact",
+                                                                                      threshold=None))
+            generator = settings.build(draft=settings.draft if needs_draft else None,
+                                       draft_quantize=settings.draft_quantize if needs_draft else None)
         self.gen = generator
 
     def warmup(self, tokens: int = 8) -> None:
-        """Run every mode once on a short question, untimed: the first forwards of a fresh process
-        page the weights in and set up kernels, and are several times slower than the rest."""
-        probe = Problem("warmup", "What is 2 + 3?", "5", "warmup", -1)
-        saved = self.config.max_new_tokens
-        self.config.max_new_tokens = tokens
-        try:
-            for mode in self.config.modes:
-                self.run(probe, mode)
-        finally:
-            self.config.max_new_tokens = saved
+        """Run every mode once on a short question, untimed (a fresh process's first forwards are slow)."""
+        bases = list(dict.fromkeys(parse_mode(m)[0] for m in self.config.modes))
+        self.gen.warmup([b for b in bases if b in OUR_MODES], tokens=tokens)
+        probe = self.gen.target.prompt_ids([{"role": "user", "content": "What is 2 + 3?"}])
+        for base in bases:
+            if base in PEER_MODES:
+                self._peer(base, probe, tokens, None, 0)
 
-    def run(self, problem: Problem, mode: str) -> dict[str, Any]:
-        from ..lm import hf_generate
+    def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
+        from .peers import hf_generate
+
+        # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
+        gamma = gamma or ((self.gen.gamma or NGRAM_GAMMA) if base == "hf-lookup" else None)
+        return hf_generate(self.gen.target, ids, max_new_tokens,
+                           assistant=self.gen.draft if base == "hf-assisted" else None,
+                           assistant_tokens=gamma if base == "hf-assisted" else None,
+                           prompt_lookup_num_tokens=gamma if base == "hf-lookup" else None,
+                           sampling=self.gen.sampling, seed=seed)
+
+    def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
         from ..prompts import math_messages
 
         messages = math_messages(problem.question)
         cfg = self.config
         base, k, gamma = parse_mode(mode)
+        seed = cfg.seed + sample
+        extra: dict[str, Any] = {}
         if base in OUR_MODES:
-            result = self.gen.generate(messages, mode=base, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+            result = self.gen.generate(messages, mode=base, max_new_tokens=cfg.max_new_tokens, seed=seed,
                                        gamma=gamma, k=k)
             text, summary = result.text, {**result.summary(), "mode": mode}
+            if base in STEP_MODES:
+                extra = cycle_records(result)
         else:
             ids = self.gen.target.prompt_ids(messages)
-            # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
-            gamma = gamma or (cfg.gamma if base == "hf-lookup" else None)
             start = time.perf_counter()
-            new = hf_generate(self.gen.target, ids, cfg.max_new_tokens,
-                              assistant=self.gen.draft if base == "hf-assisted" else None,
-                              assistant_tokens=gamma if base == "hf-assisted" else None,
-                              prompt_lookup_num_tokens=gamma if base == "hf-lookup" else None)
+            new = self._peer(base, ids, cfg.max_new_tokens, gamma, seed)
             wall = time.perf_counter() - start
             text = self.gen.target.decode(new)
             summary = {"mode": mode, "new_tokens": len(new), "wall_time_s": round(wall, 4), "gamma": gamma,
                        "tokens_per_s": round(len(new) / wall, 3) if wall > 0 else None,
                        "stop_reason": "eos" if new and new[-1] in self.gen.target.eos_ids else "budget"}
         g = grade(text, problem.answer)
-        return {"problem_id": problem.id, "index": problem.index, "mode": mode, **summary,
-                "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
-                "target": cfg.target, "draft": cfg.draft, "draft_quantize": getattr(self.gen, "draft_quantize", cfg.draft_quantize),
-                "verifier": cfg.verifier, "k": k or cfg.k, "draft_stop_below": cfg.draft_stop_below,
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        settings = cfg.generator
+        return {"problem_id": problem.id, "index": problem.index, "mode": mode, "sample": sample, "seed": seed,
+                **summary, "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
+                "target": settings.target, "draft": settings.draft,
+                "draft_quantize": getattr(self.gen, "draft_quantize", settings.draft_quantize),
+                "verifier": getattr(self.gen.verifier, "name", settings.verifier.name),
+                "k": k or summary.get("k"), "draft_stop_below": self.gen.draft_stop_below,
+                "temperature": self.gen.sampling.temperature, "dtype": str(next(self.gen.target.model.parameters()).dtype),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
+
+
+def cycle_records(result: Any) -> dict[str, Any]:
+    """What every step-level cycle decided, for the record: drafted and target texts, each verdict
+    (accepted, score, latency, error), the plan (mode auto), and the target tokens thrown away (steps
+    the target wrote on rows that were not kept)."""
+    cycles, discarded = [], 0
+    for cycle in result.stats.cycles:
+        kept_row = cycle.accepted if cycle.appended_target_step else None
+        discarded += sum(len(s.ids) for j, s in enumerate(cycle.target) if j != kept_row)
+        cycles.append({
+            "drafted": [s.text for s in cycle.drafted], "target": [s.text for s in cycle.target],
+            "verdicts": [{"accepted": v.accepted, "score": v.score, "latency_s": round(v.latency_s, 5),
+                          "verifier": v.verifier, "error": getattr(v, "error", None)} for v in cycle.verdicts],
+            "accepted": cycle.accepted, "appended_target_step": cycle.appended_target_step,
+            "rows": cycle.target_rows, "tokens": cycle.tokens, "wall_s": round(cycle.wall_s, 4),
+            "agreements": [round(a, 3) for a in cycle.agreements],
+            "plan": cycle.plan.plan if cycle.plan else None,
+            "predicted_tok_s": round(cycle.plan.predicted_tok_s, 3) if cycle.plan else None})
+    return {"cycle_log": cycles, "target_tokens_discarded": discarded}
 
 
 def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress: bool = True,
@@ -217,16 +240,17 @@ def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress
     path = shard_path(config.out, process_index, num_processes)
     check_writable(path)
     done = done_pairs(path)
-    todo = [(p, m) for i, p in enumerate(mine) for m in _rotated(config.modes, i) if (p.id, m) not in done]
+    todo = [(p, m, s) for i, p in enumerate(mine) for s in range(config.samples)
+            for m in _rotated(config.modes, i * config.samples + s) if (p.id, m, s) not in done]
     if not todo:
         return path
     runner = runner or ModeRunner(config)
     runner.warmup()
     bar = _progress(len(todo), progress and process_index == 0, f"bench[{process_index}/{num_processes}]")
-    for problem, mode in todo:
-        append_record(path, runner.run(problem, mode))
+    for problem, mode, sample in todo:
+        append_record(path, runner.run(problem, mode, sample))
         bar.update(1)
-        bar.set_postfix_str(f"{problem.id} {mode}")
+        bar.set_postfix_str(f"{problem.id} {mode}" + (f" #{sample}" if config.samples > 1 else ""))
     bar.close()
     return path
 

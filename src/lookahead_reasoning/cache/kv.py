@@ -53,10 +53,6 @@ class KVState:
         return torch.nonzero(self.mask[row], as_tuple=False).flatten()
 
     # ----------------------------------------------------------------- copies
-    @staticmethod
-    def empty(batch_size: int, device: torch.device | str = "cpu") -> "KVState":
-        return KVState(DynamicCache(), torch.zeros(batch_size, 0, dtype=torch.long, device=device))
-
     def clone(self) -> "KVState":
         """A deep copy: later forwards on either copy leave the other untouched."""
         with torch.no_grad():
@@ -101,11 +97,6 @@ class KVState:
         if remove:
             self.cache.crop(-remove)
             self.mask = self.mask[:, :length]
-        return self
-
-    def append_mask(self, new_mask: torch.Tensor) -> "KVState":
-        """Record (B, n) mask columns for tokens a forward pass has just appended to the cache."""
-        self.mask = torch.cat([self.mask, new_mask.to(self.mask)], dim=1)
         return self
 
     def truncate_row(self, row: int, n_real: int) -> "KVState":

@@ -30,6 +30,7 @@ class Proposal:
 
     tokens: list[list[int]]
     q: list[torch.Tensor | None]
+    sure: list[list[bool]] | None = None  # per drafted token: the draft's top probability >= its stop
 
 
 class Drafter(Protocol):
@@ -79,6 +80,7 @@ class ModelDrafter:
             self.session.set_rows(rows)
         bsz = len(rows)
         drafted: list[list[int]] = [[] for _ in range(bsz)]
+        sureness: list[list[bool]] = [[] for _ in range(bsz)]
         qs: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
         # only ids the tokenizer knows: a padded embedding (more rows than tokens) must not propose an
         # id the target cannot embed; q is then a distribution over those ids, as acceptance needs
@@ -102,10 +104,11 @@ class ModelDrafter:
                     self.session.extend(b, [tokens[b]])
                     if q is not None:
                         qs[b].append(q[b])
-                    if sure is not None and float(sure[b]) < self.stop_below:
-                        drafting[b] = False
+                    if sure is not None:
+                        sureness[b].append(float(sure[b]) >= self.stop_below)
+                        drafting[b] = sureness[b][-1]
         q_out = [torch.stack(qs[b]) if qs[b] else None for b in range(bsz)]
-        return Proposal(drafted, q_out)
+        return Proposal(drafted, q_out, sureness if self.stop_below is not None else None)
 
 
 class NGramDrafter:

@@ -24,6 +24,7 @@ import torch
 
 from ..cache import KVState
 from ..lm import LM
+from ..stopping import common_prefix
 
 
 class Session:
@@ -84,7 +85,7 @@ class Session:
             new = list(new)
             if not new:
                 raise ValueError("every row needs at least one token")
-            keep = _common_prefix(self.rows[b], new, self.cached[b])
+            keep = common_prefix(self.rows[b], new, self.cached[b])
             if keep < self.cached[b] and self.kv is not None:
                 self.kv.truncate_row(b, keep)
                 self.cached[b] = keep
@@ -121,11 +122,3 @@ class Session:
         if self.kv is not None:
             self.kv.truncate_row(row, self.cached[row])
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """Length of the common prefix of a and b, at most ``limit``."""
-    n = min(len(a), len(b), limit)
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

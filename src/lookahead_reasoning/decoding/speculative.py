@@ -41,8 +41,14 @@ def decode_rows_sd(
     stats: SDStats | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
     on_done: OnDone | None = None,
+    overshoot: bool = False,
 ) -> list[StopHit]:
-    """Like ``decode_rows`` but each target forward checks up to gamma drafted tokens per row."""
+    """Like ``decode_rows`` but each target forward checks up to gamma drafted tokens per row.
+
+    ``overshoot``: when a stop string ends inside an accepted block, keep the block's tokens after it
+    too (they are the target's own, verified like the rest); the row then stops with reason
+    "overshoot". EOS and the token budget still cut exactly.
+    """
     require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
     stats = stats if stats is not None else SDStats()
     stats.gamma = max(stats.gamma, gamma)
@@ -72,10 +78,12 @@ def decode_rows_sd(
                 p = probs_from_logits(row_logits, sampling)
                 q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
                 acc = speculative_accept(drafts[b], q, p, generator)
-            stats.record(m, acc.n_accepted)
+            stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None)
             committed = session.rows[b][:len(session.rows[b]) - m]
             new = committed + drafts[b][:acc.n_accepted] + [acc.next_token]
             hit = checkers[b].check(new[starts[b]:])
+            if hit is not None and overshoot and hit.reason == "stop_string":
+                hit = _past_stop(new[starts[b]:], hit, checkers[b])
             if hit is not None:
                 new = new[:starts[b] + hit.keep]
                 hits[b] = hit
@@ -136,6 +144,16 @@ def generate_sd(
     mode = "sd" if draft_lm is not None else "sd-ngram"
     return GenerationResult(new, target.decode(new), list(prompt_ids), hit.reason,
                             stats.target_forwards, wall, mode=mode, stats=stats)
+
+
+def _past_stop(generated: list[int], hit: StopHit, checker: StopChecker) -> StopHit:
+    """Where a row that overshoots its stop string ends: the whole block, cut at EOS or the budget."""
+    keep = len(generated)
+    eos = next((i for i in range(hit.keep, keep) if generated[i] in checker.condition.eos_ids), None)
+    if eos is not None:
+        return StopHit(eos + 1, "eos") if eos + 1 > hit.keep else hit
+    keep = min(keep, checker.condition.max_new_tokens)
+    return StopHit(keep, "overshoot") if keep > hit.keep else hit
 
 
 def _align_vocab(q: torch.Tensor, size: int) -> torch.Tensor:

@@ -8,8 +8,13 @@ Pure numpy/float functions in the paper's symbols (no torch):
   ``g_token``, ``h_combined``, ``parallel_degree``;
 - :mod:`.budget`    ``best_split`` of a parallel budget M between k1 and k2, ``regime``,
   ``hybrid_conditions`` (closed-form sufficient conditions), ``paper_hybrid_box``;
+- :mod:`.costed`    the same speeds priced by a measured cost table T(R, n) (seconds of a forward of
+  R rows x n new tokens) instead of 1, c and beta: ``sd_rate``, ``step_cycle``, ``lr_cycle``,
+  ``f_sync_costed``; what the adaptive mode's planner compares;
 - :mod:`.predict`   ``predict(stats)``: the speedups the formulas give for a run's measured rates;
-- :mod:`.simulate`  seeded Monte Carlo of token SD, sync LR, async LR (event timeline) and LR+SD.
+- :mod:`.simulate`  seeded Monte Carlo of token SD, sync LR, async LR (event timeline) and LR+SD
+  (sync: the joint process, a batch of SD rows waiting for its slowest row);
+- :mod:`.simulate_costed`  Monte Carlo of the costed processes, checking :mod:`.costed`.
 
 Derivations: ``theory/README.md``; numerical checks: ``python theory/check.py``.
 """
@@ -22,13 +27,21 @@ from .formulas import (
     async_depth, async_s1, async_s2, best_gamma, expected_ceil, expected_mod, expected_tokens, f_async,
     f_step, f_sync, f_sync_batched, g_token, h_combined, lookahead_pays, parallel_degree, sd_ceiling, sd_speedup,
 )
+from .costed import (
+    CycleEstimate, StepModel, TokenModel, ar_rate, drafted_pmf, expected_accepted, f_sync_costed,
+    iteration_seconds, lr_cycle, sd_rate, step_cycle, tokens_per_iteration,
+)
 from .predict import Prediction, predict
 from .simulate import (
     AsyncSchedule, SimResult, async_event_timeline, async_schedule, sample_run_lengths, simulate_lr_async,
     simulate_lr_sd, simulate_lr_sync, simulate_sd,
 )
+from .simulate_costed import simulate_costed_lr, simulate_costed_sd
 
 __all__ = [
+    "CycleEstimate", "StepModel", "TokenModel", "ar_rate", "drafted_pmf", "expected_accepted", "f_sync_costed",
+    "iteration_seconds", "lr_cycle", "sd_rate", "simulate_costed_lr", "simulate_costed_sd", "step_cycle",
+    "tokens_per_iteration",
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
     "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
     "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",

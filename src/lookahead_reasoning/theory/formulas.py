@@ -231,12 +231,14 @@ def f_sync_batched(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, beta: ArrayL
     ``beta`` is the time of the target's ``k1``-row batched step relative to a one-row step (``beta = 1``
     is :func:`f_sync`'s free parallelism, the GPU picture). A CPU, or a GPU already full of token-SD
     positions, pays for every row: with k1 = 2 the step layer wins over the target alone only when
-    ``1 + alpha1 > beta + c1`` (see :func:`lookahead_pays`).
+    ``1 + alpha1 > beta + c1`` (see :func:`lookahead_pays`). ``beta`` prices a batch of k1 > 1 rows;
+    at ``k1 = 1`` there is one row and no batch, so the value is 1 (the target alone) whatever beta.
+    :func:`lookahead_reasoning.theory.costed.f_sync_costed` reads beta off a measured cost table.
     """
     a = check_rate(alpha1, "alpha1")
     k = check_count(k1, "k1")
     cost = check_cost(c1, "c1")
-    b = check_batch_cost(beta)
+    b = np.where(k > 1, check_batch_cost(beta), 1.0)
     return _out((1 - a ** k) / ((1 - a) * (b + cost * (k - 1))))
 
 

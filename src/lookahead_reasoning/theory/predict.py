@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import require
+from .costed import f_sync_costed
 from .formulas import f_async, f_sync, sd_speedup
 
 __all__ = ["Prediction", "predict"]
@@ -46,7 +47,7 @@ def _field(stats: Any, name: str) -> Any:
     return value
 
 
-def predict(stats: Any) -> Prediction:
+def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Prediction:
     """Predicted speedups from measured statistics (a mapping or any object with attributes).
 
     Fields read (each optional; a missing, None or NaN field switches off what needs it):
@@ -63,8 +64,15 @@ def predict(stats: Any) -> Prediction:
     ``LRStats`` does: token SD inside the target's steps), that field's ``alpha``/``gamma``/``c`` are
     used. So ``predict(lr_stats)``, ``predict(sd_stats)`` and ``predict({"alpha": .8, ...})`` all work.
 
-    The predictions carry every assumption of the formulas (i.i.d. acceptance, free parallelism, free
-    verification, fixed costs); the gap to a measured speedup is what those assumptions miss.
+    ``costs``: the target's measured forward time ``T(R, n)`` (a ``planning.CostGrid`` or any callable
+    of rows and new tokens). Without it the step layer assumes free parallelism (``beta = 1``), which
+    overstates ``lr_sync`` by beta on a machine where a batch of k1 rows costs more than one row; with
+    it ``lr_sync`` uses ``beta = T(k1, 1) / T(1, 1)`` (rows decoding token by token) and ``lr_sd``
+    ``beta = T(k1, gamma + 1) / T(1, gamma + 1)`` (rows checking gamma drafted tokens).
+
+    The predictions carry every assumption of the formulas (i.i.d. acceptance, free parallelism unless
+    ``costs`` says otherwise, free verification, fixed costs); the gap to a measured speedup is what
+    those assumptions miss.
     Out-of-range values raise :class:`~lookahead_reasoning.errors.ConfigError` (for instance a measured
     acceptance rate of exactly 1, where the formulas have no finite geometric series).
     """
@@ -82,14 +90,16 @@ def predict(stats: Any) -> Prediction:
         k1 = k + 1
 
     sd = None if None in (alpha, gamma, c) else float(sd_speedup(alpha, gamma, c))
-    lr_sync = lr_async = None
+    lr_sync = lr_async = lr_sd = None
     if None not in (alpha1, c1, k1):
-        lr_sync = float(f_sync(k1, alpha1, c1))
+        lr_sync = float(f_sync(k1, alpha1, c1) if costs is None else f_sync_costed(k1, alpha1, c1, costs, 1))
         if c1 <= 1:
             lr_async = float(f_async(k1, alpha1, c1))
+        if sd is not None:
+            rows = f_sync(k1, alpha1, c1) if costs is None else f_sync_costed(k1, alpha1, c1, costs, int(gamma) + 1)
+            lr_sd = float(rows) * sd
     return Prediction(
-        sd=sd, lr_sync=lr_sync, lr_async=lr_async,
-        lr_sd=None if sd is None or lr_sync is None else lr_sync * sd,
+        sd=sd, lr_sync=lr_sync, lr_async=lr_async, lr_sd=lr_sd,
         lr_sd_async=None if sd is None or lr_async is None else lr_async * sd,
         k1=k1,
     )

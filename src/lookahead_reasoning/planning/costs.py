@@ -1,0 +1,261 @@
+"""What a forward pass costs on this machine: a measured table T(R, n), refined as the run goes.
+
+Every forward the library makes has one shape: R rows, each feeding n new tokens after a cached
+prefix. Plain decoding is (1, 1); token SD's verification (1, gamma + 1); LR's scoring pass over the
+drafted chain (1, k L_d + 1); LR's batched rows (k + 1, 1) or, with SD inside, (k + 1, gamma + 1).
+:func:`profile` times a grid of these shapes once (about 20-30 s for a 1.5B model in float32 on two
+cores, with a progress bar), :class:`CostGrid` interpolates between grid points, and
+:meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure.
+
+Tables are cached on disk (:func:`load_or_profile`), keyed by everything that changes a forward's time:
+the model, its dtype, device and kernels (oneDNN linears, int8 layers), the CPU (model name and
+instruction-set flags), the thread count and the torch version. A changed key means a new profile;
+a corrupt file is measured again with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import re
+import statistics
+import time
+from bisect import bisect_left
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..lm import LM, ForwardTiming
+
+log = logging.getLogger(__name__)
+
+TARGET_GRID: dict[int, tuple[int, ...]] = {1: (1, 2, 4, 6, 9, 13, 17, 25, 48, 96), 2: (1, 3, 6, 9, 13, 17),
+                                           3: (1, 3, 6, 9, 13)}
+DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4)}
+PREFIX = 256  # cached prefix tokens of the profile
+LONG_PREFIX = 1024  # a second prefix length, for the cost of attending to more context
+FORMAT = 1
+
+
+@dataclass
+class CostGrid:
+    """Seconds of one forward of R rows x n new tokens per row, after a cached prefix.
+
+    ``points[R][n]`` holds measured seconds at prefix length ``prefix``; ``per_context`` the seconds
+    each further cached token adds per row (attention and cache reads grow with the context).
+    Between grid points the time is linear in n; past the largest n of a row count, that row count's
+    curve follows the 1-row curve's shape; between and past row counts it is linear in R.
+    """
+
+    points: dict[int, dict[int, float]]
+    prefix: int = PREFIX
+    per_context: float = 0.0
+    key: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, rows: int, tokens: int, context: int | None = None) -> float:
+        """Predicted seconds of a forward of ``rows`` x ``tokens`` after ``context`` cached tokens."""
+        base = self._rows(max(1, rows), max(1, tokens))
+        extra = 0.0 if context is None else self.per_context * max(1, rows) * (context - self.prefix)
+        return max(base + extra, 1e-6)
+
+    def _curve(self, rows: int, n: float) -> float:
+        """T(rows, n) on one measured row count: linear between its points, 1-row shape beyond."""
+        curve = self.points[rows]
+        ns = sorted(curve)
+        if n <= ns[0]:
+            return curve[ns[0]] * n / ns[0] if n < ns[0] else curve[ns[0]]
+        if n >= ns[-1]:
+            if rows == 1 or 1 not in self.points:
+                last, before = ns[-1], ns[-2] if len(ns) > 1 else ns[-1]
+                slope = (curve[last] - curve[before]) / (last - before) if last > before else 0.0
+                return curve[last] + slope * (n - last)
+            return curve[ns[-1]] * self._curve(1, n) / self._curve(1, ns[-1])
+        i = bisect_left(ns, n)
+        lo, hi = ns[i - 1], ns[i]
+        return curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
+
+    def _rows(self, rows: int, n: float) -> float:
+        measured = sorted(self.points)
+        if rows in self.points:
+            return self._curve(rows, n)
+        if rows < measured[0] or len(measured) == 1:
+            return self._curve(measured[0], n) * rows / measured[0]
+        i = min(bisect_left(measured, rows), len(measured) - 1)
+        lo, hi = measured[i - 1], measured[i]
+        t_lo, t_hi = self._curve(lo, n), self._curve(hi, n)
+        return t_lo + (t_hi - t_lo) * (rows - lo) / (hi - lo)
+
+    def observe(self, timing: ForwardTiming, weight: float = 0.1) -> None:
+        """Move the table toward one timed forward: the nearest grid points of its row count (or the
+        nearest measured one) are scaled by ``(seen / predicted) ** weight``, split between the two
+        grid points around its width."""
+        predicted = self(timing.rows, timing.width, timing.cached)
+        if not (timing.seconds > 0 and predicted > 0 and math.isfinite(timing.seconds)):
+            return
+        ratio = min(max(timing.seconds / predicted, 0.25), 4.0)  # one odd forward cannot wreck the table
+        rows = min(self.points, key=lambda r: abs(r - timing.rows))
+        curve = self.points[rows]
+        ns = sorted(curve)
+        i = bisect_left(ns, timing.width)
+        near = [ns[min(i, len(ns) - 1)]] if i in (0, len(ns)) or ns[i] == timing.width else [ns[i - 1], ns[i]]
+        if len(near) == 2:
+            lo, hi = near
+            share_hi = (timing.width - lo) / (hi - lo)
+            shares = {lo: 1 - share_hi, hi: share_hi}
+        else:
+            shares = {near[0]: 1.0}
+        for n, share in shares.items():
+            curve[n] *= ratio ** (weight * share)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "prefix": self.prefix, "per_context": self.per_context, "key": self.key,
+                "points": {str(r): {str(n): s for n, s in curve.items()} for r, curve in self.points.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CostGrid":
+        if data.get("format") != FORMAT:
+            raise ValueError(f"cost table format {data.get('format')!r}, expected {FORMAT}")
+        points = {int(r): {int(n): float(s) for n, s in curve.items()} for r, curve in data["points"].items()}
+        if not points or 1 not in points or any(not c or any(not (s > 0) for s in c.values()) for c in points.values()):
+            raise ValueError("cost table without a valid 1-row curve")
+        return cls(points, int(data["prefix"]), float(data["per_context"]), dict(data.get("key", {})))
+
+
+@dataclass
+class CostTable:
+    """The target's and the draft's cost grids, what the planner prices plans with."""
+
+    target: CostGrid
+    draft: CostGrid
+
+    def attach(self, target_lm: LM, draft_lm: LM) -> None:
+        """Refine both grids from every forward the two models make from now on."""
+        target_lm.listeners.append(self.target.observe)
+        if draft_lm.model is not target_lm.model or draft_lm is not target_lm:
+            draft_lm.listeners.append(self.draft.observe)
+
+    def detach(self, target_lm: LM, draft_lm: LM) -> None:
+        for lm, grid in ((target_lm, self.target), (draft_lm, self.draft)):
+            if grid.observe in lm.listeners:
+                lm.listeners.remove(grid.observe)
+
+
+# ---------------------------------------------------------------------------------------- measuring
+
+def _forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int) -> float:
+    """Median seconds of one forward of ``rows`` forks of the prefix, each feeding ``tokens`` tokens."""
+    times = []
+    base = 1000 % max(2, min(len(lm.tokenizer), lm.vocab_size) - tokens)
+    for _ in range(repeats):
+        branches = prefix_session.fork(rows)
+        extra = [[base + i for i in range(tokens)] for _ in range(rows)]
+        start = time.perf_counter()
+        branches.logits(extra=extra, keep=1)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: int = PREFIX, repeats: int = 1,
+            progress: bool = True, label: str = "") -> CostGrid:
+    """Time ``lm`` on ``grid`` ({rows: widths}) after a cached prefix; also the cost of a longer context."""
+    from tqdm.auto import tqdm
+
+    from ..decoding.session import Session
+
+    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    ids = [(7 + 31 * i) % vocab for i in range(LONG_PREFIX)]
+    short = Session(lm, [ids[:prefix]])
+    short.logits()
+    _forward_seconds(lm, short, 1, 1, 1)  # warm-up: first calls of a shape set up kernels
+    shapes = [(r, n) for r in sorted(grid) for n in grid[r]]
+    bar = tqdm(total=len(shapes) + 2, disable=not progress, desc=f"measuring {label or lm.name}", unit="shape")
+    points: dict[int, dict[int, float]] = {}
+    for rows, n in shapes:
+        points.setdefault(rows, {})[n] = _forward_seconds(lm, short, rows, n, repeats + (n == 1))
+        bar.update(1)
+    long = Session(lm, [ids])
+    long.logits()
+    bar.update(1)
+    t_long = _forward_seconds(lm, long, 1, 1, 2)
+    bar.update(1)
+    bar.close()
+    per_context = max(0.0, (t_long - points[1][1]) / (LONG_PREFIX - prefix))
+    return CostGrid(points, prefix, per_context)
+
+
+def cost_key(lm: LM) -> dict[str, Any]:
+    """Everything that changes how long ``lm``'s forward takes here (the cache key of its table)."""
+    from ..kernels import uses_onednn_linear
+
+    param = next(lm.model.parameters())
+    kinds = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
+    return {
+        "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
+        "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
+        "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def _cpu_identity() -> str:
+    """The CPU's model name and a digest of its instruction-set flags."""
+    name, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    return f"{name} [{hashlib.sha256(flags.encode()).hexdigest()[:12]}]"
+
+
+def cache_path(lm: LM, key: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
+    """Where ``lm``'s table lives: beside its converted weights for an offline model, else under costs/."""
+    from ..models import cache_root
+
+    base = cache_root(root)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", lm.name).strip("_") or "model"
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    folder = base / safe / "costs" if (base / safe).is_dir() else base / "costs" / safe
+    return folder / f"{digest}.json"
+
+
+def load_or_profile(lm: LM, grid: dict[int, tuple[int, ...]], *, reprofile: bool = False, progress: bool = True,
+                    label: str = "", root: str | os.PathLike | None = None) -> tuple[CostGrid, Path]:
+    """``lm``'s cost grid from its cache file, or measured (and saved) when missing, stale or unreadable."""
+    key = cost_key(lm)
+    path = cache_path(lm, key, root)
+    if path.exists() and not reprofile:
+        try:
+            grid_ = CostGrid.from_json(json.loads(path.read_text(encoding="utf-8")))
+            if grid_.key == json.loads(json.dumps(key)):
+                return grid_, path
+            log.warning("cost table %s was measured for another setup; measuring again", path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # json errors are ValueErrors
+            log.warning("cost table %s is unreadable (%s); measuring again", path, exc)
+    measured = profile(lm, grid, progress=progress, label=label)
+    measured.key = key
+    save(measured, path)
+    return measured, path
+
+
+def save(grid: CostGrid, path: Path) -> None:
+    """Write a table atomically (a torn write never leaves a half file behind)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(grid.to_json(), indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+__all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "load_or_profile",
+           "profile", "save", "asdict"]

@@ -1,0 +1,166 @@
+"""Before every cycle, price every plan in seconds and pick the fastest.
+
+A :class:`Plan` is (k, gamma): k drafted steps per cycle (0: the target writes the next step alone)
+and gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding). So
+(0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.
+Each plan's tokens per second come from :mod:`lookahead_reasoning.theory.costed`, priced by the
+measured :class:`~.costs.CostTable` at the current context length and fed with what the
+:class:`~.estimates.Book` has learned. The planner keeps its current plan unless another is predicted
+faster by more than ``margin`` (hysteresis: estimates move a little every cycle, and a plan that
+flaps pays for its switches in forks and cold caches).
+
+After a cycle's scoring pass, :meth:`Planner.rows_to_run` is the step-level analogue of the draft's
+confidence stop: it keeps a target row only when the expected tokens it adds (its drafted step's
+acceptance, read off the step's agreement with the target) are worth its cost at the rate the best
+plan without drafted steps would give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import require
+from ..theory.costed import CycleEstimate, iteration_seconds, lr_cycle, step_cycle, tokens_per_iteration
+from .costs import CostTable
+from .estimates import Book
+
+
+@dataclass(frozen=True)
+class Plan:
+    """k drafted steps per cycle and gamma drafted tokens per SD iteration in the target's rows."""
+
+    k: int
+    gamma: int
+
+    @property
+    def label(self) -> str:
+        if self.k == 0:
+            return "ar" if self.gamma == 0 else f"sd@g{self.gamma}"
+        return f"lr@k{self.k}" if self.gamma == 0 else f"lr-sd@k{self.k}g{self.gamma}"
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Settings of mode ``auto``.
+
+    ``max_k``: the most drafted steps a plan may use (0: token level only); ``gammas``: SD gammas
+    tried when the target writes alone; ``row_gammas``: gammas tried inside LR's rows (0: plain rows);
+    ``margin``: hysteresis (a plan must be predicted this much faster to replace the current one);
+    ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``reprofile``: measure the cost table again
+    even when a cached one matches; ``refine``: move the cost table toward the run's own timed
+    forwards; ``learn``: save what the run learned (table and rates) for the next run of the pair;
+    ``progress``: show the profile's progress bar; ``cache_dir``: where tables and books live
+    (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``).
+    """
+
+    max_k: int = 2
+    gammas: tuple[int, ...] = (4, 6, 8, 12, 16)
+    row_gammas: tuple[int, ...] = (0, 4, 8, 12)
+    margin: float = 0.05
+    gate: bool = True
+    reprofile: bool = False
+    refine: bool = True
+    learn: bool = True
+    progress: bool = True
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.max_k, int) and self.max_k >= 0, f"planner max_k must be an integer >= 0, got {self.max_k!r}")
+        require(all(isinstance(g, int) and g >= 1 for g in self.gammas), f"planner gammas must be integers >= 1, got {self.gammas!r}")
+        require(all(isinstance(g, int) and g >= 0 for g in self.row_gammas),
+                f"planner row gammas must be integers >= 0, got {self.row_gammas!r}")
+        require(0 <= self.margin < 1, f"planner margin must be in [0, 1), got {self.margin!r}")
+
+
+@dataclass
+class Choice:
+    """The plan picked for a cycle, its predicted speed, and every candidate's (for the trace)."""
+
+    plan: Plan
+    rate: float
+    rates: dict[str, float] = field(default_factory=dict)
+
+
+class Planner:
+    """Prices plans with a cost table and a book; picks one per cycle with hysteresis."""
+
+    def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
+                 can_sd: bool = True):
+        self.costs, self.book, self.config = costs, book, config
+        self.can_draft, self.can_sd = can_draft, can_sd
+        self.current: Plan | None = None
+
+    def candidates(self) -> list[Plan]:
+        gammas = self.config.gammas if self.can_sd else ()
+        plans = [Plan(0, 0)] + [Plan(0, g) for g in gammas]
+        if self.can_draft:
+            row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
+            plans += [Plan(k, g) for k in range(1, self.config.max_k + 1) for g in row_gammas]
+        return plans
+
+    def estimate(self, plan: Plan, context: int) -> CycleEstimate:
+        """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached."""
+        target = lambda r, n: self.costs.target(r, n, context)  # noqa: E731
+        draft = lambda r, n: self.costs.draft(r, n, context)  # noqa: E731
+        token, step = self.book.token.model(), self.book.step.model()
+        if plan.k == 0:
+            overhead = self.book.token.iteration_overhead.value
+            return step_cycle(plan.gamma, step, token, target, draft, overhead)
+        return lr_cycle(plan.k, plan.gamma, step, token, target, draft,
+                        self.book.step.cycle_overhead.value)
+
+    def choose(self, context: int) -> Choice:
+        """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
+        rates = {plan: self.estimate(plan, context).rate for plan in self.candidates()}
+        best = max(rates, key=rates.get)
+        if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
+            best = self.current
+        self.current = best
+        return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
+
+    def best_alone(self, context: int) -> tuple[Plan, float]:
+        """The fastest plan without drafted steps and its speed (the rate a dropped row is measured against)."""
+        rates = {plan: self.estimate(plan, context).rate for plan in self.candidates() if plan.k == 0}
+        best = max(rates, key=rates.get)
+        return best, rates[best]
+
+    def rows_to_run(self, plan: Plan, context: int, drafted_tokens: list[int], agreements: list[float]) -> int:
+        """How many of the cycle's target rows to run, given what the scoring pass showed.
+
+        With R rows, rows 0..R-2 are judged against their drafted steps and row R-1 is a bonus row.
+        For each R: expected tokens = the accepted drafted steps (each needs all before it accepted,
+        ``p_j`` from its agreement band) plus one target step; expected seconds = the batch's
+        iterations (rows whose drafted step the target fully agreed with need none; a rejection at row
+        j stops the batch when row j is done) at the R-row iteration cost, plus the verifier. The R
+        that maximises ``tokens - r0 * seconds`` wins, r0 the best rate without drafted steps: a row
+        must earn more than the time it takes would earn without it.
+        """
+        if not self.config.gate or not agreements:
+            return len(agreements) + 1
+        _, r0 = self.best_alone(context)
+        target = lambda r, n: self.costs.target(r, n, context)  # noqa: E731
+        draft = lambda r, n: self.costs.draft(r, n, context)  # noqa: E731
+        token, step = self.book.token.model(), self.book.step.model()
+        per_iteration = tokens_per_iteration(plan.gamma, token) if plan.gamma else 1.0
+        p = [self.book.step.accept_probability(a) for a in agreements]
+        need = [0.0 if a >= 1.0 else max(1.0, step.target_tokens - a * n) for a, n in zip(agreements, drafted_tokens)]
+        best_r, best_value = 1, None
+        for rows in range(1, len(agreements) + 2):
+            judged = rows - 1
+            iters = [n / per_iteration for n in need[:judged]] + [
+                (need[judged] if judged < len(need) else step.target_tokens) / per_iteration]
+            reach, tokens, phase, verify = 1.0, step.target_tokens, 0.0, 0.0
+            for j in range(judged):  # the batch stops at row j's end when row j is the first rejection
+                verify += reach * step.verify_s
+                phase += reach * (1 - p[j]) * max(iters[:j + 1])
+                reach *= p[j]
+                tokens += reach * drafted_tokens[j]
+            phase += reach * max(iters)
+            seconds = phase * iteration_seconds(plan.gamma, token, target, draft, rows) + verify
+            value = tokens - r0 * seconds
+            if best_value is None or value > best_value:
+                best_r, best_value = rows, value
+        return best_r
+
+
+__all__ = ["Choice", "Plan", "Planner", "PlannerConfig"]

@@ -1,0 +1,87 @@
+"""The decoding modes and their defaults, in one place: the Python API, ``lookahead-reasoning lr`` and
+``lookahead-reasoning bench`` all read them from here.
+
+=========  =================================================================================
+mode       what runs
+=========  =================================================================================
+auto       every cycle, a planner picks the fastest of: the target alone, token SD with some
+           gamma, or Lookahead Reasoning with k drafted steps (and SD inside its rows), from a
+           measured cost table and acceptance rates learned as it goes
+lr         Lookahead Reasoning: the draft writes k steps, the target checks them in one batch
+lr-sd      LR with token-level SD inside every step (the draft model drafts for the target's rows)
+ar         the target alone, one token per forward (the reference)
+sd         token-level speculative decoding with the draft model
+sd-ngram   token-level speculative decoding with prompt lookup (no draft model)
+=========  =================================================================================
+
+The fixed modes' defaults are the best measured settings on this project's CPUs (see
+benchmarks/README.md); ``auto`` needs none, it measures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import require
+
+MODES = ("auto", "lr", "lr-sd", "ar", "sd", "sd-ngram")
+STEP_MODES = ("auto", "lr", "lr-sd")  # modes that use a verifier
+DRAFT_MODES = ("auto", "lr", "lr-sd", "sd")  # modes that use the draft model
+DEFAULT_MODE = "auto"
+DEFAULT_TARGET = "qwen2.5-coder-1.5b"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+DEFAULT_VERIFIER = "embedding-numbers"
+DRAFT_STOP_BELOW = 0.4  # the draft model stops drafting after a token it gave less than this probability
+MAX_STEP_TOKENS = 100
+DEFAULT_MAX_NEW_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class ModePreset:
+    """Defaults of one mode: ``k`` drafted steps per cycle, ``gamma`` drafted tokens per SD iteration
+    (None where the mode has no such knob)."""
+
+    k: int | None
+    gamma: int | None
+
+
+PRESETS: dict[str, ModePreset] = {
+    "auto": ModePreset(k=2, gamma=None),  # k: the most drafted steps a plan may use; gamma: chosen per cycle
+    "lr": ModePreset(k=2, gamma=None),
+    "lr-sd": ModePreset(k=1, gamma=12),  # one drafted step: every extra row makes a CPU's batched step dearer
+    "ar": ModePreset(k=None, gamma=None),
+    "sd": ModePreset(k=None, gamma=12),  # with the draft stop, a large gamma costs little where the draft is unsure
+    "sd-ngram": ModePreset(k=None, gamma=6),
+}
+NGRAM_GAMMA = 6  # prompt lookup proposes runs of at most this many tokens
+
+
+def check_mode(mode: str) -> str:
+    require(mode in MODES, f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
+
+
+def mode_k(mode: str, k: int | None = None) -> int:
+    """Drafted steps per cycle for ``mode``: ``k`` when given, else the mode's preset."""
+    check_mode(mode)
+    value = PRESETS[mode].k if k is None else k
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            f"k (drafted steps per cycle) must be an integer >= 1, got {value!r}")
+    return value
+
+
+def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "draft") -> int:
+    """Drafted tokens per SD iteration for ``mode``: ``gamma`` when given, else the preset (prompt
+    lookup drafts fewer: ``lr-sd`` with n-gram rows uses :data:`NGRAM_GAMMA`)."""
+    check_mode(mode)
+    if gamma is None:
+        gamma = NGRAM_GAMMA if mode == "lr-sd" and row_drafter == "ngram" else PRESETS[mode].gamma
+    gamma = 4 if gamma is None else gamma  # modes without gamma: any valid value
+    require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1,
+            f"gamma (drafted tokens per iteration) must be an integer >= 1, got {gamma!r}")
+    return gamma
+
+
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET", "DEFAULT_VERIFIER",
+           "DRAFT_MODES", "DRAFT_STOP_BELOW", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA", "PRESETS",
+           "STEP_MODES", "check_mode", "mode_gamma", "mode_k"]

@@ -1,0 +1,212 @@
+"""Speeds with measured costs: the formulas of :mod:`.formulas` with the time of a forward pass as a
+function ``T(R, n)`` of the rows R it runs and the new tokens n each row feeds, instead of the
+constants 1 (a target pass), ``c`` (a draft pass) and ``beta`` (a batched step).
+
+Why. The paper's formulas price a target pass at 1 whatever it holds (free parallelism, a GPU with
+room to spare). On a CPU, scoring 13 tokens can cost 1.7 single-token passes and a 2-row batch 1.35,
+and the best plan moves with those numbers. Given a table of measured times (``planning.CostTable``)
+these functions return expected tokens per second of each plan, so the planner compares plans in
+seconds, not in formulas' units. With constant costs they reduce to the paper's formulas
+(``f_sync_costed`` is ``f_sync_batched`` with ``beta(R) = T(R, 1) / T(1, 1)``; theory/README.md,
+section 8).
+
+Symbols (as in :mod:`.formulas`): ``gamma`` drafted tokens per SD iteration, ``alpha`` per-token
+acceptance, ``k`` drafted steps per LR cycle (``k1 = k + 1`` target rows), ``alpha1`` step acceptance.
+New here:
+
+- ``TokenModel``: the draft stops after a token it is unsure of (``draft_stop_below``). Each drafted
+  token is *sure* with probability ``sigma`` (drafting goes on after it) and accepted with probability
+  ``alpha_sure`` or ``alpha_unsure``; positions are i.i.d. Without a stop, ``sigma = 1``.
+- ``StepModel``: ``alpha1``, the tokens of a target step ``L_t`` and of a drafted step ``L_d``, the
+  head start ``H`` (tokens of a drafted step the target accepts token by token before its row starts),
+  and the verifier's seconds per judged pair.
+
+All functions are pure; a cost function is any callable ``(R, n) -> seconds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import require
+from .formulas import check_count, check_rate
+
+CostFn = Callable[[int, int], float]
+
+__all__ = ["CostFn", "CycleEstimate", "StepModel", "TokenModel", "ar_rate", "drafted_pmf", "expected_accepted",
+           "f_sync_costed", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate", "step_cycle",
+           "tokens_per_iteration"]
+
+
+@dataclass(frozen=True)
+class TokenModel:
+    """Per-token acceptance with the draft's confidence stop, i.i.d. over positions (see module doc)."""
+
+    sigma: float
+    alpha_sure: float
+    alpha_unsure: float
+
+    def __post_init__(self) -> None:
+        require(0.0 <= self.sigma <= 1.0, f"sigma (share of sure draft tokens) must be in [0, 1], got {self.sigma!r}")
+        check_rate(self.alpha_sure, "alpha_sure")
+        check_rate(self.alpha_unsure, "alpha_unsure")
+
+    @classmethod
+    def plain(cls, alpha: float) -> "TokenModel":
+        """No confidence stop: every position is drafted, accepted with probability ``alpha``."""
+        return cls(1.0, alpha, alpha)
+
+    @property
+    def alpha(self) -> float:
+        """The acceptance of a drafted token whose own sureness is not yet known."""
+        return self.sigma * self.alpha_sure + (1 - self.sigma) * self.alpha_unsure
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Step-level rates of a pair: see the module docstring."""
+
+    alpha1: float
+    target_tokens: float
+    draft_tokens: float
+    head_tokens: float = 0.0
+    verify_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_rate(self.alpha1, "alpha1")
+        require(self.target_tokens >= 1 and self.draft_tokens >= 1,
+                f"steps must hold at least one token, got L_t={self.target_tokens!r}, L_d={self.draft_tokens!r}")
+        require(0 <= self.head_tokens <= self.draft_tokens, f"head start must be in [0, L_d], got {self.head_tokens!r}")
+        require(self.verify_s >= 0, f"verify_s must be >= 0, got {self.verify_s!r}")
+
+
+@dataclass(frozen=True)
+class CycleEstimate:
+    """Expected tokens and seconds of one cycle of a plan; ``rate`` is their ratio (renewal-reward)."""
+
+    tokens: float
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------- token level
+
+def drafted_pmf(gamma: int, sigma: float) -> np.ndarray:
+    """``P(D = d)`` for d = 0..gamma: the draft writes token 1, then goes on after each sure token.
+
+    ``P(D = d) = sigma^(d-1) (1 - sigma)`` for ``1 <= d < gamma``, ``sigma^(gamma-1)`` for ``d = gamma``.
+    """
+    gamma = int(check_count(gamma, "gamma", 0))
+    pmf = np.zeros(gamma + 1)
+    if gamma == 0:
+        pmf[0] = 1.0
+        return pmf
+    d = np.arange(1, gamma)
+    pmf[1:gamma] = sigma ** (d - 1) * (1 - sigma)
+    pmf[gamma] = sigma ** (gamma - 1)
+    return pmf
+
+
+def max_pmf(pmf: np.ndarray, rows: int) -> np.ndarray:
+    """The law of the largest of ``rows`` independent draws from ``pmf``: ``P(max <= d) = F(d)^rows``."""
+    cdf = np.cumsum(pmf) ** int(check_count(rows, "rows"))
+    return np.diff(np.concatenate([[0.0], cdf]))
+
+
+def expected_accepted(gamma: int, model: TokenModel) -> float:
+    """``E[A] = sum_{j=1..gamma} (sigma alpha_sure)^(j-1) alpha``: drafted tokens accepted per iteration.
+
+    Token j is accepted when tokens 1..j-1 were sure (so j was drafted) and accepted, and j itself is
+    accepted (its own sureness unknown: ``alpha``). With ``sigma = 1`` this is Leviathan's
+    ``E = (1 - alpha^(gamma+1)) / (1 - alpha) - 1``.
+    """
+    gamma = int(check_count(gamma, "gamma", 0))
+    j = np.arange(1, gamma + 1)
+    return float(np.sum((model.sigma * model.alpha_sure) ** (j - 1) * model.alpha))
+
+
+def tokens_per_iteration(gamma: int, model: TokenModel) -> float:
+    """Tokens one SD iteration adds: the accepted drafts plus the target's own (correction or bonus)."""
+    return expected_accepted(gamma, model) + 1.0
+
+
+def iteration_seconds(gamma: int, model: TokenModel, target: CostFn, draft: CostFn, rows: int = 1,
+                      overhead: float = 0.0) -> float:
+    """Expected seconds of one SD iteration over ``rows`` rows (gamma 0: one plain decoding step).
+
+    The draft runs ``max_r D_r`` batched one-token forwards (each ``draft(rows, 1)``); the target one
+    forward of width ``1 + max_r D_r`` (``target(rows, 1 + D)``), the uncached token plus the drafts.
+    """
+    if gamma == 0:
+        return target(rows, 1) + overhead
+    law = max_pmf(drafted_pmf(gamma, model.sigma), rows)
+    d = np.arange(law.size)
+    verify = sum(p * target(rows, int(1 + n)) for p, n in zip(law, d) if p > 0)
+    return float(verify + float(law @ d) * draft(rows, 1) + overhead)
+
+
+def sd_rate(gamma: int, model: TokenModel, target: CostFn, draft: CostFn, overhead: float = 0.0) -> float:
+    """Tokens per second of token SD with ``gamma`` (renewal-reward: tokens per iteration / its seconds)."""
+    return tokens_per_iteration(gamma, model) / iteration_seconds(gamma, model, target, draft, 1, overhead)
+
+
+def ar_rate(target: CostFn, overhead: float = 0.0) -> float:
+    """Tokens per second of plain decoding: one token per ``target(1, 1)``."""
+    return 1.0 / (target(1, 1) + overhead)
+
+
+# ---------------------------------------------------------------------------------------- step level
+
+def step_cycle(gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+               overhead: float = 0.0) -> CycleEstimate:
+    """k = 0: the target writes one step of ``L_t`` tokens alone, with SD at ``gamma`` (0: plainly)."""
+    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    iterations = step.target_tokens / per_iteration
+    return CycleEstimate(step.target_tokens, iterations * iteration_seconds(gamma, token, target, draft, 1, overhead))
+
+
+def lr_cycle(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+             overhead: float = 0.0) -> CycleEstimate:
+    """One synchronous LR cycle with ``k`` drafted steps and SD at ``gamma`` inside the target's rows.
+
+    Time: the draft catches up on the last target step (``draft(1, L_t)``) and writes k steps
+    (``k L_d draft(1, 1)``); one target pass scores the drafted chain (``target(1, k L_d + 1)``);
+    then R = k + 1 rows run together. Rows 0..k-1 start with the head start H and need
+    ``N_h = (L_t - H - 1) / t`` iterations (t tokens per iteration), row k needs ``N_f = (L_t - 1) / t``.
+    A rejection at row j < k cancels the later rows when row j finishes, so the batch runs ``N_h``
+    iterations unless all k drafts pass (probability ``alpha1^k``), then ``N_f``; each iteration costs
+    ``iteration_seconds(gamma, rows=R)``. The verifier judges row j when rows 0..j-1 passed:
+    ``sum_{j<k} alpha1^j`` pairs. Output: ``L_d sum_{j=1..k} alpha1^j`` drafted tokens plus one target
+    step of ``L_t``. Rows' iteration counts are taken at their means (the batch's wait for its slowest
+    row is what ``simulate_costed_lr`` adds).
+    """
+    k = int(check_count(k, "k"))
+    a1, lt, ld = step.alpha1, step.target_tokens, step.draft_tokens
+    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    n_head = max(0.0, lt - step.head_tokens - 1) / per_iteration
+    n_full = max(0.0, lt - 1) / per_iteration
+    all_pass = a1 ** k
+    iterations = (1 - all_pass) * n_head + all_pass * n_full
+    rows = k + 1
+    seconds = (draft(1, max(1, round(lt))) + k * ld * draft(1, 1) + target(1, max(1, round(k * ld)) + 1)
+               + iterations * iteration_seconds(gamma, token, target, draft, rows)
+               + step.verify_s * sum(a1 ** j for j in range(k)) + overhead)
+    tokens = ld * sum(a1 ** j for j in range(1, k + 1)) + lt
+    return CycleEstimate(tokens, seconds)
+
+
+def f_sync_costed(k1: int, alpha1: float, c1: float, target: CostFn, n: int = 1) -> float:
+    """Synchronous LR over the target alone with a measured batched step: ``f_sync_batched`` with
+    ``beta = target(k1, n) / target(1, n)``. ``n`` is the width of the rows' forwards (1: token by
+    token; ``gamma + 1`` with SD inside the rows). ``k1 = 1`` is the target alone: 1."""
+    from .formulas import f_sync_batched
+
+    k1 = int(check_count(k1, "k1"))
+    beta = target(k1, n) / target(1, n) if k1 > 1 else 1.0
+    return float(f_sync_batched(k1, alpha1, c1, beta))

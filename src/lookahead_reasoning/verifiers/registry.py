@@ -1,0 +1,141 @@
+"""Verifiers by name: :func:`make_verifier`, the known names, and the ``paper-judge`` preset."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from ..errors import VerifierError, require
+from .base import Verifier
+from .combine import CascadeVerifier, RandomVerifier
+from .embedding import EmbeddingVerifier, NumbersEmbeddingVerifier
+from .judge import ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, LLMJudgeVerifier
+from .openai import OpenAIJudgeVerifier
+from .score import TargetScoreVerifier
+from .text import ExactMatchVerifier
+
+
+def paper_judge(judge: Any = None, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                timeout: float = 10.0, threshold: float | None = None, batch_size: int = 16,
+                format_prompt: Callable[[str], str] | None = None) -> CascadeVerifier:
+    """The paper's verifier: exact match first, then an LLM judge asked whether the steps are aligned.
+
+    Stage 1 accepts steps that are equal after lower-casing and removing whitespace. Stage 2 asks a
+    judge (a local chat model ``judge``, or an OpenAI-compatible server at ``base_url``) whether the
+    two steps are aligned (same main idea, logic and numbers), with its answer pre-filled with "[",
+    and reads ONE token: the judge's most likely token must start "aligned"; one that starts
+    "unaligned" rejects, anything else is unclear and rejects (counted in ``failures``). Given a
+    ``threshold``, stage 2 accepts when P(aligned) / (P(aligned) + P(unaligned)) >= threshold instead.
+    """
+    require((judge is None) != (base_url is None),
+            "the paper-judge verifier needs exactly one judge: judge=LM(...) (a local chat model) or "
+            "base_url='http://host:port/v1' (an OpenAI-compatible server)", VerifierError)
+    rule = "top" if threshold is None else "share"
+    options = dict(threshold=0.5 if threshold is None else threshold, answers=ALIGNED_ANSWERS,
+                   question=ALIGNED_QUESTION, rule=rule, prefill=ALIGNED_PREFILL)
+    if judge is not None:
+        stage = LLMJudgeVerifier(judge, batch_size=batch_size, **options)
+    else:
+        stage = OpenAIJudgeVerifier(base_url, model, api_key=api_key, timeout=timeout,
+                                    format_prompt=format_prompt or (lambda q: f"{q}\nAnswer: "), **options)
+    return CascadeVerifier(ExactMatchVerifier(), stage, name="paper-judge")
+
+
+_FACTORIES: dict[str, Callable[..., Verifier]] = {
+    "exact": ExactMatchVerifier,
+    "embedding": EmbeddingVerifier,
+    "embedding-numbers": NumbersEmbeddingVerifier,
+    "judge": LLMJudgeVerifier,
+    "openai-judge": OpenAIJudgeVerifier,
+    "paper-judge": paper_judge,
+    "target-score": TargetScoreVerifier,
+    "random": RandomVerifier,
+}
+_ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
+            "numbers": "embedding-numbers", "score": "target-score"}
+VERIFIER_NAMES = tuple(_FACTORIES)
+KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)",
+                   "openai-judge (or openai)", "paper-judge", "target-score (or score)", "random",
+                   "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
+
+
+def options_of(factory: Callable) -> set[str]:
+    """The keyword options a verifier class or factory function takes."""
+    return set(inspect.signature(factory).parameters)
+
+
+def canonical_name(name: str) -> str:
+    """The registry key of a verifier name or alias; VerifierError listing the known names otherwise."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _FACTORIES:
+        raise VerifierError(f"unknown verifier {name!r}; known: {', '.join(KNOWN_VERIFIERS)}")
+    return key
+
+
+def stage_names(spec: str) -> list[str]:
+    """The registry keys a name stands for: one, or the two stages of "cascade:<first>+<then>"."""
+    name = spec.strip().lower()
+    if not name.startswith("cascade:"):
+        return [canonical_name(name)]
+    parts = name[len("cascade:"):].split("+")
+    require(len(parts) == 2 and all(parts),
+            f"a cascade is written 'cascade:<first>+<then>', e.g. 'cascade:exact+embedding'; got {spec!r}",
+            VerifierError)
+    return [canonical_name(p) for p in parts]
+
+
+def check_verifier_spec(spec: str | Verifier, **kw: Any) -> list[str]:
+    """Check a name and its option names before anything is loaded; returns the stage keys.
+
+    Raises VerifierError for an unknown name, a malformed cascade or an option no stage takes (as
+    :func:`make_verifier` would); model objects (``judge=``, ``target=``) may still be missing.
+    """
+    if not isinstance(spec, str):
+        require(hasattr(spec, "verify"), f"expected a verifier name or object, got {spec!r}", VerifierError)
+        return []
+    keys = stage_names(spec)
+    accepted = set().union(*(options_of(_FACTORIES[k]) for k in keys))
+    unknown = sorted(set(kw) - accepted)
+    require(not unknown, f"verifier {spec!r} takes no option(s) {unknown}; "
+            f"{'its stages take' if len(keys) > 1 else 'it takes'} {sorted(accepted)}", VerifierError)
+    return keys
+
+
+def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
+    """A verifier from a name and options, or ``spec`` itself if it already is one.
+
+    Names: "exact"; "embedding" (aliases "embed", "cosine"; options model, threshold, device,
+    same_numbers); "embedding-numbers" (alias "numbers": embedding with same_numbers=True);
+    "judge" (alias "llm-judge"; needs ``judge=LM``; threshold, answers, prefill, rule, ...);
+    "openai-judge" (alias "openai"; needs base_url, model optional); "paper-judge" (exact match, then
+    an aligned/unaligned judge: ``judge=LM`` or ``base_url=``); "target-score" (alias "score"; needs
+    ``target=LM``; threshold 0-9); "random" (p_accept, seed); and "cascade:<first>+<then>", e.g.
+    "cascade:exact+embedding", where each stage takes the options its constructor knows. An option
+    no stage takes raises VerifierError (so ``threshold=`` given to "exact" is an error, not silently
+    ignored); so does an unknown name, listing the known ones.
+    """
+    if not isinstance(spec, str):
+        require(hasattr(spec, "verify"), f"expected a verifier name or object, got {spec!r}", VerifierError)
+        require(not kw, f"options {sorted(kw)} given with a ready verifier {spec!r}", VerifierError)
+        return spec
+    keys = check_verifier_spec(spec, **kw)
+    if len(keys) == 1:
+        return _build(keys[0], kw)
+    first, then = (_build(k, {o: v for o, v in kw.items() if o in options_of(_FACTORIES[k])}) for k in keys)
+    return CascadeVerifier(first, then)
+
+
+def _build(key: str, kw: dict[str, Any]) -> Verifier:
+    if key == "judge" and kw.get("judge") is None:
+        raise VerifierError("the 'judge' verifier needs judge=LM(...) (a loaded chat model)")
+    if key == "openai-judge" and not kw.get("base_url"):
+        raise VerifierError("the 'openai-judge' verifier needs base_url='http://host:port/v1' "
+                            "(and model='<served name>', else the server's only model is used)")
+    if key == "target-score" and kw.get("target") is None:
+        raise VerifierError("the 'target-score' verifier needs target=LM(...) (the target model)")
+    return _FACTORIES[key](**kw)
+
+
+__all__ = ["KNOWN_VERIFIERS", "VERIFIER_NAMES", "canonical_name", "check_verifier_spec", "make_verifier", "paper_judge",
+           "stage_names"]

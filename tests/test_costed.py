@@ -1,0 +1,137 @@
+"""The speed formulas priced by measured costs (theory.costed) against their simulators, their
+reduction to the paper's formulas, and the theory repairs that came with them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.theory import (
+    StepModel, TokenModel, drafted_pmf, expected_accepted, expected_tokens, f_sync_batched, f_sync_costed,
+    h_combined, lr_cycle, predict, sd_rate, simulate_costed_lr, simulate_costed_sd, simulate_lr_sd, step_cycle,
+)
+from lookahead_reasoning.theory.costed import iteration_seconds, max_pmf
+
+SIMS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def linear_costs(base: float, per_row: float, per_token: float):
+    """A cost function T(R, n) = base (1 + per_row (R - 1)) (1 + per_token (n - 1))."""
+    return lambda r, n: base * (1 + per_row * (r - 1)) * (1 + per_token * (n - 1))
+
+
+token_models = st.builds(TokenModel, st.floats(0.0, 1.0), st.floats(0.0, 0.95), st.floats(0.0, 0.95))
+cost_fns = st.builds(linear_costs, st.floats(0.05, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 0.3))
+
+
+@SIMS
+@given(model=token_models, gamma=st.integers(0, 12), target=cost_fns, draft=cost_fns)
+def test_sd_rate_matches_its_simulation(model, gamma, target, draft):
+    sim = simulate_costed_sd(gamma, model, target, draft, iterations=20_000, seed=1)
+    assert sim.agrees(sd_rate(gamma, model, target, draft)), (sim, sd_rate(gamma, model, target, draft))
+
+
+@SIMS
+@given(k=st.integers(1, 3), alpha1=st.floats(0.0, 0.95), lt=st.integers(2, 60), head=st.integers(0, 60),
+       ld=st.floats(1, 60), target=cost_fns, draft=cost_fns)
+def test_lr_cycle_with_plain_rows_matches_its_simulation(k, alpha1, lt, head, ld, target, draft):
+    step = StepModel(alpha1, lt, ld, min(head, ld, lt), 0.01)
+    step = StepModel(alpha1, lt, ld, float(int(step.head_tokens)), 0.01)
+    closed = lr_cycle(k, 0, step, TokenModel.plain(0.7), target, draft).rate
+    sim = simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft, cycles=4000, seed=2)
+    assert sim.agrees(closed), (sim, closed)
+
+
+def test_sd_inside_rows_makes_the_batch_wait_for_its_slowest_row():
+    """With SD inside the rows, the joint process is slower than the mean-rows closed form, by a few %."""
+    target, draft = linear_costs(0.3, 0.35, 0.05), linear_costs(0.04, 0.1, 0.3)
+    step, token = StepModel(0.5, 40, 38, 12, 0.02), TokenModel(0.8, 0.85, 0.4)
+    closed = lr_cycle(2, 6, step, token, target, draft).rate
+    sim = simulate_costed_lr(2, 6, step, token, target, draft, cycles=3000, seed=3)
+    assert sim.speedup < closed and sim.speedup > 0.85 * closed
+
+
+def test_without_a_stop_the_token_layer_is_leviathans():
+    for alpha in (0.0, 0.3, 0.8):
+        for gamma in (1, 4, 9):
+            assert expected_accepted(gamma, TokenModel.plain(alpha)) + 1 == pytest.approx(expected_tokens(alpha, gamma))
+
+
+def test_drafted_counts_form_a_distribution():
+    for gamma, sigma in ((0, 0.5), (1, 0.3), (6, 0.0), (6, 1.0), (8, 0.7)):
+        pmf = drafted_pmf(gamma, sigma)
+        assert pmf.sum() == pytest.approx(1.0) and (pmf >= 0).all() and pmf.size == gamma + 1
+        both = max_pmf(pmf, 3)
+        assert both.sum() == pytest.approx(1.0)
+        assert (both * range(pmf.size)).sum() >= (pmf * range(pmf.size)).sum() - 1e-12  # the max of 3 draws is larger
+
+
+def test_costed_sync_reduces_to_the_batched_formula():
+    target = linear_costs(0.5, 0.35, 0.0)
+    for k1, a, c in ((2, 0.5, 0.1), (3, 0.7, 0.2), (4, 0.2, 0.05)):
+        beta = target(k1, 1) / target(1, 1)
+        assert f_sync_costed(k1, a, c, target) == pytest.approx(f_sync_batched(k1, a, c, beta))
+    assert f_sync_costed(1, 0.5, 0.1, target) == 1.0
+
+
+def test_lr_cycle_reduces_to_f_sync_batched():
+    """Price every target pass of the cycle like the paper (one batched step of beta per token of
+    target work, the scoring pass standing in for the rows' first token), make the draft's catch-up
+    free and the draft cost c1 per token: lr_cycle's rate is f_sync_batched over a target token's time."""
+    t11, c1, beta = 0.4, 0.15, 1.3
+    target = lambda r, n: t11 * beta if (r > 1 or n > 1) else t11  # noqa: E731
+    draft = lambda r, n: c1 * t11 if n == 1 else 0.0  # noqa: E731
+    for k, a1 in ((1, 0.5), (2, 0.7), (3, 0.3)):
+        est = lr_cycle(k, 0, StepModel(a1, 40, 40, 0, 0.0), TokenModel.plain(0.5), target, draft)
+        assert est.rate == pytest.approx(f_sync_batched(k + 1, a1, c1, beta) / t11)
+
+
+def test_step_cycle_is_sd_over_one_step():
+    target, draft = linear_costs(0.3, 0.3, 0.05), linear_costs(0.04, 0.1, 0.2)
+    step, token = StepModel(0.5, 40, 40), TokenModel(0.8, 0.9, 0.3)
+    assert step_cycle(8, step, token, target, draft).rate == pytest.approx(sd_rate(8, token, target, draft))
+    assert step_cycle(0, step, token, target, draft).rate == pytest.approx(1 / target(1, 1))
+    assert iteration_seconds(4, token, target, draft, rows=2) > iteration_seconds(4, token, target, draft, rows=1)
+
+
+def test_models_refuse_bad_numbers():
+    with pytest.raises(ConfigError, match="sigma"):
+        TokenModel(1.5, 0.5, 0.5)
+    with pytest.raises(ConfigError, match="alpha_sure"):
+        TokenModel(0.5, 1.0, 0.5)
+    with pytest.raises(ConfigError, match="at least one token"):
+        StepModel(0.5, 0, 10)
+    with pytest.raises(ConfigError, match="head start"):
+        StepModel(0.5, 40, 10, 11)
+
+
+# ---------------------------------------------------------------------------------------- repairs
+
+def test_one_row_is_no_batch():
+    assert f_sync_batched(1, 0.5, 0.2, 1.7) == 1.0
+    assert f_sync_batched(2, 0.5, 0.2, 1.0) == pytest.approx(1.5 / 1.2)
+
+
+def test_lr_sd_simulation_plays_the_joint_process():
+    """h = f g assumes every row of a batch takes the mean step time; the joint process pays for the
+    slowest row (and for the tokens an iteration writes past a step's end)."""
+    joint = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=20_000, seed=5)
+    assert joint.speedup < 0.97 * h_combined(3, 5, 0.6, 0.2, 0.7, 0.1, "sync")
+    plain = simulate_lr_sd(1, 1, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=2_000, seed=5)
+    assert plain.speedup == pytest.approx(1.0)
+    composed = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=20_000, seed=5, step_tokens=None)
+    assert composed.agrees(h_combined(3, 5, 0.6, 0.2, 0.7, 0.1, "sync"))
+
+
+def test_predict_prices_the_batch_when_given_costs():
+    stats = {"alpha1": 0.5, "c1": 0.1, "k": 1, "alpha": 0.7, "gamma": 8, "c": 0.1}
+    free = predict(stats)
+    target = linear_costs(0.3, 0.4, 0.0)
+    priced = predict(stats, costs=target)
+    assert priced.lr_sync == pytest.approx(f_sync_batched(2, 0.5, 0.1, 1.4))
+    assert priced.lr_sync < free.lr_sync and priced.lr_sd < free.lr_sd
+    assert math.isclose(priced.sd, free.sd)
