@@ -245,3 +245,20 @@ def test_auto_runs_every_kind_of_plan_losslessly(regime, tmp_path, monkeypatch):
     plans = result.stats.plan_counts()
     assert (any(p.startswith("lr") for p in plans) if regime == "free" else set(plans) == {"ar"}), plans
     assert sum(c.tokens for c in result.stats.cycles) == len(result.token_ids)
+
+
+def test_calibration_learns_what_the_formulas_miss():
+    """A kind of plan that keeps realising half its predicted speed is priced at half, and loses."""
+    costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
+    book = _book(0.9, 0.9, 0.4, 0.6, 40, 0.5)
+    planner = Planner(costs, book, PlannerConfig(margin=0.0))
+    first = planner.choose(300)
+    raw = planner.estimate(first.plan, 300).rate
+    for _ in range(30):
+        book.record_cycle(first.plan.label, tokens=40, seconds=40 / (raw / 2), predicted_rate=raw)
+    assert book.factor(first.plan.label) == pytest.approx(0.5, rel=0.1)
+    assert planner.rate(first.plan, 300) == pytest.approx(raw * book.factor(first.plan.label))
+    second = planner.choose(300)
+    assert second.plan.label.partition("@")[0] != first.plan.label.partition("@")[0]
+    saved = Book.from_json(json.loads(json.dumps(book.to_json())))
+    assert saved.factor(first.plan.label) == pytest.approx(book.factor(first.plan.label))

@@ -83,6 +83,9 @@ class LookaheadGenerator:
             probability (modes "sd", "lr-sd" inside the target's branches, and "auto"); with it a large
             gamma pays. None drafts gamma tokens every time.
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
+        precision: the target's weight precision when it is loaded by name (None: as loaded; "int8":
+            weight-only int8, about a quarter of float32's bytes per token; see
+            :mod:`lookahead_reasoning.precision`). The draft keeps ``draft_quantize``.
         load_kwargs: passed to load_model for names (dtype=, device=, cpu_linear=, ...).
     """
 
@@ -104,6 +107,7 @@ class LookaheadGenerator:
         draft_quantize: str | None = "auto",
         draft_stop_below: float | None = DRAFT_STOP_BELOW,
         planner: Any = None,
+        precision: str | None = None,
         **load_kwargs: Any,
     ):
         # every setting is checked before any model loads
@@ -129,7 +133,11 @@ class LookaheadGenerator:
         self.sampling = sampling or SamplingConfig()
         self.planner = planner
         self._planning = None
-        self.target = as_lm(target, **load_kwargs)
+        if precision is not None:
+            from .precision import normalize_precision
+
+            normalize_precision(precision)
+        self.target = as_lm(target, **load_kwargs, **({"precision": precision} if precision is not None else {}))
         owned_draft = isinstance(draft, str)
         self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)
         self.draft_quantize = self._quantize_draft(draft_quantize, owned_draft)

@@ -45,6 +45,7 @@ class GeneratorSettings:
     dtype: str = "auto"
     device: str | None = None
     cpu_linear: str = "auto"
+    precision: str | None = None
     reprofile: bool = False
 
     def check(self) -> None:
@@ -70,6 +71,11 @@ class GeneratorSettings:
                 f"--delimiter must be a non-empty string, got {self.delimiters!r}")
         require(bool(self.target and self.target.strip()), "--target must name a model")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
+        if self.precision is not None:
+            from .precision import PRECISIONS
+
+            require(self.precision in PRECISIONS and self.precision != "int8-dynamic",
+                    f"--precision must be one of auto, float32, bf16, int8, got {self.precision!r}")
         check_verifier_settings(self.verifier)
 
     def build(self, **overrides: Any):
@@ -87,7 +93,7 @@ class GeneratorSettings:
             sampling=SamplingConfig(self.temperature, self.top_k, self.top_p),
             draft_quantize=self.draft_quantize, draft_stop_below=self.draft_stop_below,
             planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
-            cpu_linear=self.cpu_linear)
+            cpu_linear=self.cpu_linear, precision=self.precision)
         kwargs.update(overrides)
         return LookaheadGenerator(**kwargs)
 
@@ -103,6 +109,9 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
                    help="auto (int8 for a CPU draft) | int8 | none: dynamic int8 linears make the draft 2-3x cheaper")
     m.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (auto: bf16 where the CPU/GPU supports it)")
     m.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
+    m.add_argument("--precision", default=None,
+                   help="target weight precision: auto | float32 | bf16 | int8 (weight-only int8 linears; default: "
+                        "as loaded in --dtype)")
     m.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"],
                    help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "
                         "few-token forwards; default: torch's BLAS path)")
@@ -140,7 +149,7 @@ def generator_settings(args: argparse.Namespace) -> GeneratorSettings:
         token_sd_target=args.token_sd_target, token_sd_draft=None if args.token_sd_draft == "none" else args.token_sd_draft,
         delimiters=tuple(args.delimiter or ["\n\n"]), max_step_tokens=args.max_step_tokens,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, dtype=args.dtype, device=args.device,
-        cpu_linear=args.cpu_linear, reprofile=args.reprofile)
+        cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile)
 
 
 __all__ = ["GeneratorSettings", "add_generator_args", "generator_settings"]

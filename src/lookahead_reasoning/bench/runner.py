@@ -206,6 +206,7 @@ class ModeRunner:
                 "verifier": getattr(self.gen.verifier, "name", settings.verifier.name),
                 "k": k or summary.get("k"), "draft_stop_below": self.gen.draft_stop_below,
                 "temperature": self.gen.sampling.temperature, "dtype": str(next(self.gen.target.model.parameters()).dtype),
+                "precision": settings.precision or "as-loaded", "cpu_linear": settings.cpu_linear,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
 
 

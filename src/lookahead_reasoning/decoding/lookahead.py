@@ -64,7 +64,7 @@ class TargetPass:
     verdicts: dict[int, Verdict]
     judge_s: float = 0.0  # time spent judging while the rows ran (counted as verification)
     judged: list[Step] = field(default_factory=list)  # the drafted steps with a row to be judged on
-    agreements: list[float] = field(default_factory=list)  # per drafted step with a row (see _score_chain)
+    agreements: list[float] = field(default_factory=list)  # per drafted step with a row (see score_chain)
 
 
 def run_cycle(state: LRState, k: int, tools: CycleTools, gamma: int | None = None, gate: Gate | None = None,
@@ -136,19 +136,19 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, gamma: int | 
            gate: Gate | None = None, overshoot: bool = False) -> TargetPass:
     """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
 
-    One forward first scores every drafted token (the rows' head starts, :func:`_score_chain`); a
+    One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
     ``gate`` may then keep only the first R rows. Rows are judged as they finish
-    (:class:`_EarlyJudge`), so a rejection stops the rows after it.
+    (:class:`EarlyJudge`), so a rejection stops the rows after it.
     """
-    rows, budgets = _target_rows(state, drafted, tools.translator)
-    openings, agreements = _score_chain(state, rows, drafted, tools.translator, tools.target_writer)
+    rows, budgets = target_rows(state, drafted, tools.translator)
+    openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer)
     keep = len(rows) if gate is None or len(rows) == 1 else max(1, min(len(rows), gate(drafted, agreements)))
     judged = drafted if keep == len(rows) else drafted[:keep - 1]
     rows, budgets, openings = rows[:keep], budgets[:keep], openings[:keep]
     branches = state.target if len(rows) == 1 else state.target.fork(len(rows))
     starts = [len(row) for row in rows]
     branches.set_rows([row + first for row, first in zip(rows, openings)])
-    judge = _EarlyJudge(judged, branches, starts, tools.translator, tools.verifier)
+    judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier)
     use_rows = tools.row_drafter is not None and gamma != 0
     row_drafter = tools.row_drafter(state, len(rows)) if use_rows else None
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
@@ -156,7 +156,7 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, gamma: int | 
     return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements)
 
 
-def _target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
+def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
     """Row contexts x, x+s^_1, ... (one per drafted step that ends on a delimiter, plus one) and budgets."""
     rows, budgets = [list(state.target.rows[0])], [state.remaining]
     for step in drafted:
@@ -168,7 +168,7 @@ def _target_rows(state: LRState, drafted: list[Step], translator: Translator) ->
     return rows, budgets
 
 
-def _score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], translator: Translator,
+def score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], translator: Translator,
                  writer: StepWriter) -> tuple[list[list[int]], list[float]]:
     """Score all drafted tokens in ONE forward of the prefix row: each row's opening tokens.
 
@@ -200,7 +200,7 @@ def _score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], tra
     return openings, agreements
 
 
-class _EarlyJudge:
+class EarlyJudge:
     """Judges row j as soon as the target's step j is finished; a rejection cancels rows after j."""
 
     def __init__(self, drafted: list[Step], branches: Session, starts: list[int], translator: Translator,
@@ -225,12 +225,14 @@ class _EarlyJudge:
 # ---------------------------------------------------------------------------------------- 3. verify
 
 def verify(written: TargetPass) -> tuple[list[Verdict], int]:
-    """Step 3: the verdicts of rows 0, 1, ... (given as the rows finished) and m, the first rejected row.
+    """Step 3: the verdicts of rows 0..m (given as the rows finished) and m, the first rejected row.
 
-    A row after a rejection was cancelled and has no verdict; m = len(verdicts) when none was rejected.
+    Rows are judged as they finish, so a row that finished before an earlier row was rejected may
+    have been judged too; its verdict is of no use and is left out here. m = len(verdicts) when none
+    was rejected.
     """
     verdicts = []
-    while len(verdicts) in written.verdicts:
+    while len(verdicts) in written.verdicts and (not verdicts or verdicts[-1].accepted):
         verdicts.append(written.verdicts[len(verdicts)])
     m = next((i for i, v in enumerate(verdicts) if not v.accepted), len(verdicts))
     return verdicts, m

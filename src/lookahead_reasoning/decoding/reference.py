@@ -24,7 +24,7 @@ What ``run_cycle`` adds, and why none of it changes the text (greedy decoding, o
   float rounding, and so are the greedy tokens;
 * *one batched forward for all rows*: rows of different lengths are padded, the pads are masked out of
   attention and position ids count real tokens only, so each row sees what it would see alone;
-* *the head start* (``_score_chain``): one target forward over x + all drafted tokens finds, for each
+* *the head start* (``score_chain``): one target forward over x + all drafted tokens finds, for each
   row, the longest prefix of s^_j whose every token is the target's own argmax. Those are exactly the
   tokens the row would generate itself, so starting the row after them skips forwards, not text;
 * *early judging*: rows are judged as they finish and a rejection cancels the rows after it. Those
@@ -117,7 +117,8 @@ def generate_lr_reference(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int]
                           sampling: SamplingConfig | None = None, seed: int | None = 0) -> GenerationResult:
     """Lookahead Reasoning for one prompt by :func:`lr_cycle_reference`, cycle after cycle.
 
-    Same arguments as :func:`.lookahead.generate_lr` (one shared tokenizer, no width, no token-level SD).
+    The arguments mean what they mean for :func:`.lookahead.generate_lr`, which has more (this loop needs
+    one shared tokenizer and has no width, no token-level SD, no streaming).
     Returns the new token ids and text with ``mode="lr-reference"`` and an :class:`LRStats` of the cycles;
     with greedy decoding they equal ``generate_lr``'s.
     """

@@ -79,6 +79,7 @@ def load_model(
     cache_dir: str | os.PathLike | None = None,
     trust_remote_code: bool = False,
     cpu_linear: str | None = "auto",
+    precision: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer for inference (see the module docstring for the lookup order).
 
@@ -94,14 +95,26 @@ def load_model(
         cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
             much faster than the default BLAS for the few-token forwards speculative decoding makes
             (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
+        precision: None keeps the weights as loaded in ``dtype``; "float32", "bf16", "int8" (weight-only
+            int8 linears, batch invariant, see :mod:`lookahead_reasoning.precision`) or "auto" (what
+            measures fastest for the hardware) stores them that way. With "int8" the model is read
+            in bf16 (exact for the offline models, half the peak memory) unless ``dtype`` says otherwise.
     """
     from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
+    from ..precision import apply_precision, normalize_precision, resolve_precision
 
     require(cpu_linear is None or str(cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
             f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {cpu_linear!r}")
     require(device is None or device_map is None,
             f"give device= or device_map=, not both (got device={device!r}, device_map={device_map!r})")
+    if precision is not None:
+        normalize_precision(precision)  # a bad name fails before anything loads
     placement = resolve_device(device) if device_map is None else device_map_device(device_map)
+    precision = None if precision is None else resolve_precision(precision, placement)
+    if precision == "int8" and (dtype is None or str(dtype).strip().lower() == "auto"):
+        dtype = torch.bfloat16
+    elif precision in ("float32", "bf16"):
+        dtype = precision
     torch_dtype = resolve_dtype(dtype, placement)
     attn = resolve_attn_implementation(attn_implementation, placement)
     kwargs: dict[str, Any] = dict(dtype=torch_dtype, attn_implementation=attn)
@@ -141,6 +154,8 @@ def load_model(
     if device_map is None and placement.type != "cpu":
         model.to(placement)
     _prepare(model, tokenizer)
+    if precision is not None:  # before the oneDNN wrapper, which then wraps only the float32 linears left
+        apply_precision(model, precision, role="target")
     apply_cpu_linear(model, cpu_linear)
     param = next(model.parameters())
     return LoadedModel(model, tokenizer, label, param.device, param.dtype, source)

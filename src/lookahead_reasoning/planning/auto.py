@@ -134,8 +134,7 @@ def _cycle(state: LRState, planner: Planner, tools, target_lm: LM, draft_lm: LM,
     choice = planner.choose(context)
     plan, rate = choice.plan, choice.rate
     if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
-        plan = Plan(0, planner.best_alone(context)[0].gamma)
-        rate = planner.estimate(plan, context).rate
+        plan, rate = planner.best_alone(context)
 
     def gate(drafted, agreements):
         return planner.rows_to_run(plan, context, [len(tools.translator.to_target(s)) for s in drafted], agreements)
@@ -144,6 +143,7 @@ def _cycle(state: LRState, planner: Planner, tools, target_lm: LM, draft_lm: LM,
     iterations = stats.target_sd.iterations
     trace = run_cycle(state, plan.k, tools, gamma=plan.gamma, gate=gate, overshoot=choice.plan.k == 0)
     trace.plan = PlanNote(plan.label, rate, trace.target_rows)
+    planner.book.record_cycle(plan.label, trace.tokens, trace.wall_s, rate / planner.book.factor(plan.label))
     _learn(planner.book, trace, tools.target_writer.steps.delimiters, target_lm.stats.since(forwards[0]).seconds
            + draft_lm.stats.since(forwards[1]).seconds, stats.target_sd.iterations - iterations, plan)
     return trace

@@ -133,12 +133,38 @@ class StepBook:
         return StepModel(min(self.alpha1.mean, 0.995), lt, ld, head, max(0.0, self.verify_s.value))
 
 
+PLAN_KINDS = ("ar", "sd", "lr", "lr-sd")
+
+
+def plan_kind(label: str) -> str:
+    """"sd@g12" -> "sd", "lr-sd@k1g8" -> "lr-sd": what a calibration factor is kept for."""
+    return label.partition("@")[0]
+
+
 @dataclass
 class Book:
-    """All a run has learned (what the planner reads), saved between runs of the same pair."""
+    """All a run has learned (what the planner reads), saved between runs of the same pair.
+
+    ``calibration[kind]``: realised over predicted speed of the cycles of that kind of plan, weighted
+    by their tokens. The formulas miss some costs (a batch waits for its slowest row, a fork copies a
+    cache, Python's time between forwards); this factor learns what they miss, per kind of plan.
+    """
 
     token: TokenBook = field(default_factory=TokenBook)
     step: StepBook = field(default_factory=StepBook)
+    calibration: dict[str, Mean] = field(default_factory=lambda: {k: Mean(1.0, 3.0) for k in PLAN_KINDS})
+
+    def record_cycle(self, label: str, tokens: int, seconds: float, predicted_rate: float) -> None:
+        """One cycle's realised speed against its plan's predicted speed."""
+        if tokens <= 0 or seconds <= 0 or predicted_rate <= 0:
+            return
+        ratio = min(max(tokens / seconds / predicted_rate, 0.2), 5.0)
+        weight = tokens / max(1.0, self.step.target_tokens.value)  # about one per step
+        self.calibration.setdefault(plan_kind(label), Mean(1.0, 3.0)).add(ratio, weight)
+
+    def factor(self, label: str) -> float:
+        mean = self.calibration.get(plan_kind(label))
+        return mean.value if mean is not None else 1.0
 
     def to_json(self) -> dict[str, Any]:
         def dump(obj: Any) -> Any:
@@ -148,8 +174,10 @@ class Book:
                 return {"value": obj.value, "weight": obj.capped().weight}
             if isinstance(obj, list):
                 return [dump(x) for x in obj]
+            if isinstance(obj, dict):
+                return {key: dump(value) for key, value in obj.items()}
             return {name: dump(value) for name, value in vars(obj).items()}
-        return {"format": 1, "token": dump(self.token), "step": dump(self.step)}
+        return {"format": 1, "token": dump(self.token), "step": dump(self.step), "calibration": dump(self.calibration)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Book":
@@ -166,7 +194,10 @@ class Book:
                     raise ValueError("wrong number of agreement bands")
                 return [load(t, r) for t, r in zip(template, raw)]
             return type(template)(**{name: load(value, raw[name]) for name, value in vars(template).items()})
-        return cls(load(TokenBook(), data["token"]), load(StepBook(), data["step"]))
+        calibration = {str(kind): Mean(float(raw["value"]), float(raw["weight"]))
+                       for kind, raw in data.get("calibration", {}).items()}
+        return cls(load(TokenBook(), data["token"]), load(StepBook(), data["step"]),
+                   {**{k: Mean(1.0, 3.0) for k in PLAN_KINDS}, **calibration})
 
 
 def load_book(path: Path | None) -> Book:
@@ -187,4 +218,5 @@ def save_book(book: Book, path: Path) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["AGREEMENT_BANDS", "Beta", "Book", "Mean", "StepBook", "TokenBook", "load_book", "save_book"]
+__all__ = ["AGREEMENT_BANDS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
+           "save_book"]

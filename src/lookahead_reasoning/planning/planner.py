@@ -109,9 +109,14 @@ class Planner:
         return lr_cycle(plan.k, plan.gamma, step, token, target, draft,
                         self.book.step.cycle_overhead.value)
 
+    def rate(self, plan: Plan, context: int) -> float:
+        """Predicted tokens per second of ``plan``: the formula's, times what this kind of plan has
+        realised against it so far (``Book.factor``)."""
+        return self.estimate(plan, context).rate * self.book.factor(plan.label)
+
     def choose(self, context: int) -> Choice:
         """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
-        rates = {plan: self.estimate(plan, context).rate for plan in self.candidates()}
+        rates = {plan: self.rate(plan, context) for plan in self.candidates()}
         best = max(rates, key=rates.get)
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
             best = self.current
@@ -120,7 +125,7 @@ class Planner:
 
     def best_alone(self, context: int) -> tuple[Plan, float]:
         """The fastest plan without drafted steps and its speed (the rate a dropped row is measured against)."""
-        rates = {plan: self.estimate(plan, context).rate for plan in self.candidates() if plan.k == 0}
+        rates = {plan: self.rate(plan, context) for plan in self.candidates() if plan.k == 0}
         best = max(rates, key=rates.get)
         return best, rates[best]
 

@@ -1,0 +1,368 @@
+"""Weight precision: store a loaded model's weights in fewer bytes, so each decoded token reads less.
+
+    from lookahead_reasoning.precision import apply_precision, resolve_precision
+
+    loaded = load_model("qwen2.5-coder-1.5b", dtype="bf16")      # bf16 is exact for the offline models
+    info = apply_precision(loaded.model, resolve_precision("auto", "cpu"))
+    print(info)   # int8: 3.55 GB -> 2.48 GB of weights, 197 linear layers converted, compute torch.float32, ...
+
+Why. Decoding one token reads every weight once, so on a CPU the memory bus sets the pace: the
+1.5B target reads 6.2 GB per token in float32 (its untied embedding is only looked up) and decodes
+at ~2.7 tokens/s on a 2-core AVX2 machine. In int8 it reads 1.54 GB.
+
+The precisions (:data:`PRECISIONS`):
+
+* ``"float32"``: every weight float32. The reference; on the CPU ``kernels.apply_cpu_linear`` then
+  routes the linears through oneDNN.
+* ``"bf16"``: every weight bfloat16, activations bfloat16 too. Native on GPUs and on CPUs with
+  AVX512-BF16/AMX; on other CPUs torch emulates it and it is *slower* than float32 (the matmuls,
+  attention and norms all convert on the fly).
+* ``"int8"``: weight-only int8. Every linear layer, the output layer (LM head) included, keeps
+  its weight as int8 with one scale per output row (symmetric, absmax / 127); the embedding, norms
+  and biases stay in the compute dtype. A linear rounds its input to bfloat16 and runs
+  ``torch._weight_int8pack_mm`` (int8 x bf16 products, float accumulation, per-row scale), then
+  casts back to the compute dtype. Everything between the linears (attention, RMSNorm, SiLU, the
+  residual stream) runs in the compute dtype: float32 on CPUs without native bf16 (emulated bf16
+  attention and norms cost more than they save there), bfloat16 where bf16 is native.
+* ``"int8-dynamic"``: torch's dynamic int8 linears (``kernels.quantize_draft_int8``). The
+  activations are quantised with one scale for the whole batch, so a row's logits depend on the
+  other rows: allowed for a draft only (``role="draft"``), refused for a target.
+
+Batch invariance. A target scores several branch rows and padded rows in one forward, and the
+lossless guarantees (greedy SD == greedy AR, LR with the exact verifier == AR) need a row's logits
+not to depend on its neighbours. Weight-only int8 does not quantise activations, and the bf16
+rounding of a linear's input is per element, so each row sees the same arithmetic alone or in a
+batch; what differs is only the summation order inside the kernels, as in float32.
+
+Why not torchao. torchao 0.18 installs next to torch 2.13 (``pip install --no-deps torchao==0.18.0``)
+and its ``Int8WeightOnlyConfig`` quantises correctly, but in eager mode its linear casts the whole
+int8 weight to the activation dtype on every call and then runs a dense matmul: more bytes moved
+than float32, several times slower (benchmarks/precision_kernels.py times it when torchao is
+installed). Its fast path needs
+``torch.compile`` to fuse the cast into ``_weight_int8pack_mm``; that needs a C++ compiler at run
+time and recompiles for each new (rows, width, cache length) pattern a decoding loop makes. Its
+CPU int4 path calls ``torch._weight_int4pack_mm_for_cpu``, which is slower than float32 on AVX2.
+So ``"int8"`` here calls torch's own ``_weight_int8pack_mm`` from a small module
+(:class:`Int8WeightOnlyLinear`), with no extra dependency.
+
+What ``"auto"`` picks (:func:`resolve_precision`): on the CPU, ``"int8"`` when the int8 kernel
+runs here (on a 2-core AVX2 EPYC one 8960 x 1536 linear takes 1.1-2.2 ms for one row against
+2.9-3.8 ms in float32 with oneDNN), else the dtype
+``models.resolve_dtype`` picks; on CUDA ``"bf16"`` where supported (no int8 kernel is wired for
+GPUs), else ``"float32"``; elsewhere ``"float32"``.
+
+What the user gives up with int8: the logits move by the int8 rounding of the weights (about 0.4%
+of each row's largest weight) and the bf16 rounding of each linear's input, so the greedy text can
+differ from the float32 model's after some tokens; accuracy on GSM8K stays within the noise of a
+few problems (see the project's precision report). Speculative decoding stays lossless with
+respect to the quantised target. The model is for inference: the LM head is no longer tied to
+the embedding, and the int8 layers are not meant to be saved with ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import require
+
+PRECISIONS = ("auto", "float32", "bf16", "int8", "int8-dynamic")
+ROLES = ("target", "draft")
+INT8_KERNEL = "torch._weight_int8pack_mm"
+_ALIASES = {"fp32": "float32", "float": "float32", "bfloat16": "bf16", "int8-weight-only": "int8",
+            "int8_dynamic": "int8-dynamic", "dynamic-int8": "int8-dynamic"}
+
+
+@dataclass(frozen=True)
+class PrecisionInfo:
+    """What :func:`apply_precision` did to a model.
+
+    ``weight_bytes_before``/``after`` count every parameter and buffer once (tied tensors once).
+    ``compute_dtype`` is the dtype of the activations between the linear layers.
+    """
+
+    precision: str
+    linears_converted: int
+    weight_bytes_before: int
+    weight_bytes_after: int
+    compute_dtype: torch.dtype
+    kernel: str
+
+    def __str__(self) -> str:
+        return (f"{self.precision}: {self.weight_bytes_before / 1e9:.2f} GB -> {self.weight_bytes_after / 1e9:.2f} GB "
+                f"of weights, {self.linears_converted} linear layers converted, compute {self.compute_dtype}, "
+                f"kernel {self.kernel}")
+
+
+# --------------------------------------------------------------------------------- the int8 layer
+
+def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8 quantisation: ``weight ~= q * scale[:, None]``.
+
+    Args:
+        weight: (N, K) floating.
+
+    Returns:
+        (q, scale): q (N, K) int8 in [-127, 127]; scale (N,) bfloat16, the dtype the kernel takes.
+        The scale is rounded to bf16 *before* q is computed, so q * scale reconstructs the weight
+        with the bf16 scale the kernel will really use (only q's rounding is lost).
+    """
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+    scale = (amax / 127.0).to(torch.bfloat16)
+    q = torch.round(w / scale.float().unsqueeze(1)).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+class Int8WeightOnlyLinear(torch.nn.Module):
+    """``y = linear(x)`` with an int8 weight (one scale per output row) and unquantised activations.
+
+    ``forward``: x (..., K) in any float dtype -> (..., N) in x's dtype. The input is rounded to
+    bfloat16 (the kernel's activation type), multiplied with the int8 weight by
+    ``torch._weight_int8pack_mm`` (float accumulation, scale per output row), cast back to x's dtype,
+    then the bias (kept in float32) is added. Every row is computed from that row alone.
+
+    ``weight`` is the (N, K) int8 tensor, so code that reads ``layer.weight.shape`` still works.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        require(weight.dim() == 2, f"Int8WeightOnlyLinear needs a 2-D weight, got shape {tuple(weight.shape)}")
+        q, scale = quantize_rows_int8(weight)
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("weight", q)
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> "Int8WeightOnlyLinear":
+        return cls(linear.weight, linear.bias)
+
+    def dequantized(self) -> torch.Tensor:
+        """(N, K) float32: the weight this layer multiplies with (the slow reference)."""
+        return self.weight.float() * self.scale.float().unsqueeze(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        scale = self.scale.to(torch.bfloat16)  # exact: a later model.to(dtype) may have cast the buffer
+        y = torch._weight_int8pack_mm(rows, self.weight, scale)
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight, bias={self.bias is not None}"
+
+
+def reference_int8_linear(layer: Int8WeightOnlyLinear, x: torch.Tensor) -> torch.Tensor:
+    """The slow obvious version of ``layer(x)``: bf16-rounded input times the dequantised weight in float32.
+
+    x (..., K) -> (..., N) float32.
+    """
+    y = x.to(torch.bfloat16).float() @ layer.dequantized().T
+    return y if layer.bias is None else y + layer.bias
+
+
+@functools.cache
+def int8_kernel_available() -> bool:
+    """True when ``torch._weight_int8pack_mm`` exists here and computes a small product correctly (CPU)."""
+    op = getattr(torch, "_weight_int8pack_mm", None)
+    if op is None:
+        return False
+    try:
+        gen = torch.Generator().manual_seed(0)
+        layer = Int8WeightOnlyLinear(torch.randn(24, 64, generator=gen))
+        x = torch.randn(3, 64, generator=gen)
+        with torch.no_grad():
+            return bool(torch.allclose(layer(x), reference_int8_linear(layer, x), rtol=2e-2, atol=2e-2))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+# ------------------------------------------------------------------------------------ resolution
+
+def _cpu_has_native_bf16() -> bool:
+    from .models import cpu_supports_bf16
+
+    return cpu_supports_bf16()
+
+
+def normalize_precision(precision: str | None) -> str:
+    """The canonical name of ``precision`` (case-insensitive, aliases such as "fp32"); None means "auto".
+
+    Raises ConfigError for a name that is no precision.
+    """
+    if precision is None:
+        return "auto"
+    require(isinstance(precision, str), f"precision must be a string, one of {', '.join(PRECISIONS)}; "
+                                        f"got {precision!r}")
+    key = precision.strip().lower()
+    key = _ALIASES.get(key, key)
+    require(key in PRECISIONS, f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    return key
+
+
+def resolve_precision(precision: str | None, device: str | torch.device | None = "cpu") -> str:
+    """The concrete precision for ``device`` (never "auto").
+
+    ``"auto"``: on the CPU ``"int8"`` when the int8 kernel runs (it reads a quarter of float32's
+    bytes per token, and its kernel is faster than float32's for 1-5 rows), else bf16 on
+    CPUs with native bf16 and float32 on others; on CUDA ``"bf16"`` when the GPU supports it, else
+    ``"float32"``; on MPS ``"float32"``. An explicit name is checked against the device: ``"int8"``
+    and ``"int8-dynamic"`` are CPU-only (their kernels are torch's CPU ops), and raise ConfigError
+    elsewhere or when this torch build lacks the op.
+    """
+    from .models import resolve_device
+
+    name = normalize_precision(precision)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    if name == "auto":
+        if dev.type == "cpu":
+            return "int8" if int8_kernel_available() else ("bf16" if _cpu_has_native_bf16() else "float32")
+        if dev.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "float32"
+        return "float32"
+    if name in ("int8", "int8-dynamic"):
+        require(dev.type == "cpu", f"precision {name!r} runs on the CPU only (its kernel is a CPU op); the model "
+                                   f"is on {dev}: use 'bf16' or 'float32' there")
+    if name == "int8":
+        require(int8_kernel_available(), f"precision 'int8' needs {INT8_KERNEL}, which this torch build "
+                                         f"({torch.__version__}) does not have or cannot run; use 'float32'")
+    return name
+
+
+# -------------------------------------------------------------------------------------- applying
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by the model's parameters and buffers, each storage counted once (tied weights once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key not in seen:
+            seen.add(key)
+            total += storage.nbytes()
+    return total
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    require(param is not None, "the model has no parameters: nothing to set a precision for")
+    return param.device
+
+
+def _int8_compute_dtype() -> torch.dtype:
+    """float32 between the int8 linears unless the CPU has native bf16 (emulated bf16 costs more than it saves)."""
+    return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
+
+
+def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool = True) -> int:
+    """Replace the ``nn.Linear`` layers of ``model`` by :class:`Int8WeightOnlyLinear`, in place.
+
+    The output layer (LM head) too unless ``include_output_layer`` is False; a head tied to the
+    embedding is untied first (the embedding keeps its float weight). Other parameters keep their
+    dtype: :func:`apply_precision` then casts them to the compute dtype. Returns how many layers
+    were replaced.
+    """
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if include_output_layer:
+        _untie_output_layer(model)
+    targets = [(parent, child_name, child)
+               for parent in model.modules()
+               for child_name, child in parent.named_children()
+               if isinstance(child, torch.nn.Linear) and (include_output_layer or child is not head)]
+    for parent, child_name, child in targets:
+        setattr(parent, child_name, Int8WeightOnlyLinear.from_linear(child))
+    return len(targets)
+
+
+def _untie_output_layer(model: Any) -> None:
+    """Give the output layer its own weight when it shares the embedding's (it is about to be replaced)."""
+    out = getattr(model, "get_output_embeddings", lambda: None)()
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    if isinstance(out, torch.nn.Linear) and emb is not None and out.weight is emb.weight:
+        out.weight = torch.nn.Parameter(emb.weight.detach(), requires_grad=False)  # same storage, its own Parameter
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "tie_word_embeddings", False):
+        config.tie_word_embeddings = False  # so no later tie_weights() call points the head back at the embedding
+
+
+def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
+    """Set the weight precision of a loaded model, in place.
+
+    Args:
+        model: a causal LM (transformers ``PreTrainedModel``) in eval mode, any float dtype.
+        precision: a name of :data:`PRECISIONS` ("auto" resolves with :func:`resolve_precision`
+            for the model's device).
+        role: ``"target"`` or ``"draft"``; ``"int8-dynamic"`` is refused for a target (not batch
+            invariant).
+
+    Returns:
+        PrecisionInfo (what was applied, weight bytes before and after, the kernel).
+
+    Raises ConfigError for an unknown name or role, a precision the model's device cannot run, or
+    ``"int8-dynamic"`` for a target. A refusal leaves the model untouched.
+    """
+    require(role in ROLES, f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    device = _model_device(model)
+    name = resolve_precision(precision, device)
+    require(not (name == "int8-dynamic" and role == "target"),
+            "precision 'int8-dynamic' quantises activations with one scale per batch, so a row's logits depend "
+            "on the other rows; a target must be batch invariant: use 'int8' (weight-only) for a target, "
+            "'int8-dynamic' for a draft only")
+    before = weight_bytes(model)
+    converted, kernel = _APPLY[name](model)
+    param = next(model.parameters())
+    return PrecisionInfo(name, converted, before, weight_bytes(model), param.dtype, kernel)
+
+
+def _apply_float32(model: torch.nn.Module) -> tuple[int, str]:
+    model.float()
+    return 0, "torch.nn.functional.linear (oneDNN with cpu_linear)"
+
+
+def _apply_bf16(model: torch.nn.Module) -> tuple[int, str]:
+    from .kernels import restore_linear
+
+    restore_linear(model)  # the oneDNN wrapper only serves float32
+    model.to(torch.bfloat16)
+    return 0, "torch.nn.functional.linear (bf16)"
+
+
+def _apply_int8(model: torch.nn.Module) -> tuple[int, str]:
+    from .kernels import restore_linear
+
+    restore_linear(model)
+    count = quantize_linears_int8(model)
+    model.to(_int8_compute_dtype())  # embedding, norms and biases; int8 buffers keep their dtype
+    return count, INT8_KERNEL
+
+
+def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
+    from .kernels import quantize_draft_int8
+
+    return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
+
+
+_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16, "int8": _apply_int8, "int8-dynamic": _apply_int8_dynamic}
+
+
+def precision_of(model: torch.nn.Module) -> str:
+    """The precision a model is in now: "int8" when it has int8 weight-only layers, "int8-dynamic"
+    for torch's dynamic int8 linears, else its first parameter's dtype ("float32", "bf16", "float16")."""
+    modules = list(model.modules())
+    if any(isinstance(m, Int8WeightOnlyLinear) for m in modules):
+        return "int8"
+    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in modules):
+        return "int8-dynamic"
+    _model_device(model)  # a model without parameters has no precision
+    dtype = next(model.parameters()).dtype
+    return {torch.float32: "float32", torch.bfloat16: "bf16", torch.float16: "float16"}.get(dtype, str(dtype))
+
+
+__all__ = ["INT8_KERNEL", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "apply_precision",
+           "int8_kernel_available", "normalize_precision", "precision_of", "quantize_linears_int8", "quantize_rows_int8",
+           "reference_int8_linear", "resolve_precision", "weight_bytes"]
