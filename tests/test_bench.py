@@ -169,3 +169,30 @@ def test_mode_suffixes_sweep_gamma_and_k(dataset, tmp_path):
 def test_bad_mode_suffixes(dataset, tmp_path, bad, message):
     with pytest.raises(ConfigError, match=message):
         BenchConfig(dataset=str(dataset), out=str(tmp_path / "r.jsonl"), modes=bad)
+
+
+def test_sampled_evaluation_repeats_each_problem_and_reports_the_spread(dataset, tmp_path):
+    from lookahead_reasoning import SamplingConfig
+    from lookahead_reasoning.bench.report import fidelity_table
+
+    out = tmp_path / "sampled.jsonl"
+    config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar", "lr"), max_new_tokens=10, limit=2, samples=3)
+    runner = _runner(config)
+    runner.gen.sampling = SamplingConfig(temperature=1.0)
+    run_bench(config, runner=runner, progress=False)
+    records = load_results(out)
+    assert len(records) == 2 * 2 * 3 and {r["sample"] for r in records} == {0, 1, 2}
+    assert {r["seed"] for r in records} == {0, 1, 2} and all(r["temperature"] == 1.0 for r in records)
+    texts = {r["text"] for r in records if r["mode"] == "ar" and r["problem_id"] == records[0]["problem_id"]}
+    assert len(texts) > 1  # another seed, another sample
+    rows = {r.mode: r for r in summarize(records)}
+    assert rows["ar"].n == 6 and rows["ar"].accuracy_spread is not None
+    assert "± " in markdown_table(list(rows.values()))
+    table = fidelity_table(records)
+    assert "| lr | 6 |" in table  # every (problem, sample) compared with ar's own
+    lr = [r for r in records if r["mode"] == "lr"]
+    assert all("cycle_log" in r and "target_tokens_discarded" in r for r in lr)
+    assert all({"drafted", "target", "verdicts"} <= r["cycle_log"][0].keys() for r in lr if r["cycle_log"])
+    again = CountingRunner(_runner(config))
+    run_bench(config, runner=again, progress=False)
+    assert again.calls == []  # every (problem, mode, sample) was done

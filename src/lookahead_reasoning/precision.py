@@ -184,7 +184,7 @@ def int8_kernel_available() -> bool:
 # ------------------------------------------------------------------------------------ resolution
 
 def _cpu_has_native_bf16() -> bool:
-    from .models import cpu_supports_bf16
+    from .models.placement import cpu_supports_bf16
 
     return cpu_supports_bf16()
 
@@ -214,7 +214,7 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
     and ``"int8-dynamic"`` are CPU-only (their kernels are torch's CPU ops), and raise ConfigError
     elsewhere or when this torch build lacks the op.
     """
-    from .models import resolve_device
+    from .models.placement import resolve_device
 
     name = normalize_precision(precision)
     dev = device if isinstance(device, torch.device) else resolve_device(device)

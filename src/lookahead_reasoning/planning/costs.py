@@ -39,7 +39,7 @@ TARGET_GRID: dict[int, tuple[int, ...]] = {1: (1, 2, 4, 6, 9, 13, 17, 25, 48, 96
                                            3: (1, 3, 6, 9, 13)}
 DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4)}
 PREFIX = 256  # cached prefix tokens of the profile
-LONG_PREFIX = 1024  # a second prefix length, for the cost of attending to more context
+LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more context
 FORMAT = 1
 
 
