@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job: install, then one real Lookahead Reasoning run on the offline pair
-# (Qwen2.5-Coder 0.5B drafts, 1.5B verifies, MiniLM embedding verifier with the numbers check) on a GSM8K problem,
-# with the autoregressive run of the same target in the same process for the speedup.
-# Extra arguments go to `lookahead-reasoning lr` (e.g. --index 3, --mode lr-sd, -k 4).
+# The main job: install, then answer a GSM8K problem with mode auto on the offline pair (Qwen2.5-Coder
+# 0.5B drafts for the 1.5B; a planner measures this machine's forward costs once, then picks every
+# cycle's plan: token SD, Lookahead Reasoning or both), with plain decoding of the same target in the
+# same process for the speedup.
+# Extra arguments go to `lookahead-reasoning lr` (e.g. --index 3, --mode lr-sd, --details).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -48,7 +48,7 @@ def test_lr_exact_with_identical_real_models_equals_ar(small_fp32):
     from lookahead_reasoning.prompts import math_messages
 
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")  # same weights, own counters
-    gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact", k=3, steps=StepConfig())
+    gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact", k=3, steps=StepConfig(), mode="lr")
     messages = math_messages(_questions(1)[0])
     ar = generate(small_fp32, small_fp32.prompt_ids(messages), max_new_tokens=64)
     lr = gen.generate(messages, max_new_tokens=64)
@@ -68,6 +68,27 @@ def test_lr_pair_with_embedding_verifier_runs():
     summary = result.summary()
     assert summary["cycles"] >= 1 and summary["judged_pairs"] >= 1
     assert all(-1.0 <= v.score <= 1.0 for c in result.stats.cycles for v in c.verdicts)
+
+
+@pytest.mark.real
+def test_auto_measures_the_machine_and_stays_lossless(small_fp32, tmp_path):
+    """Mode auto on the real 0.5B as target and draft, exact verifier, float32: it profiles the model
+    (a cost table on disk), plans every cycle, and writes greedy AR's text."""
+    from lookahead_reasoning import LookaheadGenerator
+    from lookahead_reasoning.decoding import generate
+    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.planning import PlannerConfig
+    from lookahead_reasoning.prompts import math_messages
+
+    draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")
+    gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact",
+                             planner=PlannerConfig(cache_dir=str(tmp_path), progress=False))
+    messages = math_messages(_questions(2)[1])
+    ar = generate(small_fp32, small_fp32.prompt_ids(messages), max_new_tokens=48)
+    auto = gen.generate(messages, max_new_tokens=48)
+    assert auto.mode == "auto" and auto.token_ids == ar.token_ids
+    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles) > 0
+    assert auto.summary()["predicted_tok_s"] > 0 and list(tmp_path.rglob("*.json"))
 
 
 @pytest.mark.real
@@ -97,8 +118,9 @@ def test_lr_exact_with_real_pair_equals_target_ar():
     from lookahead_reasoning.prompts import math_messages
 
     target, draft = _load("qwen2.5-coder-1.5b", "float32"), _load("qwen2.5-coder-0.5b", "float32")
-    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=3)
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=3, draft_quantize=None)
     for question in _questions(3):
         messages = math_messages(question)
         ar = generate(target, target.prompt_ids(messages), max_new_tokens=128)
-        assert gen.generate(messages, max_new_tokens=128).token_ids == ar.token_ids
+        for mode in ("lr", "auto"):
+            assert gen.generate(messages, mode=mode, max_new_tokens=128).token_ids == ar.token_ids, mode
