@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             if spec is None:
                 raise SystemExit(f"{name!r} is not an offline model ({', '.join(models.offline_names())})")
             converted = cache / spec.name / models.CONVERTED_SUBDIR
-            if models._converted_ok(converted, spec):
+            if models.offline._converted_ok(converted, spec):
                 first = None
             else:
                 first = _run_child("first", spec.name, cache)

@@ -26,7 +26,7 @@ per variant, graded, with the number of problems each variant gets right (slow: 
 in float32). ``--accuracy-draft qwen2.5-coder-0.5b`` decodes them with greedy speculative decoding
 instead, which emits the same tokens as greedy AR (the library's lossless guarantee) in less time.
 
-Numbers in the project's precision report came from a 2-core AMD EPYC (KVM guest) with AVX2 and no
+The numbers in benchmarks/README.md came from a 2-core AMD EPYC (KVM guest) with AVX2 and no
 avx512 at all (``grep -o avx512_bf16 /proc/cpuinfo`` prints nothing), torch 2.13.0+cpu, 24 GiB RAM.
 The machine should be otherwise idle (wrap the command in the project's CPU lock).
 """

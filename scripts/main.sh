@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: install, then answer a GSM8K problem with mode auto on the offline pair (Qwen2.5-Coder
+# Install, then answer a GSM8K problem with mode auto on the offline pair (Qwen2.5-Coder
 # 0.5B drafts for the 1.5B; a planner measures this machine's forward costs once, then picks every
 # cycle's plan: token SD, Lookahead Reasoning or both), with plain decoding of the same target in the
 # same process for the speedup.

@@ -1,6 +1,6 @@
 """Record (or check) the greedy token ids of every decoding mode on a few GSM8K problems.
 
-The file this writes, ``tests/fixtures/greedy_outputs.json``, is what a restructuring of the code must
+The file this writes, ``tests/fixtures/greedy_outputs.json``, is what every version of the code must
 reproduce token for token: ``pytest -m slow tests/test_recorded_outputs.py`` reruns the same settings
 and compares. Float32 on the CPU, so that the lossless modes are exactly reproducible.
 
@@ -28,7 +28,7 @@ SETTINGS = {
 
 def run(settings: dict) -> dict[str, dict[str, list[int]]]:
     from lookahead_reasoning import LookaheadGenerator
-    from lookahead_reasoning.decoding.lookahead import TokenSD
+    from lookahead_reasoning.decoding.cycle import TokenSD
     from lookahead_reasoning.prompts import math_messages
 
     gen = LookaheadGenerator(

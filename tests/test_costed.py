@@ -70,11 +70,13 @@ def test_drafted_counts_form_a_distribution():
         assert (both * range(pmf.size)).sum() >= (pmf * range(pmf.size)).sum() - 1e-12  # the max of 3 draws is larger
 
 
-def test_costed_sync_reduces_to_the_batched_formula():
-    target = linear_costs(0.5, 0.35, 0.0)
-    for k1, a, c in ((2, 0.5, 0.1), (3, 0.7, 0.2), (4, 0.2, 0.05)):
-        beta = target(k1, 1) / target(1, 1)
-        assert f_sync_costed(k1, a, c, target) == pytest.approx(f_sync_batched(k1, a, c, beta))
+def test_costed_sync_reads_beta_off_the_table_and_matches_its_simulation():
+    from lookahead_reasoning.theory import simulate_lr_sync
+
+    target = linear_costs(0.5, 0.35, 0.2)  # a batch of rows costs more the more tokens each row feeds
+    for i, (k1, a, c, n) in enumerate(((2, 0.5, 0.1, 1), (3, 0.7, 0.2, 1), (2, 0.6, 0.05, 13))):
+        sim = simulate_lr_sync(k1, a, c, cycles=20_000, seed=10 + i, beta=target(k1, n) / target(1, n))
+        assert sim.agrees(f_sync_costed(k1, a, c, target, n)), (k1, n)
     assert f_sync_costed(1, 0.5, 0.1, target) == 1.0
 
 

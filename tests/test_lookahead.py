@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.lookahead import CycleTools, LRState, StepWriter, Translator, target
+from lookahead_reasoning.decoding.cycle import CycleTools, LRState
+from lookahead_reasoning.decoding.lookahead import target
+from lookahead_reasoning.decoding.writers import StepWriter, Translator
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.decoding.steps import Step, split_steps
 from lookahead_reasoning.render import render_html, render_terminal
@@ -176,8 +178,8 @@ def test_width_alternative_rescues_a_rejected_draft(monkeypatch):
     gen = _lr(OTHER, k=2, prompt=prompt, width=3, verifier=ScriptedVerifier(lambda d, t: False))
     accept_all = ScriptedVerifier(lambda d, t: True)
     original = lr_mod.rescue
-    monkeypatch.setattr(lr_mod, "rescue", lambda alts, m, written, tools: original(
-        alts, m, written, dataclasses.replace(tools, verifier=accept_all)))
+    monkeypatch.setattr(lr_mod, "rescue", lambda alts, verdicts, m, written, tools: original(
+        alts, verdicts, m, written, dataclasses.replace(tools, verifier=accept_all)))
     result = gen.generate(prompt, max_new_tokens=40)
     rescued = [c for c in result.stats.cycles if c.alt_verdicts]
     assert rescued and accept_all.seen

@@ -40,11 +40,15 @@ def test_the_custom_verifier_example_runs():
     same, different = verifier.verify([("so 3 + 4 = 7", "3 plus 4 gives 7"), ("so 3 + 4 = 7", "it is 8")])
     assert same.accepted and not different.accepted
     target = tiny_lm(0)
-    gen = LookaheadGenerator(target=target, draft=tiny_lm(0), verifier=verifier, mode="lr", k=2,
-                             steps=StepConfig(("e",), 12))
     prompt = [5, 6, 7]
-    result = gen.generate(prompt, max_new_tokens=30)
-    assert result.stats.judged > 0  # the README's verifier judged the pairs
+    steps = StepConfig(("e",), 12)
+    # A random pair rarely meets one delimiter inside 12 tokens, so the other pair splits at several;
+    # and a random draft doubts every step it writes, so it is not stopped for that.
+    other = LookaheadGenerator(target=target, draft=tiny_lm(1), verifier=verifier, mode="lr", k=2,
+                               steps=StepConfig(tuple("aeiouGWN"), 12), draft_stop_below=None)
+    assert other.generate(prompt, max_new_tokens=80).stats.judged > 0  # the README's verifier judged the pairs
+    same_pair = LookaheadGenerator(target=target, draft=tiny_lm(0), verifier=verifier, mode="lr", k=2, steps=steps)
+    result = same_pair.generate(prompt, max_new_tokens=30)
     assert result.token_ids == generate(target, prompt, max_new_tokens=30).token_ids  # draft == target: kept
 
 

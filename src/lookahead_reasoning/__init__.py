@@ -5,8 +5,8 @@ The front door is :class:`LookaheadGenerator`; the decoding loops live in
 the speedup formulas in :mod:`lookahead_reasoning.theory`.
 """
 
-from .decoding.lookahead import LRStats, TokenSD
-from .decoding.results import GenerationResult, SDStats
+from .decoding.cycle import TokenSD
+from .decoding.results import GenerationResult, LRStats, SDStats
 from .decoding.steps import StepConfig
 from .errors import ConfigError, LookaheadError, ModelLoadError, PromptError, TokenizerMismatchError, VerifierError
 from .generator import LookaheadGenerator

@@ -33,8 +33,9 @@ def _add_prompt_args(p: argparse.ArgumentParser, max_new_tokens: int = DEFAULT_M
     g.add_argument("--seed", type=int, default=0)
 
 
-def _check_prompt_args(args: argparse.Namespace) -> None:
-    require(args.max_new_tokens >= 0, f"--max-new-tokens must be an integer >= 0, got {args.max_new_tokens}")
+def _check_prompt_args(args: argparse.Namespace, minimum_tokens: int = 0) -> None:
+    require(args.max_new_tokens >= minimum_tokens,
+            f"--max-new-tokens must be an integer >= {minimum_tokens}, got {args.max_new_tokens}")
     require(args.prompt is None or args.prompt.strip() != "", "--prompt is empty: give a question", PromptError)
     require(args.prompt is None or args.dataset is None, "give --prompt or --dataset, not both")
     require(args.index >= 0, f"--index must be >= 0 (a 0-based problem number), got {args.index}")
@@ -90,7 +91,11 @@ def cmd_lr(args: argparse.Namespace) -> int:
 
     settings = generator_settings(args)
     settings.check()
-    _check_prompt_args(args)
+    _check_prompt_args(args, minimum_tokens=1)  # the speedup compares tokens per second
+    if args.html:
+        from .bench.runner import check_writable
+
+        check_writable(Path(args.html))
     prompt, gold = _question(args)
     print(f"loading target {settings.target}, draft {settings.draft}, verifier {settings.verifier.name} ...", flush=True)
     gen = settings.build()
@@ -109,7 +114,7 @@ def cmd_lr(args: argparse.Namespace) -> int:
     print("\n\n=== trace (green: drafted steps accepted; yellow: target steps) ===")
     print(render_terminal(main, color=sys.stdout.isatty() or args.color, details=args.details))
     summary = main.summary()
-    if "ar" in results and args.mode != "ar":
+    if "ar" in results and args.mode != "ar" and results["ar"].num_tokens:
         ar = results["ar"]
         summary["ar_tokens_per_s"] = round(ar.tokens_per_s, 3)
         summary["speedup_vs_ar"] = round(main.tokens_per_s / ar.tokens_per_s, 3)

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import NGramDrafter, check_same_vocabulary, check_stop_below
-from .decoding.lookahead import TokenSD, generate_lr
+from .decoding.cycle import TokenSD
+from .decoding.lookahead import generate_lr
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .decoding.steps import StepConfig
@@ -61,6 +62,7 @@ class LookaheadGenerator:
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
             (what the command line builds; checked before any model loads).
         mode: the mode ``generate`` runs when it is not given one (see :mod:`lookahead_reasoning.presets`).
+            Mode ``auto`` supports one draft per position (``width=1``).
         k: drafted steps per cycle (k >= 1) for the step modes; None takes each mode's preset (in
             ``auto``: the most drafted steps a plan may use).
         width: drafts per position (W >= 1). W - 1 alternatives are sampled (at ``alt_temperature``
@@ -110,37 +112,16 @@ class LookaheadGenerator:
         precision: str | None = None,
         **load_kwargs: Any,
     ):
-        # every setting is checked before any model loads
         self.mode = check_mode(mode)
-        if k is not None:
-            mode_k("lr", k)
-        if gamma is not None:
-            mode_gamma("sd", gamma)
-        require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
-        require(draft_quantize in (None, "none", "int8", "auto"),
-                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
-        check_stop_below(draft_stop_below)
-        from .verifiers import VerifierSettings, check_verifier_settings, check_verifier_spec
-
-        if isinstance(verifier, str):
-            check_verifier_spec(verifier, **(verifier_kwargs or {}))
-        elif isinstance(verifier, VerifierSettings):
-            check_verifier_settings(verifier)
         self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
-        self.draft_stop_below = draft_stop_below
+        self.draft_stop_below, self.planner, self._planning = draft_stop_below, planner, None
         self.steps = steps or StepConfig()
         self.token_sd = token_sd or TokenSD(target="draft", draft="ngram")
         self.sampling = sampling or SamplingConfig()
-        self.planner = planner
-        self._planning = None
-        if precision is not None:
-            from .precision import normalize_precision
-
-            normalize_precision(precision)
+        self._check_settings(verifier, verifier_kwargs, draft_quantize, precision)  # before any model loads
         self.target = as_lm(target, **load_kwargs, **({"precision": precision} if precision is not None else {}))
-        owned_draft = isinstance(draft, str)
         self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)
-        self.draft_quantize = self._quantize_draft(draft_quantize, owned_draft)
+        self.draft_quantize = self._quantize_draft(draft_quantize, owned=isinstance(draft, str))
         if self.draft is self.target:  # separate counters for the two roles
             self.draft = LM(self.target.model, self.target.tokenizer, self.target.name)
         try:
@@ -150,15 +131,46 @@ class LookaheadGenerator:
             self.same_vocab = False
             log.warning("draft and target tokenizers differ: steps are passed as text, and token-level "
                         "SD with the draft model is off for this pair (n-gram SD still works)")
+        self.verifier = self._build_verifier(verifier, verifier_kwargs, load_kwargs.get("device"))
+
+    def _check_settings(self, verifier: Any, verifier_kwargs: dict | None, draft_quantize: str | None,
+                        precision: str | None) -> None:
+        """Every setting that can be checked without a model, so that a mistake costs no loading."""
+        from .verifiers import VerifierSettings, check_verifier_settings, check_verifier_spec
+
+        if self.k is not None:
+            mode_k("lr", self.k)
+        if self.gamma is not None:
+            mode_gamma("sd", self.gamma)
+        require(isinstance(self.width, int) and self.width >= 1,
+                f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
+        require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
+                "prices one draft per position); use mode lr or lr-sd for several drafts per position")
+        require(draft_quantize in (None, "none", "int8", "auto"),
+                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
+        check_stop_below(self.draft_stop_below)
+        if precision is not None:
+            from .precision import normalize_precision
+
+            normalize_precision(precision)
         if isinstance(verifier, str):
-            from .verifiers import make_verifier
+            check_verifier_spec(verifier, **(verifier_kwargs or {}))
+        elif isinstance(verifier, VerifierSettings):
+            check_verifier_settings(verifier)
+        else:
+            require(callable(getattr(verifier, "verify", None)),
+                    f"verifier must be a name, a VerifierSettings or an object with .name and .verify(pairs); "
+                    f"got {type(verifier).__name__}")
 
-            verifier = make_verifier(verifier, **(verifier_kwargs or {}))
-        elif isinstance(verifier, VerifierSettings):  # may need the target (target-score, --judge-model target)
-            from .verifiers import build_verifier
+    def _build_verifier(self, verifier: Any, verifier_kwargs: dict | None, device: Any) -> Any:
+        """The verifier object: built from a name or settings (some need the target, e.g. target-score)."""
+        from .verifiers import VerifierSettings, build_verifier, make_verifier
 
-            verifier = build_verifier(verifier, target_lm=self.target, device=load_kwargs.get("device"))
-        self.verifier = verifier
+        if isinstance(verifier, str):
+            return make_verifier(verifier, **(verifier_kwargs or {}))
+        if isinstance(verifier, VerifierSettings):
+            return build_verifier(verifier, target_lm=self.target, device=device)
+        return verifier
 
     def _quantize_draft(self, choice: str | None, owned: bool) -> str | None:
         """Apply ``draft_quantize``; returns what was done ("int8" or None)."""
@@ -188,6 +200,8 @@ class LookaheadGenerator:
     def _prompts(self, prompt: str | list[dict[str, str]] | list[int], raw: bool) -> tuple[list[int], list[int]]:
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
             require(self.same_vocab, "a prompt given as token ids needs draft and target to share a tokenizer")
+            require(all(0 <= t < self.target.vocab_size for t in prompt),
+                    f"prompt token ids must be in [0, {self.target.vocab_size}) (the target's vocabulary)")
             return list(prompt), list(prompt)
         target_ids = self.target.prompt_ids(prompt, raw=raw)
         draft_ids = target_ids if self.same_vocab else self.draft.prompt_ids(prompt, raw=raw)
@@ -205,7 +219,7 @@ class LookaheadGenerator:
 
         probe = math_messages("What is 2 + 3?")
         for mode in modes:
-            self.generate(probe, mode=mode, max_new_tokens=tokens)
+            self.generate(probe, mode=mode, max_new_tokens=tokens, learn=False)
         if any(m in STEP_MODES for m in modes):
             # the same numbers on both sides, so a numbers check passes and the embedding model runs too
             self.verifier.verify([("Add 2 and 3 to get 5.", "2 plus 3 is 5.")])
@@ -222,16 +236,24 @@ class LookaheadGenerator:
         on_text: Callable[[str], None] | None = None,
         gamma: int | None = None,
         k: int | None = None,
+        learn: bool = True,
     ) -> GenerationResult:
         """Answer ``prompt``: a question, chat messages, or token ids (used as they are).
 
         ``mode`` defaults to the generator's. ``raw=True`` uses a text prompt as it is, without the
         chat template. ``gamma`` and ``k`` override the drafted tokens per iteration and drafted steps
-        per cycle for this call (a benchmark sweeps them with the models loaded once).
+        per cycle for this call (a benchmark sweeps them with the models loaded once); in mode
+        ``auto``, ``k`` caps the drafted steps of a plan and gamma is the planner's to choose.
+        ``learn=False`` (mode ``auto``): plan with what is known, but keep nothing of this call.
         """
         mode = check_mode(self.mode if mode is None else mode)
         require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
                 f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        require(mode != "auto" or gamma is None, "mode auto chooses gamma itself every cycle; give gamma to sd, "
+                "sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
+        require(mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        if mode == "auto":
+            return self._generate_auto(prompt, raw, max_new_tokens, seed, on_text, self.k if k is None else k, learn)
         gamma = mode_gamma(mode, self.gamma if gamma is None else gamma, self.token_sd.target)
         k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None
         target_ids, draft_ids = self._prompts(prompt, raw)
@@ -244,13 +266,32 @@ class LookaheadGenerator:
             drafter = self.draft if mode == "sd" else NGramDrafter(self.token_sd.ngram_max, self.token_sd.ngram_min)
             return generate_sd(self.target, target_ids, drafter, gamma=gamma, draft_stop_below=self.draft_stop_below,
                                **common)
-        lr = dict(draft_prompt_ids=draft_ids, steps=self.steps, width=self.width, alt_temperature=self.alt_temperature,
-                  draft_stop_below=self.draft_stop_below, same_vocab=self.same_vocab, **common)
-        if mode == "auto":
-            from .planning import generate_auto
-
-            return generate_auto(self.target, self.draft, target_ids, self.verifier, max_k=k,
-                                 config=self.planner, planning=self.planning(), **lr)
         token_sd = TokenSD(self.token_sd.target, self.token_sd.draft, gamma, self.token_sd.ngram_max,
                            self.token_sd.ngram_min) if mode == "lr-sd" else None
-        return generate_lr(self.target, self.draft, target_ids, self.verifier, k=k, token_sd=token_sd, **lr)
+        return generate_lr(self.target, self.draft, target_ids, self.verifier, k=k, token_sd=token_sd,
+                           draft_prompt_ids=draft_ids, steps=self.steps, width=self.width,
+                           alt_temperature=self.alt_temperature, draft_stop_below=self.draft_stop_below,
+                           same_vocab=self.same_vocab, **common)
+
+    def _generate_auto(self, prompt, raw: bool, max_new_tokens: int, seed: int | None, on_text, max_k: int | None,
+                       learn: bool) -> GenerationResult:
+        """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
+        of them when ``learn`` is False)."""
+        import copy
+        import dataclasses
+
+        from .planning import PlannerConfig, generate_auto
+
+        if max_k is not None:
+            require(isinstance(max_k, int) and not isinstance(max_k, bool) and max_k >= 0,
+                    f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {max_k!r}")
+        config = self.planner or PlannerConfig()
+        planning = self.planning()
+        if not learn:
+            config = dataclasses.replace(config, learn=False, refine=False)
+            planning = copy.deepcopy(planning)
+        target_ids, draft_ids = self._prompts(prompt, raw)
+        return generate_auto(self.target, self.draft, target_ids, self.verifier, draft_prompt_ids=draft_ids,
+                             max_k=max_k, config=config, planning=planning, steps=self.steps,
+                             sampling=self.sampling, draft_stop_below=self.draft_stop_below,
+                             same_vocab=self.same_vocab, max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)

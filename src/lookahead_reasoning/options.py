@@ -15,8 +15,8 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import require
-from .presets import DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, MAX_STEP_TOKENS
+from .errors import LookaheadError, require
+from .presets import DEFAULT_DRAFT, DEFAULT_MODE, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, MAX_STEP_TOKENS
 from .verifiers.options import VerifierSettings, add_verifier_args, check_verifier_settings, verifier_settings_from_args
 
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
@@ -29,7 +29,7 @@ class GeneratorSettings:
     target: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
     verifier: VerifierSettings = field(default_factory=VerifierSettings)
-    mode: str = "auto"
+    mode: str = DEFAULT_MODE
     k: int | None = None
     width: int = 1
     gamma: int | None = None
@@ -72,15 +72,19 @@ class GeneratorSettings:
         require(bool(self.target and self.target.strip()), "--target must name a model")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
         if self.precision is not None:
-            from .precision import PRECISIONS
+            from .precision import normalize_precision
 
-            require(self.precision in PRECISIONS and self.precision != "int8-dynamic",
+            try:
+                name = normalize_precision(self.precision)
+            except LookaheadError:
+                name = None
+            require(name not in (None, "int8-dynamic"),
                     f"--precision must be one of auto, float32, bf16, int8, got {self.precision!r}")
         check_verifier_settings(self.verifier)
 
     def build(self, **overrides: Any):
         """Load the models and build the generator (``overrides``: LookaheadGenerator arguments)."""
-        from .decoding.lookahead import TokenSD
+        from .decoding.cycle import TokenSD
         from .decoding.steps import StepConfig
         from .generator import LookaheadGenerator
         from .planning import PlannerConfig

@@ -54,7 +54,7 @@ GPUs), else ``"float32"``; elsewhere ``"float32"``.
 What the user gives up with int8: the logits move by the int8 rounding of the weights (about 0.4%
 of each row's largest weight) and the bf16 rounding of each linear's input, so the greedy text can
 differ from the float32 model's after some tokens; accuracy on GSM8K stays within the noise of a
-few problems (see the project's precision report). Speculative decoding stays lossless with
+few problems (benchmarks/README.md has the measured table). Speculative decoding stays lossless with
 respect to the quantised target. The model is for inference: the LM head is no longer tied to
 the embedding, and the int8 layers are not meant to be saved with ``save_pretrained``.
 """

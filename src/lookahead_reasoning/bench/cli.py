@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import require
+from ..presets import DEFAULT_MAX_NEW_TOKENS
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                    help="runs of every (problem, mode), seeds --seed, --seed + 1, ... (with --temperature > 0)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--on-error", default="raise", choices=["raise", "skip"], help="malformed dataset lines")
-    d.add_argument("--max-new-tokens", type=int, default=512)
+    d.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     d.add_argument("--no-progress", action="store_true")
     d.add_argument("--report", action="store_true", help="print the report when done")
     add_generator_args(b, mode=False)

@@ -280,7 +280,7 @@ def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, prog
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset)
     path = Path(config.out)
     check_writable(path)
-    done = done_pairs(path)
+    done = {(key[0], key[1]) for key in done_pairs(path)}  # (problem id, mode), whatever else the key holds
     todo = [p for p in problems if (p.id, "problem") not in done]
     if not todo:
         return path

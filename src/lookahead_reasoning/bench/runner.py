@@ -16,7 +16,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -285,4 +285,4 @@ def _progress(total: int, enabled: bool, desc: str):
     return tqdm(total=total, disable=not enabled, desc=desc, unit="run")
 
 
-__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "parse_mode", "run_bench", "shard_path", "done_pairs", "asdict"]
+__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "parse_mode", "run_bench", "shard_path", "done_pairs"]

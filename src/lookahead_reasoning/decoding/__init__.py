@@ -1,8 +1,11 @@
 """Hand-written decoding loops: autoregressive, token-level speculative, and Lookahead Reasoning."""
 
 from .autoregressive import decode_rows, generate
+from .lookahead import generate_lr, run_cycle
 from .reference import generate_lr_reference
 from .results import GenerationResult, SDStats
 from .session import Session
+from .speculative import decode_rows_sd, generate_sd
 
-__all__ = ["GenerationResult", "SDStats", "Session", "decode_rows", "generate", "generate_lr_reference"]
+__all__ = ["GenerationResult", "SDStats", "Session", "decode_rows", "decode_rows_sd", "generate", "generate_lr",
+           "generate_lr_reference", "generate_sd", "run_cycle"]

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import require
 from ..lm import LM
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
@@ -30,6 +31,13 @@ class TokenSD:
     gamma: int = 4
     ngram_max: int = 3
     ngram_min: int = 1
+
+    def __post_init__(self) -> None:
+        require(self.target in (None, "ngram", "draft"),
+                f"TokenSD target (who drafts tokens for the target's rows) must be None, 'ngram' or 'draft', got {self.target!r}")
+        require(self.draft in (None, "ngram"),
+                f"TokenSD draft (who drafts tokens inside the draft's steps) must be None or 'ngram', got {self.draft!r}")
+        require(isinstance(self.gamma, int) and self.gamma >= 1, f"TokenSD gamma must be an integer >= 1, got {self.gamma!r}")
 
 
 @dataclass
@@ -78,10 +86,11 @@ class CycleTools:
 
 def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepConfig, sampling: SamplingConfig,
                generator: torch.Generator, stats: LRStats, same_vocab: bool, token_sd: TokenSD | None = None,
-               gamma: int = 4, width: int = 1, alt_temperature: float = 0.7,
+               width: int = 1, alt_temperature: float = 0.7,
                draft_stop_below: float | None = None, share_single: bool = False) -> CycleTools:
     """Wire the writers, drafters and translator of one generation (``token_sd`` None: no SD in steps)."""
     target_drafter = draft_drafter = row_drafter = None
+    gamma = token_sd.gamma if token_sd is not None else TokenSD().gamma  # without token SD, no writer drafts
     if token_sd is not None:
         stats.target_sd, stats.draft_sd = SDStats(gamma=token_sd.gamma), SDStats(gamma=token_sd.gamma)
         ngram = NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
@@ -92,7 +101,6 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepCo
             row_drafter = draft_model_rows(draft_lm, sampling, generator, draft_stop_below, share_single)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
-        gamma = token_sd.gamma
     alt_writer = None
     if width > 1:  # alternatives must differ from the main draft: they are sampled
         alt_sampling = sampling if not sampling.greedy else SamplingConfig(temperature=alt_temperature)

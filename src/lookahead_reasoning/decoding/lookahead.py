@@ -6,7 +6,8 @@ the paper's four steps, each a function below:
   1. :func:`draft`   the draft model writes up to k steps s^_1..s^_k, one after another, each ending
                      at a delimiter, EOS or the step cap (it stops early after a step that does not
                      end on a delimiter: what would follow it does not start a step);
-  2. :func:`target`  in ONE batched generation over R = (complete drafted steps) + 1 rows, row j
+  2. :func:`target`  in ONE batched generation over R rows (one per drafted step that ends on a
+                     delimiter and leaves budget, plus one), row j
                      writes the target's own step s_j from x + s^_1..s^_{j-1}. The rows start from
                      copies of x's KV cache (nothing of x is recomputed); each stops at its own step end;
   3. :func:`verify`  the verifier judges each pair (s^_j, s_j), row by row as the rows finish; a
@@ -77,15 +78,16 @@ def run_cycle(state: LRState, k: int, tools: CycleTools, gamma: int | None = Non
     an SD iteration that runs past the step's end keeps what it accepted there.
     """
     laps, before = Laps(), state.generated
-    with laps("draft"):
-        drafted = draft(state, k, tools)
-        alternatives = draft_alternatives(state, drafted, tools)
-    with laps("target"):
-        written = target(state, drafted, tools, gamma, gate, overshoot and not drafted)
-    with laps("verify"):
-        verdicts, m = verify(written)
-        alt_verdicts, rescued = rescue(alternatives, m, written, tools)
-    m, appended = accept(state, written.judged, written, m, rescued, tools.translator)
+    with laps:  # the whole span, bookkeeping included (wall_s)
+        with laps("draft"):
+            drafted = draft(state, k, tools)
+            alternatives = draft_alternatives(state, drafted, tools)
+        with laps("target"):
+            written = target(state, drafted, tools, gamma, gate, overshoot and not drafted)
+        with laps("verify"):
+            verdicts, m = verify(written)
+            alt_verdicts, rescued = rescue(alternatives, verdicts, m, written, tools)
+        m, appended = accept(state, written.judged, written, m, rescued, tools.translator)
     laps.move("target", "verify", written.judge_s)  # the early verdicts were given during step 2
     return CycleTrace(drafted if rescued is None else drafted[:m - 1] + [rescued], written.steps, verdicts, m,
                       appended, laps["draft"], laps["target"], laps["verify"], len(written.rows),
@@ -238,11 +240,13 @@ def verify(written: TargetPass) -> tuple[list[Verdict], int]:
     return verdicts, m
 
 
-def rescue(alternatives: list[list[Step]], m: int, written: TargetPass,
+def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, written: TargetPass,
            tools: CycleTools) -> tuple[list[Verdict], Step | None]:
     """With width > 1: judge the alternatives at position m (the first rejected draft); the first one
-    the verifier accepts stands in for the target's correction there."""
-    if m >= len(alternatives) or m >= len(written.steps) or not alternatives[m]:
+    the verifier accepts stands in for the target's correction there. Nothing happens when no
+    drafted step was rejected (row m is then a bonus row, not a correction)."""
+    rejected = m < len(verdicts) and not verdicts[m].accepted
+    if not rejected or m >= len(alternatives) or m >= len(written.steps) or not alternatives[m]:
         return [], None
     candidates = [a for a in alternatives[m] if a.complete]
     if not candidates:
@@ -271,7 +275,8 @@ def accept(state: LRState, drafted: list[Step], written: TargetPass, m: int, res
         last = written.steps[m]
     else:  # every drafted step kept, the last ends the generation (EOS or budget)
         state.target = branches.select([len(rows) - 1])
-        state.target.set_rows([rows[-1] + translator.to_target(drafted[m - 1])])
+        room = state.max_new_tokens - (len(rows[-1]) - state.prompt_len_target)  # another tokenizer may need more
+        state.target.set_rows([rows[-1] + translator.to_target(drafted[m - 1])[:room]])
         last = drafted[m - 1]
     generated = state.target.rows[0][state.prompt_len_target:]
     state.draft.set_rows([state.draft.rows[0][:state.prompt_len_draft] + translator.to_draft(generated)])
@@ -310,6 +315,9 @@ def generate_lr(
     shared vocabulary). ``token_sd`` turns on token-level SD inside steps (mode "lr-sd").
     """
     require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
+    require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
+            f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     sampling = sampling or SamplingConfig()
     generator = make_generator(seed)
     stats = LRStats(k=k)
@@ -346,5 +354,5 @@ def finish_lr(state: LRState, stats: LRStats, target_lm: LM, draft_lm: LM, t_bef
                             t_used.calls, wall, mode=mode, stats=stats)
 
 
-__all__ = ["CycleTools", "Gate", "LRState", "StepWriter", "TargetPass", "TokenSD", "Translator", "accept", "draft",
-           "draft_alternatives", "finish_lr", "generate_lr", "make_tools", "rescue", "run_cycle", "target", "verify"]
+__all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "finish_lr", "generate_lr", "rescue",
+           "run_cycle", "score_chain", "target", "target_rows", "verify"]

@@ -86,7 +86,7 @@ class PlanNote:
 
     plan: str  # e.g. "ar", "sd@g12", "lr@k1g8" (see lookahead_reasoning.planning.Plan.label)
     predicted_tok_s: float
-    rows: int = 1  # target rows the cycle ran after the step gate (k + 1 when nothing was gated)
+    rows: int = 1  # target rows the cycle ran, after the step gate (at most k + 1)
 
 
 @dataclass

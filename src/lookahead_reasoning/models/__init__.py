@@ -26,7 +26,6 @@ Three modules, three jobs:
 from .loading import LoadedModel, as_loaded, load_model
 from .offline import (CHUNK_BYTES, CONVERTED_MARKER, CONVERTED_SUBDIR, HASH_MARKER_SUFFIX, OFFLINE_MODELS,
                       OfflineModel, cache_root, convert_offline, offline_gguf, offline_names, offline_spec, part_files)
-from .offline import _converted_ok  # noqa: F401  (benchmarks/load_time.py checks the cache with it)
 from .placement import cpu_supports_bf16, resolve_attn_implementation, resolve_device, resolve_dtype
 
 __all__ = [

@@ -27,13 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..decoding.lookahead import LRState, TokenSD, finish_lr, make_tools, run_cycle
+from ..decoding.cycle import CycleTools, LRState, TokenSD, make_tools
+from ..decoding.lookahead import finish_lr, run_cycle
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
 from ..decoding.session import Session
 from ..decoding.steps import StepConfig
 from ..decoding.streaming import TextStreamer
 from ..decoding.timing import Laps
 from ..lm import LM
+from ..presets import DRAFT_STOP_BELOW
 from ..sampling import SamplingConfig, make_generator
 from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
 from .estimates import Book, load_book, save_book
@@ -82,13 +84,11 @@ def generate_auto(
     planning: Planning | None = None,
     steps: StepConfig | None = None,
     sampling: SamplingConfig | None = None,
-    draft_stop_below: float | None = 0.4,
+    draft_stop_below: float | None = DRAFT_STOP_BELOW,
     same_vocab: bool = True,
     max_new_tokens: int = 256,
     seed: int | None = 0,
     on_text: Callable[[str], None] | None = None,
-    width: int = 1,
-    alt_temperature: float = 0.7,
 ) -> GenerationResult:
     """Adaptive speculation for one prompt (module docstring). ``planning`` carries the cost table and
     book across calls (loaded, or measured, when None); ``max_k`` caps the drafted steps of a plan."""
@@ -128,7 +128,8 @@ def generate_auto(
     return finish_lr(state, stats, target_lm, draft_lm, t_before, d_before, wall.total(), streamer, "auto")
 
 
-def _cycle(state: LRState, planner: Planner, tools, target_lm: LM, draft_lm: LM, stats: LRStats) -> CycleTrace:
+def _cycle(state: LRState, planner: Planner, tools: CycleTools, target_lm: LM, draft_lm: LM,
+           stats: LRStats) -> CycleTrace:
     """Steps 1-3 of the module docstring for one cycle."""
     context = len(state.target.rows[0])
     choice = planner.choose(context)

@@ -25,7 +25,7 @@ import re
 import statistics
 import time
 from bisect import bisect_left
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ class CostTable:
     def attach(self, target_lm: LM, draft_lm: LM) -> None:
         """Refine both grids from every forward the two models make from now on."""
         target_lm.listeners.append(self.target.observe)
-        if draft_lm.model is not target_lm.model or draft_lm is not target_lm:
+        if draft_lm is not target_lm:  # the same LM object in both roles: its forwards teach the target table
             draft_lm.listeners.append(self.draft.observe)
 
     def detach(self, target_lm: LM, draft_lm: LM) -> None:
@@ -233,7 +233,7 @@ def cache_path(lm: LM, key: dict[str, Any], root: str | os.PathLike | None = Non
 def load_or_profile(lm: LM, grid: dict[int, tuple[int, ...]], *, reprofile: bool = False, progress: bool = True,
                     label: str = "", root: str | os.PathLike | None = None) -> tuple[CostGrid, Path]:
     """``lm``'s cost grid from its cache file, or measured (and saved) when missing, stale or unreadable."""
-    key = cost_key(lm)
+    key = {**cost_key(lm), "grid": {str(r): list(ns) for r, ns in sorted(grid.items())}}
     path = cache_path(lm, key, root)
     if path.exists() and not reprofile:
         try:
@@ -258,4 +258,4 @@ def save(grid: CostGrid, path: Path) -> None:
 
 
 __all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "load_or_profile",
-           "profile", "save", "asdict"]
+           "profile", "save"]

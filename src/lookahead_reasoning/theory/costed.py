@@ -6,9 +6,11 @@ Why. The paper's formulas price a target pass at 1 whatever it holds (free paral
 room to spare). On a CPU, scoring 13 tokens can cost 1.7 single-token passes and a 2-row batch 1.35,
 and the best plan moves with those numbers. Given a table of measured times (``planning.CostTable``)
 these functions return expected tokens per second of each plan, so the planner compares plans in
-seconds, not in formulas' units. With constant costs they reduce to the paper's formulas
-(``f_sync_costed`` is ``f_sync_batched`` with ``beta(R) = T(R, 1) / T(1, 1)``; theory/README.md,
-section 8).
+seconds, not in formulas' units. ``sd_rate`` with ``T(1, n) = 1``, ``T_d = c`` and no stop is
+Leviathan's ``S(alpha, gamma, c)``; ``lr_cycle`` prices two passes the paper leaves out (the draft's
+catch-up and the scoring pass that gives the rows their head start), and reduces to
+``f_sync_batched`` when the scoring pass is priced as the rows' first batched step and the catch-up
+is free (theory/README.md, section 8; tests/test_costed.py).
 
 Symbols (as in :mod:`.formulas`): ``gamma`` drafted tokens per SD iteration, ``alpha`` per-token
 acceptance, ``k`` drafted steps per LR cycle (``k1 = k + 1`` target rows), ``alpha1`` step acceptance.

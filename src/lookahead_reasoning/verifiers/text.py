@@ -23,8 +23,9 @@ def normalize_step(text: str) -> str:
 class ExactMatchVerifier(BaseVerifier):
     """Accept when :func:`normalize_step` of both steps is equal; score 1.0 or 0.0.
 
-    Lossless with greedy decoding: it accepts only steps the target would have written itself
-    (up to case and spacing).
+    With greedy decoding it keeps only steps the target would have written itself up to case and
+    spacing: the output is the target's own text up to case and spacing, and token for token when
+    the draft is the target (what the equivalence tests use).
     """
 
     name = "exact"
