@@ -76,3 +76,4 @@ def test_pictures_exist_and_the_readme_speaks_about_the_library_only():
 @pytest.mark.parametrize("title", ["How it works", "Your models on a GPU", "Symbols", "Results"])
 def test_sections_a_user_needs_are_there(title):
     assert section(title).strip()
+    assert "PLACEHOLDER" not in section(title)
