@@ -33,7 +33,8 @@ def main() -> None:
     for i, (label, records) in enumerate(tables):
         speed = {row.mode: row.speedup_of_medians or 0.0 for row in summarize(records)}
         xs = [m + (i - (len(tables) - 1) / 2) * width for m in range(len(modes))]
-        drawn = bars.bar(xs, [speed.get(mode, 0.0) for mode in modes], width, label=label)
+        ran = [(x, speed[mode]) for x, mode in zip(xs, modes) if mode in speed]  # a run may skip modes
+        drawn = bars.bar([x for x, _ in ran], [v for _, v in ran], width, label=label)
         bars.bar_label(drawn, fmt="%.2f", fontsize=7)
     bars.axhline(1.0, color="grey", lw=1, ls="--")
     bars.set_xticks(range(len(modes)), modes, rotation=30, ha="right")
