@@ -153,3 +153,25 @@ def real_greedy_reference(name: str, question_index: int, n: int) -> tuple[list[
     lm = real_lm(name)
     prompt = lm.prompt_ids(gsm8k_questions(question_index + 1)[question_index])
     return prompt, hf_greedy_ids(lm, prompt, n)
+
+
+def feed_chunks(lm, rows):
+    """Feed chunk i of every row in forward i, right-aligned; return each row's logits per real token."""
+    state, got = None, [[] for _ in rows]
+    for i in range(max(len(r) for r in rows)):
+        chunks = [r[i] if i < len(r) else [] for r in rows]
+        width = max(len(c) for c in chunks)
+        if width == 0:
+            continue
+        ids = torch.full((len(rows), width), lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, c in enumerate(chunks):
+            if c:
+                ids[b, width - len(c):] = torch.tensor(c)
+                mask[b, width - len(c):] = 1
+        logits, state = lm.forward(ids, state, mask, keep=width)
+        assert logits.shape == (len(rows), width, lm.vocab_size)
+        for b, c in enumerate(chunks):
+            if c:
+                got[b].append(logits[b, width - len(c):])
+    return [torch.cat(g) for g in got], state

@@ -15,33 +15,11 @@ from hypothesis import strategies as st
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.errors import ConfigError
 
-from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, max_abs_diff, reference_logits, tiny_lm
+from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
 VOCAB_IDS = st.sampled_from(ORDINARY_IDS)  # byte and merge tokens of the tiny tokenizer
 chunk = st.lists(VOCAB_IDS, min_size=1, max_size=6)
 # each row is a list of chunks; row r's chunk i is fed in forward pass i (rows with fewer chunks get pads)
 rows_of_chunks = st.lists(st.lists(chunk, min_size=1, max_size=3), min_size=1, max_size=4)
-
-
-def feed_chunks(lm, rows):
-    """Feed chunk i of every row in forward i, right-aligned; return each row's logits per real token."""
-    state, got = None, [[] for _ in rows]
-    for i in range(max(len(r) for r in rows)):
-        chunks = [r[i] if i < len(r) else [] for r in rows]
-        width = max(len(c) for c in chunks)
-        if width == 0:
-            continue
-        ids = torch.full((len(rows), width), lm.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, c in enumerate(chunks):
-            if c:
-                ids[b, width - len(c):] = torch.tensor(c)
-                mask[b, width - len(c):] = 1
-        logits, state = lm.forward(ids, state, mask, keep=width)
-        assert logits.shape == (len(rows), width, lm.vocab_size)
-        for b, c in enumerate(chunks):
-            if c:
-                got[b].append(logits[b, width - len(c):])
-    return [torch.cat(g) for g in got], state
 
 
 @pytest.mark.parametrize("arch_name", ["llama", "qwen2"])

@@ -33,7 +33,7 @@ from lookahead_reasoning.precision import (
 from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.stopping import StopChecker, StopCondition
 
-from conftest import ORDINARY_IDS, gsm8k_questions, max_abs_diff, reference_logits, tiny_lm
+from conftest import ORDINARY_IDS, feed_chunks, gsm8k_questions, max_abs_diff, reference_logits, tiny_lm
 from lr_helpers import exact, frequent_char, tiny_lm as char_lm
 
 pytestmark = pytest.mark.skipif(not int8_kernel_available(), reason="this torch build cannot run the int8 kernel")
@@ -205,23 +205,7 @@ def test_float32_and_bf16_precisions_cast_and_keep_nn_linear():
 def rows_alone_and_batched(lm: LM, rows: list[list[list[int]]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Feed rows chunk by chunk in one padded batch (left pads, then middle pads as decoding makes
     them); return each row's logits from the batch and from the row fed alone the same way."""
-    def feed(batch):
-        state, got = None, [[] for _ in batch]
-        for i in range(max(len(r) for r in batch)):
-            chunks = [r[i] if i < len(r) else [] for r in batch]
-            width = max(len(c) for c in chunks)
-            ids = torch.full((len(batch), width), lm.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for b, c in enumerate(chunks):
-                if c:
-                    ids[b, width - len(c):] = torch.tensor(c)
-                    mask[b, width - len(c):] = 1
-            logits, state = lm.forward(ids, state, mask, keep=width)
-            for b, c in enumerate(chunks):
-                if c:
-                    got[b].append(logits[b, width - len(c):])
-        return [torch.cat(g) for g in got]
-    return [feed([r])[0] for r in rows], feed(rows)
+    return [feed_chunks(lm, [r])[0][0] for r in rows], feed_chunks(lm, rows)[0]
 
 
 chunks = st.lists(st.sampled_from(ORDINARY_IDS), min_size=1, max_size=6)
