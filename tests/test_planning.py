@@ -55,7 +55,7 @@ def test_grid_learns_from_timed_forwards_and_survives_a_round_trip():
     again = CostGrid.from_json(json.loads(json.dumps(grid.to_json())))
     assert again(1, 1) == grid(1, 1) and again(2, 9) == grid(2, 9)
     with pytest.raises(ValueError):
-        CostGrid.from_json({"format": 1, "prefix": 1, "per_context": 0, "points": {"2": {"1": 1.0}}})
+        CostGrid.from_json({"format": costs_mod.FORMAT, "prefix": 1, "per_context": 0, "points": {"2": {"1": 1.0}}})
 
 
 def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path, monkeypatch, caplog):
@@ -85,7 +85,33 @@ def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path
     with caplog.at_level(logging.WARNING):
         grid, again = load_or_profile(lm, small, progress=False, root=tmp_path)
     assert again == path and len(calls) == 6 and "unreadable" in caplog.text
-    assert json.loads(path.read_text())["format"] == 1  # rewritten whole
+    assert json.loads(path.read_text())["format"] == costs_mod.FORMAT  # rewritten whole
+
+
+def test_profile_times_forwards_of_exactly_the_grid_shapes():
+    lm = tiny_lm(0)
+    seen = []
+    lm.listeners.append(lambda t: seen.append((t.rows, t.width, t.cached)))
+    small = {1: (1, 3), 2: (1, 4)}
+    grid = costs_mod.profile(lm, small, prefix=24, progress=False)
+    timed = {(r, n) for r, n, cached in seen if cached == 23}  # forks re-feed the prefix's last token
+    assert {(r, n) for r, ns in small.items() for n in ns} <= timed
+    assert all(n in small.get(r, ()) or (r, n) == (1, 1) for r, n in timed)
+    assert (1, 1, costs_mod.LONG_PREFIX - 1) in seen  # the longer context, one token wide too
+    assert set(grid.points) == {1, 2}
+
+
+def test_a_table_of_an_older_format_is_measured_again(tmp_path, caplog):
+    lm = tiny_lm(0)
+    small = {1: (1, 2)}
+    _, path = load_or_profile(lm, small, progress=False, root=tmp_path)
+    old = json.loads(path.read_text())
+    old["format"] = costs_mod.FORMAT - 1
+    old["points"]["1"]["1"] = 123.0
+    path.write_text(json.dumps(old), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        grid, again = load_or_profile(lm, small, progress=False, root=tmp_path)
+    assert again == path and grid(1, 1) < 123.0 and "format" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------- the book

@@ -40,7 +40,7 @@ TARGET_GRID: dict[int, tuple[int, ...]] = {1: (1, 2, 4, 6, 9, 13, 17, 25, 48, 96
 DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4)}
 PREFIX = 256  # cached prefix tokens of the profile
 LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more context
-FORMAT = 1
+FORMAT = 2  # 2: grid widths are the forward's width (format 1 measured one token more)
 
 
 @dataclass
@@ -149,12 +149,17 @@ class CostTable:
 # ---------------------------------------------------------------------------------------- measuring
 
 def _forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int) -> float:
-    """Median seconds of one forward of ``rows`` forks of the prefix, each feeding ``tokens`` tokens."""
+    """Median seconds of one forward of ``rows`` forks of the prefix, each feeding ``tokens`` tokens.
+
+    The prefix is fully cached, so ``Session.logits`` feeds each fork's last prefix token again before
+    the extra ones (the same shape as decoding, which feeds the newest token plus any drafted ones):
+    ``tokens - 1`` extra tokens make a forward exactly ``tokens`` wide.
+    """
     times = []
     base = 1000 % max(2, min(len(lm.tokenizer), lm.vocab_size) - tokens)
     for _ in range(repeats):
         branches = prefix_session.fork(rows)
-        extra = [[base + i for i in range(tokens)] for _ in range(rows)]
+        extra = [[base + i for i in range(tokens - 1)] for _ in range(rows)]
         start = time.perf_counter()
         branches.logits(extra=extra, keep=1)
         times.append(time.perf_counter() - start)

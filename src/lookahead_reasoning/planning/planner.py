@@ -54,7 +54,7 @@ class PlannerConfig:
     """
 
     max_k: int = 2
-    gammas: tuple[int, ...] = (4, 6, 8, 12, 16)
+    gammas: tuple[int, ...] = (4, 6, 8, 12, 16, 20, 24)
     row_gammas: tuple[int, ...] = (0, 4, 8, 12)
     margin: float = 0.05
     gate: bool = True
