@@ -26,11 +26,14 @@ from lookahead_reasoning.theory import lookahead_pays
 
 
 def batched_forward_ms(session: Session, rows: int, n: int, repeats: int) -> float:
-    """Median time of one forward over ``rows`` forks of ``session``, each feeding ``n`` new tokens."""
+    """Median time of one forward over ``rows`` forks of ``session``, each feeding ``n`` new tokens.
+
+    The forks' prefix is fully cached, so ``Session.logits`` feeds its last token again: ``n - 1``
+    extra tokens make the forward ``n`` wide (the shape of a decoding step for ``n = 1``)."""
     times = []
     for _ in range(repeats + 1):  # the first call of each shape is a warm-up
         branches = session.fork(rows)
-        extra = [[1000 + i for i in range(n)] for _ in range(rows)]
+        extra = [[1000 + i for i in range(n - 1)] for _ in range(rows)]
         start = time.perf_counter()
         branches.logits(extra=extra, keep=n)
         times.append(time.perf_counter() - start)
