@@ -17,27 +17,18 @@ and prints beta(R) = time(R rows) / time(1 row) for each n, with the break-even 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.generator import as_lm
+from lookahead_reasoning.planning.costs import forward_seconds
 from lookahead_reasoning.theory import lookahead_pays
 
 
 def batched_forward_ms(session: Session, rows: int, n: int, repeats: int) -> float:
-    """Median time of one forward over ``rows`` forks of ``session``, each feeding ``n`` new tokens.
-
-    The forks' prefix is fully cached, so ``Session.logits`` feeds its last token again: ``n - 1``
-    extra tokens make the forward ``n`` wide (the shape of a decoding step for ``n = 1``)."""
-    times = []
-    for _ in range(repeats + 1):  # the first call of each shape is a warm-up
-        branches = session.fork(rows)
-        extra = [[1000 + i for i in range(n - 1)] for _ in range(rows)]
-        start = time.perf_counter()
-        branches.logits(extra=extra, keep=n)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:]) * 1000
+    """Median ms of one forward over ``rows`` forks of ``session``, each feeding ``n`` new tokens
+    (logits at all ``n``), after one untimed warm-up call of the shape."""
+    forward_seconds(session.lm, session, rows, n, 1, keep=n)
+    return forward_seconds(session.lm, session, rows, n, repeats, keep=n) * 1000
 
 
 def main() -> None:

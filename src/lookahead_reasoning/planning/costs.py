@@ -148,8 +148,9 @@ class CostTable:
 
 # ---------------------------------------------------------------------------------------- measuring
 
-def _forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int) -> float:
-    """Median seconds of one forward of ``rows`` forks of the prefix, each feeding ``tokens`` tokens.
+def forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int, keep: int = 1) -> float:
+    """Median seconds of one forward of ``rows`` forks of the prefix, each feeding ``tokens`` tokens
+    and returning logits at the last ``keep`` positions.
 
     The prefix is fully cached, so ``Session.logits`` feeds each fork's last prefix token again before
     the extra ones (the same shape as decoding, which feeds the newest token plus any drafted ones):
@@ -161,7 +162,7 @@ def _forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: in
         branches = prefix_session.fork(rows)
         extra = [[base + i for i in range(tokens - 1)] for _ in range(rows)]
         start = time.perf_counter()
-        branches.logits(extra=extra, keep=1)
+        branches.logits(extra=extra, keep=keep)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -177,17 +178,17 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
     ids = [(7 + 31 * i) % vocab for i in range(LONG_PREFIX)]
     short = Session(lm, [ids[:prefix]])
     short.logits()
-    _forward_seconds(lm, short, 1, 1, 1)  # warm-up: first calls of a shape set up kernels
+    forward_seconds(lm, short, 1, 1, 1)  # warm-up: first calls of a shape set up kernels
     shapes = [(r, n) for r in sorted(grid) for n in grid[r]]
     bar = tqdm(total=len(shapes) + 2, disable=not progress, desc=f"measuring {label or lm.name}", unit="shape")
     points: dict[int, dict[int, float]] = {}
     for rows, n in shapes:
-        points.setdefault(rows, {})[n] = _forward_seconds(lm, short, rows, n, repeats + (n == 1))
+        points.setdefault(rows, {})[n] = forward_seconds(lm, short, rows, n, repeats + (n == 1))
         bar.update(1)
     long = Session(lm, [ids])
     long.logits()
     bar.update(1)
-    t_long = _forward_seconds(lm, long, 1, 1, 2)
+    t_long = forward_seconds(lm, long, 1, 1, 2)
     bar.update(1)
     bar.close()
     per_context = max(0.0, (t_long - points[1][1]) / (LONG_PREFIX - prefix))
@@ -262,5 +263,5 @@ def save(grid: CostGrid, path: Path) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "load_or_profile",
-           "profile", "save"]
+__all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "forward_seconds",
+           "load_or_profile", "profile", "save"]
