@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,7 @@ from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Plan,
                                           load_or_profile)
 from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
-from lookahead_reasoning.planning.estimates import TokenBook, load_book, save_book
+from lookahead_reasoning.planning.estimates import CONFIDENCE_BINS, TokenBook, load_book, save_book
 from lookahead_reasoning.theory import lr_cycle, step_cycle
 
 from lr_helpers import exact, frequent_char, tiny_lm
@@ -116,12 +117,35 @@ def test_a_table_of_an_older_format_is_measured_again(tmp_path, caplog):
 
 # ---------------------------------------------------------------------------------------- the book
 
-def test_token_book_counts_only_judged_tokens():
-    book = TokenBook(Beta(1, 1), Beta(1, 1), Beta(1, 1))
-    book.record([True, True, False], drafted=3, accepted=1)  # token 2 rejected, token 3 never judged
-    assert (book.alpha_sure.a, book.alpha_sure.b) == (2, 2)
-    assert (book.alpha_unsure.a, book.alpha_unsure.b) == (1, 1)
-    assert (book.sigma.a, book.sigma.b) == (3, 2)
+def _empty_token_book() -> TokenBook:
+    return TokenBook([0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS)
+
+
+def test_token_book_counts_only_judged_tokens_per_confidence_band():
+    book = _empty_token_book()
+    book.record(None, drafted=3, accepted=1, confidence=[0.93, 0.55, 0.12])  # token 2 rejected, 3 never judged
+    assert [i for i, n in enumerate(book.seen) if n] == [2, 11, 18]
+    assert book.accepted[18] == 1 and book.rejected[11] == 1 and book.accepted[2] == book.rejected[2] == 0
+    at_half = book.model(0.5)  # tokens 1 and 2 are at or above the stop: one accepted, one rejected
+    assert at_half.sigma == pytest.approx(2 / 3) and at_half.alpha_sure == pytest.approx(0.5)
+    higher = book.model(0.6)  # only token 1 is sure now; token 2 is the unsure one, rejected
+    assert higher.sigma == pytest.approx(1 / 3) and higher.alpha_sure == pytest.approx(0.995)
+    assert higher.alpha_unsure == pytest.approx(0.0)
+    assert book.model(None).sigma == 1.0 and book.model(None).alpha == pytest.approx(0.5)
+    flags = _empty_token_book()  # without confidences: sure tokens in the top band, unsure in the bottom
+    flags.record([True, True, False], drafted=3, accepted=2)
+    assert flags.seen[-1] == 2 and flags.seen[0] == 1 and flags.rejected[0] == 1 and flags.accepted[-1] == 2
+
+
+def test_token_book_from_rates_reproduces_them_at_its_stop():
+    book = TokenBook.from_rates(0.7, 0.9, 0.3, stop=0.4)
+    model = book.model(0.4)
+    assert (model.sigma, model.alpha_sure, model.alpha_unsure) == pytest.approx((0.7, 0.9, 0.3))
+    saved = Book(token=book)
+    saved.token.seen = [x * 100 for x in book.seen]  # a long run: capped when saved, shares kept
+    back = Book.from_json(json.loads(json.dumps(saved.to_json())))
+    assert sum(back.token.seen) <= 400.0 + 1e-6
+    assert back.token.model(0.4).sigma == pytest.approx(0.7)
 
 
 def test_book_round_trip_caps_weights(tmp_path):
@@ -146,9 +170,7 @@ def _linear(base, per_row, per_token):
 
 
 def _book(sigma, a_s, a_u, alpha1, lt, agreement) -> Book:
-    book = Book()
-    book.token.sigma, book.token.alpha_sure, book.token.alpha_unsure = Beta(sigma * 50, (1 - sigma) * 50), \
-        Beta(a_s * 50, (1 - a_s) * 50), Beta(a_u * 50, (1 - a_u) * 50)
+    book = Book(token=TokenBook.from_rates(sigma, a_s, a_u, stop=0.4))
     book.step.alpha1 = Beta(alpha1 * 50, (1 - alpha1) * 50)
     book.step.target_tokens.value = book.step.draft_tokens.value = lt
     book.step.agreement.value = agreement
@@ -163,19 +185,21 @@ def test_planner_picks_the_analytically_best_plan(c, sigma, a_s, a_u, alpha1, lt
     costs = table(target_fn, draft_fn)
     book = _book(sigma, a_s, a_u, alpha1, lt, agreement)
     config = PlannerConfig(margin=0.0)
-    planner = Planner(costs, book, config)
+    planner = Planner(costs, book, config, stop=0.4)
     choice = planner.choose(context=costs.target.prefix)
-    token, step = book.token.model(), book.step.model()
+    step = book.step.model()
     o_i, o_c = book.token.iteration_overhead.value, book.step.cycle_overhead.value
 
     def rate(plan):  # the formulas called directly, on the same interpolated costs
         t, d = (lambda r, n: costs.target(r, n)), (lambda r, n: costs.draft(r, n))
+        token = book.token.model(plan.stop)
         if plan.k == 0:
             return step_cycle(plan.gamma, step, token, t, d, o_i).rate
         return lr_cycle(plan.k, plan.gamma, step, token, t, d, o_c).rate
 
-    plans = [Plan(0, 0)] + [Plan(0, g) for g in config.gammas] + [
-        Plan(k, g) for k in (1, 2) for g in config.row_gammas]
+    stops = sorted({0.4, *config.stops})
+    plans = [Plan(0, 0)] + [Plan(0, g, s) for g in config.gammas for s in stops] + [
+        Plan(k, g, s if g else None) for k in (1, 2) for g in config.row_gammas for s in stops]
     best = max(rate(p) for p in plans)
     assert rate(choice.plan) == pytest.approx(best, rel=1e-9)
     assert choice.rate == pytest.approx(best, rel=1e-9)
@@ -198,27 +222,50 @@ def test_different_costs_give_different_plans():
     """Free parallelism (a GPU with room): SD with a large gamma. Forwards whose cost grows with every
     token and row (a CPU with a slow kernel): plain decoding."""
     book = _book(0.9, 0.9, 0.4, 0.6, 40, 0.5)
-    free = Planner(table(lambda r, n: 0.02, lambda r, n: 0.002), book, PlannerConfig(margin=0.0)).choose(300).plan
-    dear = Planner(table(_linear(0.3, 1.0, 1.0), _linear(0.1, 1.0, 1.0)), book, PlannerConfig(margin=0.0)).choose(300).plan
+    free = Planner(table(lambda r, n: 0.02, lambda r, n: 0.002), book, PlannerConfig(margin=0.0), stop=0.4).choose(300).plan
+    dear = Planner(table(_linear(0.3, 1.0, 1.0), _linear(0.1, 1.0, 1.0)), book, PlannerConfig(margin=0.0), stop=0.4).choose(300).plan
     assert free.gamma >= 8 and dear == Plan(0, 0)
+
+
+def test_the_stop_follows_what_the_target_accepts_of_doubtful_drafts():
+    """The book prices every confidence stop from one run's tokens: when the target accepts the draft's
+    doubtful tokens anyway, drafting past them pays (a low stop); when it rejects every token below 0.7,
+    the draft should stop right after one (stop 0.7)."""
+    costs = table(_linear(0.3, 0.35, 0.03), _linear(0.02, 0.1, 0.2))
+    stops = []
+    for cut in (0.0, 0.7):
+        book = _book(0.7, 0.9, 0.4, 0.5, 40, 0.5)
+        book.token = _empty_token_book()
+        rng = random.Random(0)
+        for _ in range(2000):  # confidences uniform over (0, 1); accepted iff at or above the cut
+            confidence = [rng.random() for _ in range(8)]
+            accepted = next((j for j, q in enumerate(confidence) if q < cut), 8)
+            book.token.record(None, 8, accepted, confidence)
+        planner = Planner(costs, book, PlannerConfig(margin=0.0, max_k=0), stop=0.4)
+        plan = planner.choose(300).plan
+        assert plan.k == 0 and plan.gamma > 0, plan
+        stops.append(plan.stop)
+    assert stops == [min(PlannerConfig().stops), 0.7]
+    assert Plan(0, 12, 0.4).label == "sd@g12s0.4" and Plan(1, 8, 0.3).label == "lr-sd@k1g8s0.3"
+    assert Plan(0, 12).label == "sd@g12" and Plan(2, 0).label == "lr@k2"
 
 
 def test_step_gate_keeps_rows_only_where_they_pay():
     book = _book(0.9, 0.9, 0.4, 0.5, 40, 0.5)
     book.step.bands = [Beta(1, 99)] * 4 + [Beta(99, 1)]  # only fully agreeing steps are accepted
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
-    planner = Planner(costs, book, PlannerConfig())
+    planner = Planner(costs, book, PlannerConfig(), stop=0.4)
     plan = Plan(2, 8)
     assert planner.rows_to_run(plan, 300, [40, 40], [0.1, 0.2]) == 1  # hopeless drafts: the target alone
     # exact drafts: their rows cost nothing; a third row would write a new step in a 3-row batch,
     # dearer than writing it alone next cycle
     assert planner.rows_to_run(plan, 300, [40, 40], [1.0, 1.0]) == 2
     book.step.bands = [Beta(99, 1)] * 5  # every drafted step accepted
-    free = Planner(table(lambda r, n: 0.3, _linear(0.04, 0.0, 0.2)), book, PlannerConfig())
+    free = Planner(table(lambda r, n: 0.3, _linear(0.04, 0.0, 0.2)), book, PlannerConfig(), stop=0.4)
     assert free.rows_to_run(plan, 300, [40, 40], [0.5, 0.5]) == 3  # rows free as on a roomy GPU: all of them
-    dear = Planner(table(_linear(0.3, 1.0, 0.05), _linear(0.04, 0.1, 0.2)), book, PlannerConfig())
+    dear = Planner(table(_linear(0.3, 1.0, 0.05), _linear(0.04, 0.1, 0.2)), book, PlannerConfig(), stop=0.4)
     assert dear.rows_to_run(plan, 300, [40, 40], [0.5, 0.5]) < 3  # each row doubles the batch: not all
-    ungated = Planner(costs, book, PlannerConfig(gate=False))
+    ungated = Planner(costs, book, PlannerConfig(gate=False), stop=0.4)
     assert ungated.rows_to_run(plan, 300, [40, 40], [0.1, 0.2]) == 3
 
 
@@ -229,6 +276,8 @@ def test_planner_config_refuses_bad_settings():
         PlannerConfig(gammas=(0,))
     with pytest.raises(ConfigError, match="margin"):
         PlannerConfig(margin=1.5)
+    with pytest.raises(ConfigError, match="stops"):
+        PlannerConfig(stops=(0.5, 1.0))
 
 
 # ---------------------------------------------------------------------------------------- auto
@@ -273,11 +322,40 @@ def test_auto_runs_every_kind_of_plan_losslessly(regime, tmp_path, monkeypatch):
     assert sum(c.tokens for c in result.stats.cycles) == len(result.token_ids)
 
 
+def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
+    """The stop in a plan's label is the stop its drafter used, and every drafted token's confidence
+    reached the book (a different draft: tokens get rejected, so SD plans with stops run)."""
+    from lookahead_reasoning.decoding.cycle import ModelRows
+
+    used = []
+    built = ModelRows.__call__
+
+    def spy(self, state, n_rows):
+        drafter = built(self, state, n_rows)
+        used.append(drafter.stop_below)
+        return drafter
+
+    monkeypatch.setattr(ModelRows, "__call__", spy)
+    prompt = [9, 8, 7, 6]
+    gen = _auto(tiny_lm(1), prompt, tmp_path, cap=12, margin=0.0, learn=False, refine=False, max_k=0)
+    planning = gen.planning()
+    planning.costs.target = grid_from(lambda r, n: 1.0)  # verification free: SD pays whatever alpha is
+    planning.costs.draft = grid_from(lambda r, n: 0.001, DRAFT_GRID)
+    seen_before = sum(planning.book.token.seen)
+    result = gen.generate(prompt, max_new_tokens=40)
+    labels = [c.plan.plan for c in result.stats.cycles]
+    assert labels and all(label.startswith("sd@g") for label in labels), labels
+    assert used == [float(label.rpartition("s")[2]) for label in labels]
+    assert result.stats.target_sd.drafted > 0
+    assert sum(planning.book.token.seen) - seen_before == pytest.approx(result.stats.target_sd.drafted)
+    assert result.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids  # SD stays lossless
+
+
 def test_calibration_learns_what_the_formulas_miss():
     """A kind of plan that keeps realising half its predicted speed is priced at half, and loses."""
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     book = _book(0.9, 0.9, 0.4, 0.6, 40, 0.5)
-    planner = Planner(costs, book, PlannerConfig(margin=0.0))
+    planner = Planner(costs, book, PlannerConfig(margin=0.0), stop=0.4)
     first = planner.choose(300)
     raw = planner.estimate(first.plan, 300).rate
     for _ in range(30):

@@ -82,8 +82,10 @@ class LookaheadGenerator:
             draft is a CPU model this generator loaded itself (a model object you pass in is never
             changed); None leaves the draft as loaded.
         draft_stop_below: the draft model stops drafting after a token it gave less than this
-            probability (modes "sd", "lr-sd" inside the target's branches, and "auto"); with it a large
-            gamma pays. None drafts gamma tokens every time.
+            probability (modes "sd" and "lr-sd" inside the target's branches); with it a large gamma
+            pays. None drafts gamma tokens every time. Mode "auto" treats it as one candidate among
+            ``PlannerConfig.stops`` and picks the stop each cycle from what the target accepted of
+            drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
         precision: the target's weight precision when it is loaded by name (None: as loaded; "int8":
             weight-only int8, about a quarter of float32's bytes per token; see

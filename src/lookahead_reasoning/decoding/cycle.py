@@ -87,8 +87,10 @@ class CycleTools:
 def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepConfig, sampling: SamplingConfig,
                generator: torch.Generator, stats: LRStats, same_vocab: bool, token_sd: TokenSD | None = None,
                width: int = 1, alt_temperature: float = 0.7,
-               draft_stop_below: float | None = None, share_single: bool = False) -> CycleTools:
-    """Wire the writers, drafters and translator of one generation (``token_sd`` None: no SD in steps)."""
+               draft_stop_below: float | None = None, share_single: bool = False,
+               confidence: bool = False) -> CycleTools:
+    """Wire the writers, drafters and translator of one generation (``token_sd`` None: no SD in steps;
+    ``confidence``: the row drafter reports each drafted token's top probability, for mode auto)."""
     target_drafter = draft_drafter = row_drafter = None
     gamma = token_sd.gamma if token_sd is not None else TokenSD().gamma  # without token SD, no writer drafts
     if token_sd is not None:
@@ -98,7 +100,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepCo
         if token_sd.target == "ngram":
             target_drafter = ngram
         elif token_sd.target == "draft" and same_vocab:
-            row_drafter = draft_model_rows(draft_lm, sampling, generator, draft_stop_below, share_single)
+            row_drafter = draft_model_rows(draft_lm, sampling, generator, draft_stop_below, share_single, confidence)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
     alt_writer = None
@@ -112,13 +114,25 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, *, steps: StepCo
         width=width, alt_writer=alt_writer)
 
 
-def draft_model_rows(draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
-                     stop_below: float | None, share_single: bool = False) -> RowDrafter:
+class ModelRows:
     """Token-level drafting for the target's R rows with the draft model, forked from the draft's
     own cache of x + the drafted steps (so the draft re-reads nothing it has already seen).
-    ``share_single``: one row drafts on the draft's own session instead of a copy of it."""
-    def build(state: LRState, n_rows: int) -> Drafter:
-        drafter = ModelDrafter(draft_lm, sampling, generator, stop_below=stop_below)
-        drafter.attach(state.draft if share_single and n_rows == 1 else state.draft.fork(n_rows))
+    ``share_single``: one row drafts on the draft's own session instead of a copy of it.
+    ``stop_below`` is read when a cycle builds its drafter, so it may change between cycles."""
+
+    def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
+                 stop_below: float | None, share_single: bool = False, confidence: bool = False):
+        self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
+        self.stop_below, self.share_single, self.confidence = stop_below, share_single, confidence
+
+    def __call__(self, state: LRState, n_rows: int) -> Drafter:
+        drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, stop_below=self.stop_below,
+                               confidence=self.confidence)
+        drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
-    return build
+
+
+def draft_model_rows(draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
+                     stop_below: float | None, share_single: bool = False, confidence: bool = False) -> ModelRows:
+    """The row drafter of the draft model (:class:`ModelRows`)."""
+    return ModelRows(draft_lm, sampling, generator, stop_below, share_single, confidence)

@@ -31,6 +31,7 @@ class Proposal:
     tokens: list[list[int]]
     q: list[torch.Tensor | None]
     sure: list[list[bool]] | None = None  # per drafted token: the draft's top probability >= its stop
+    confidence: list[list[float]] | None = None  # per drafted token: the draft's top probability
 
 
 class Drafter(Protocol):
@@ -57,16 +58,19 @@ class ModelDrafter:
     of the draft's distribution, before sampling) is below this value. Unsure drafts are the ones the
     target rejects, so this spends fewer draft forwards on them and lets gamma be large for the easy
     stretches. Output is unchanged: the stop depends only on the draft's own distribution, and every
-    drafted token still goes through the acceptance test.
+    drafted token still goes through the acceptance test. ``stop_below`` may change between calls
+    (mode ``auto`` picks it per cycle); ``confidence=True`` reports every drafted token's top
+    probability even without a stop (what the planner learns the best stop from).
     """
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
-                 stop_below: float | None = None):
+                 stop_below: float | None = None, confidence: bool = False):
         check_stop_below(stop_below)
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
         self.stop_below = stop_below
+        self.confidence = confidence
         self.session: Session | None = None
 
     def attach(self, session: Session) -> None:
@@ -80,12 +84,13 @@ class ModelDrafter:
             self.session.set_rows(rows)
         bsz = len(rows)
         drafted: list[list[int]] = [[] for _ in range(bsz)]
-        sureness: list[list[bool]] = [[] for _ in range(bsz)]
+        tops: list[list[float]] = [[] for _ in range(bsz)]
         qs: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
         # only ids the tokenizer knows: a padded embedding (more rows than tokens) must not propose an
         # id the target cannot embed; q is then a distribution over those ids, as acceptance needs
         proposable = min(len(self.lm.tokenizer), self.lm.vocab_size)
         drafting = list(active)
+        stop, measure = self.stop_below, self.stop_below is not None or self.confidence
         for _ in range(gamma):
             if not any(drafting):
                 break
@@ -93,22 +98,23 @@ class ModelDrafter:
             if self.sampling.greedy:
                 tokens = next_token(logits, self.sampling).tolist()
                 q = None
-                sure = (torch.softmax(logits, dim=-1).amax(dim=-1) if self.stop_below is not None else None)
+                top = torch.softmax(logits.float(), dim=-1).amax(dim=-1).tolist() if measure else None
             else:
                 q = probs_from_logits(logits, self.sampling)
                 tokens = sample(q, self.generator).tolist()
-                sure = q.amax(dim=-1) if self.stop_below is not None else None
+                top = q.amax(dim=-1).tolist() if measure else None
             for b in range(bsz):
                 if drafting[b]:
                     drafted[b].append(tokens[b])
                     self.session.extend(b, [tokens[b]])
                     if q is not None:
                         qs[b].append(q[b])
-                    if sure is not None:
-                        sureness[b].append(float(sure[b]) >= self.stop_below)
-                        drafting[b] = sureness[b][-1]
+                    if top is not None:
+                        tops[b].append(top[b])
+                        drafting[b] = stop is None or top[b] >= stop
         q_out = [torch.stack(qs[b]) if qs[b] else None for b in range(bsz)]
-        return Proposal(drafted, q_out, sureness if self.stop_below is not None else None)
+        sure = [[t >= stop for t in row] for row in tops] if stop is not None else None
+        return Proposal(drafted, q_out, sure, tops if measure else None)
 
 
 class NGramDrafter:

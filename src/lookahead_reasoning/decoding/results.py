@@ -40,12 +40,15 @@ class SDStats:
     target_seconds: float = 0.0
     draft_forwards: int = 0
     draft_seconds: float = 0.0
-    # called after every iteration with (sureness of each drafted token or None, drafted, accepted)
-    observers: list[Callable[[list[bool] | None, int, int], None]] = field(default_factory=list, repr=False)
+    # called after every iteration with (sureness of each drafted token or None, drafted, accepted,
+    # the draft's top probability of each drafted token or None)
+    observers: list[Callable[[list[bool] | None, int, int, list[float] | None], None]] = field(
+        default_factory=list, repr=False)
 
-    def record(self, drafted: int, accepted: int, sure: list[bool] | None = None) -> None:
+    def record(self, drafted: int, accepted: int, sure: list[bool] | None = None,
+               confidence: list[float] | None = None) -> None:
         for observe in self.observers:
-            observe(sure, drafted, accepted)
+            observe(sure, drafted, accepted, confidence)
         self.drafted += drafted
         self.accepted += accepted
         self.iterations += 1
@@ -84,7 +87,7 @@ class SDStats:
 class PlanNote:
     """What the adaptive mode decided for one cycle: the plan, and the speed it expected of it."""
 
-    plan: str  # e.g. "ar", "sd@g12", "lr@k1g8" (see lookahead_reasoning.planning.Plan.label)
+    plan: str  # e.g. "ar", "sd@g12s0.4", "lr-sd@k1g8s0.3" (see lookahead_reasoning.planning.Plan.label)
     predicted_tok_s: float
     rows: int = 1  # target rows the cycle ran, after the step gate (at most k + 1)
 

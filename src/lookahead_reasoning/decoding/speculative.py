@@ -78,7 +78,8 @@ def decode_rows_sd(
                 p = probs_from_logits(row_logits, sampling)
                 q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
                 acc = speculative_accept(drafts[b], q, p, generator)
-            stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None)
+            stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
+                         proposal.confidence[b][:m] if proposal.confidence is not None else None)
             committed = session.rows[b][:len(session.rows[b]) - m]
             new = committed + drafts[b][:acc.n_accepted] + [acc.next_token]
             hit = checkers[b].check(new[starts[b]:])

@@ -2,8 +2,9 @@
 
 The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
 
-  1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration)
-              with the cost table at the current context length and the rates learned so far;
+  1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
+              the draft's confidence stop) with the cost table at the current context length and
+              the rates learned so far;
   2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.lookahead.run_cycle`):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..decoding.cycle import CycleTools, LRState, TokenSD, make_tools
+from ..decoding.cycle import CycleTools, LRState, ModelRows, TokenSD, make_tools
 from ..decoding.lookahead import finish_lr, run_cycle
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
 from ..decoding.session import Session
@@ -103,12 +104,13 @@ def generate_auto(
     tools = make_tools(target_lm, draft_lm, verifier, steps=steps or StepConfig(), sampling=sampling,
                        generator=generator, stats=stats, same_vocab=same_vocab,
                        token_sd=TokenSD(target="draft", draft=None, gamma=max(config.gammas, default=4)),
-                       width=1, draft_stop_below=draft_stop_below, share_single=True)
+                       width=1, draft_stop_below=draft_stop_below, share_single=True, confidence=True)
     stats.target_sd.observers.append(planning.book.token.record)
     draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
     state = LRState(Session(target_lm, [list(prompt_ids)]), Session(draft_lm, [draft_ids]),
                     len(prompt_ids), len(draft_ids), max_new_tokens)
-    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None)
+    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
+                      stop=draft_stop_below)
     streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
     t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
     if config.refine:
@@ -140,6 +142,8 @@ def _cycle(state: LRState, planner: Planner, tools: CycleTools, target_lm: LM, d
     def gate(drafted, agreements):
         return planner.rows_to_run(plan, context, [len(tools.translator.to_target(s)) for s in drafted], agreements)
 
+    if isinstance(tools.row_drafter, ModelRows):
+        tools.row_drafter.stop_below = plan.stop
     forwards = target_lm.stats.copy(), draft_lm.stats.copy()
     iterations = stats.target_sd.iterations
     trace = run_cycle(state, plan.k, tools, gamma=plan.gamma, gate=gate, overshoot=choice.plan.k == 0)

@@ -4,8 +4,9 @@ Every rate starts from a prior (from earlier runs of the same pair when a saved 
 updated after every SD iteration and every LR cycle:
 
 * token level (:class:`TokenBook`), the :class:`~lookahead_reasoning.theory.TokenModel` of the draft
-  model with its confidence stop: sigma (the draft is sure of a token and drafts on), alpha_sure and
-  alpha_unsure (the target accepts a sure / an unsure drafted token);
+  model with any confidence stop: sigma (the draft is sure of a token and drafts on), alpha_sure and
+  alpha_unsure (the target accepts a sure / an unsure drafted token), from acceptance counted per band
+  of the draft's confidence;
 * step level (:class:`StepBook`): alpha1 (the verifier accepts a drafted step), and per band of the
   *agreement* of a drafted step (the share of its tokens the target accepted token by token in the
   scoring pass, known before any row runs) the acceptance in that band: the step-level analogue of
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import require
 from ..theory import StepModel, TokenModel
 
 log = logging.getLogger(__name__)
@@ -73,30 +75,98 @@ class Mean:
         return Mean(self.value, min(self.weight, limit))
 
 
+CONFIDENCE_BINS = 20  # bin i holds drafted tokens whose draft top probability is in [i/20, (i+1)/20)
+MAX_SAVED_TOKENS = 400.0  # drafted (and judged) tokens a saved token book keeps, at most
+
+
+def _bin(confidence: float) -> int:
+    return min(CONFIDENCE_BINS - 1, max(0, int(confidence * CONFIDENCE_BINS)))
+
+
+def _edge(stop: float) -> int:
+    """The first bin of the tokens a draft stop keeps drafting after (confidence >= stop)."""
+    return min(CONFIDENCE_BINS, max(0, round(stop * CONFIDENCE_BINS)))
+
+
+def _prior_seen() -> list[float]:
+    # about 70% of drafted tokens at or above 0.4, as this project's pairs drafted
+    return [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)]
+
+
+def _mids() -> list[float]:
+    return [(i + 0.5) / CONFIDENCE_BINS for i in range(CONFIDENCE_BINS)]
+
+
 @dataclass
 class TokenBook:
-    """Token-level acceptance of the draft model (with its confidence stop), learned per iteration."""
+    """Token-level acceptance of the draft model, learned per SD iteration, per band of the draft's
+    confidence (its top probability for the token it drafted).
 
-    sigma: Beta = field(default_factory=lambda: Beta(7.0, 3.0))
-    alpha_sure: Beta = field(default_factory=lambda: Beta(8.0, 2.0))
-    alpha_unsure: Beta = field(default_factory=lambda: Beta(3.0, 5.0))
+    ``seen[i]``: drafted tokens in confidence bin i; ``accepted[i]`` / ``rejected[i]``: those the
+    target judged (tokens after the first rejection never are) and accepted / rejected. From these
+    :meth:`model` gives the :class:`~lookahead_reasoning.theory.TokenModel` of *any* confidence stop:
+    sigma is the share of drafted tokens at or above the stop, alpha_sure and alpha_unsure the
+    acceptance above and below it. So one run, whatever stop it drafted with, prices every stop
+    (positions i.i.d., as the model assumes). The priors are worth a few tokens: acceptance equal to
+    the draft's confidence, 70% of tokens at or above 0.4.
+    """
+
+    seen: list[float] = field(default_factory=_prior_seen)
+    accepted: list[float] = field(default_factory=_mids)
+    rejected: list[float] = field(default_factory=lambda: [1.0 - m for m in _mids()])
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
 
-    def record(self, sure: Sequence[bool] | None, drafted: int, accepted: int) -> None:
-        """One SD iteration of one row: the draft's sureness of each drafted token, and how many the
-        target accepted (the leading ones). Tokens after the first rejection were never judged."""
-        if drafted == 0:
-            return
-        flags = list(sure) if sure is not None else [True] * drafted
-        for j, flag in enumerate(flags[:drafted]):
-            self.sigma.add(flag, not flag)
-            if j > accepted:
-                continue
-            rate = self.alpha_sure if flag else self.alpha_unsure
-            rate.add(j < accepted, j == accepted)
+    @classmethod
+    def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float, stop: float = 0.4,
+                   weight: float = 50.0) -> "TokenBook":
+        """A book whose :meth:`model` at ``stop`` is exactly (sigma, alpha_sure, alpha_unsure), worth
+        ``weight`` tokens on each side of the stop (uniform over the bins of each side)."""
+        edge = _edge(stop)
+        require(0 < edge < CONFIDENCE_BINS, f"stop must lie strictly inside (0, 1), got {stop!r}")
+        book = cls([0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS)
+        for i in range(CONFIDENCE_BINS):
+            above = i >= edge
+            n = edge if not above else CONFIDENCE_BINS - edge
+            share, rate = (sigma, alpha_sure) if above else (1 - sigma, alpha_unsure)
+            book.seen[i] = 2 * weight * share / n
+            book.accepted[i], book.rejected[i] = weight * rate / n, weight * (1 - rate) / n
+        return book
 
-    def model(self) -> TokenModel:
-        return TokenModel(self.sigma.mean, min(self.alpha_sure.mean, 0.995), min(self.alpha_unsure.mean, 0.995))
+    def record(self, sure: Sequence[bool] | None, drafted: int, accepted: int,
+               confidence: Sequence[float] | None = None) -> None:
+        """One SD iteration of one row: each drafted token's confidence (or, without it, whether the
+        draft was sure of it), and how many the target accepted (the leading ones)."""
+        for j in range(drafted):
+            if confidence is not None:
+                b = _bin(confidence[j])
+            else:
+                b = CONFIDENCE_BINS - 1 if sure is None or sure[j] else 0
+            self.seen[b] += 1
+            if j < accepted:
+                self.accepted[b] += 1
+            elif j == accepted:
+                self.rejected[b] += 1
+
+    def model(self, stop: float | None = None) -> TokenModel:
+        """The token model of drafting with confidence stop ``stop`` (None: no stop, sigma = 1)."""
+        def rate(lo: int, hi: int) -> float:
+            yes, no = sum(self.accepted[lo:hi]), sum(self.rejected[lo:hi])
+            return min(yes / (yes + no), 0.995) if yes + no > 0 else 0.5
+
+        edge = 0 if stop is None else _edge(stop)
+        if edge == 0:
+            return TokenModel.plain(rate(0, CONFIDENCE_BINS))
+        total = sum(self.seen)
+        sigma = sum(self.seen[edge:]) / total if total > 0 else 1.0
+        sure = rate(edge, CONFIDENCE_BINS) if edge < CONFIDENCE_BINS else rate(0, CONFIDENCE_BINS)
+        return TokenModel(sigma, sure, rate(0, edge))
+
+    def capped(self) -> "TokenBook":
+        """A copy worth at most ``MAX_SAVED_TOKENS`` drafted and judged tokens (shares kept)."""
+        seen_scale = min(1.0, MAX_SAVED_TOKENS / max(sum(self.seen), 1e-9))
+        judged_scale = min(1.0, MAX_SAVED_TOKENS / max(sum(self.accepted) + sum(self.rejected), 1e-9))
+        return TokenBook([x * seen_scale for x in self.seen], [x * judged_scale for x in self.accepted],
+                         [x * judged_scale for x in self.rejected], self.iteration_overhead.capped())
 
 
 @dataclass
@@ -134,6 +204,7 @@ class StepBook:
 
 
 PLAN_KINDS = ("ar", "sd", "lr", "lr-sd")
+BOOK_FORMAT = 2  # 2: token acceptance per band of the draft's confidence
 
 
 def plan_kind(label: str) -> str:
@@ -168,6 +239,10 @@ class Book:
 
     def to_json(self) -> dict[str, Any]:
         def dump(obj: Any) -> Any:
+            if isinstance(obj, (int, float)):
+                return obj
+            if isinstance(obj, TokenBook):
+                obj = obj.capped()
             if isinstance(obj, Beta):
                 return {"a": obj.capped().a, "b": obj.capped().b}
             if isinstance(obj, Mean):
@@ -177,21 +252,23 @@ class Book:
             if isinstance(obj, dict):
                 return {key: dump(value) for key, value in obj.items()}
             return {name: dump(value) for name, value in vars(obj).items()}
-        return {"format": 1, "token": dump(self.token), "step": dump(self.step), "calibration": dump(self.calibration)}
+        return {"format": BOOK_FORMAT, "token": dump(self.token), "step": dump(self.step), "calibration": dump(self.calibration)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Book":
-        if data.get("format") != 1:
-            raise ValueError(f"book format {data.get('format')!r}")
+        if data.get("format") != BOOK_FORMAT:
+            raise ValueError(f"book format {data.get('format')!r}, this version writes {BOOK_FORMAT}")
 
         def load(template: Any, raw: Any) -> Any:
+            if isinstance(template, (int, float)):
+                return float(raw)
             if isinstance(template, Beta):
                 return Beta(float(raw["a"]), float(raw["b"]))
             if isinstance(template, Mean):
                 return Mean(float(raw["value"]), float(raw["weight"]))
             if isinstance(template, list):
                 if len(raw) != len(template):
-                    raise ValueError("wrong number of agreement bands")
+                    raise ValueError("wrong number of bands")
                 return [load(t, r) for t, r in zip(template, raw)]
             return type(template)(**{name: load(value, raw[name]) for name, value in vars(template).items()})
         calibration = {str(kind): Mean(float(raw["value"]), float(raw["weight"]))
@@ -218,5 +295,5 @@ def save_book(book: Book, path: Path) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["AGREEMENT_BANDS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
+__all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
            "save_book"]

@@ -1,8 +1,12 @@
 """Before every cycle, price every plan in seconds and pick the fastest.
 
-A :class:`Plan` is (k, gamma): k drafted steps per cycle (0: the target writes the next step alone)
-and gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding). So
+A :class:`Plan` is (k, gamma, stop): k drafted steps per cycle (0: the target writes the next step
+alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and the
+draft's confidence stop (the draft stops after a token it gives less than ``stop`` probability). So
 (0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.
+The stop is priced like gamma: the book knows the acceptance of drafted tokens per band of the draft's
+confidence, so it can say what any stop would give (Hugging Face's assisted generation re-fits such a
+threshold between calls; here it is chosen per cycle, with gamma, by the same prices).
 Each plan's tokens per second come from :mod:`lookahead_reasoning.theory.costed`, priced by the
 measured :class:`~.costs.CostTable` at the current context length and fed with what the
 :class:`~.estimates.Book` has learned. The planner keeps its current plan unless another is predicted
@@ -27,16 +31,20 @@ from .estimates import Book
 
 @dataclass(frozen=True)
 class Plan:
-    """k drafted steps per cycle and gamma drafted tokens per SD iteration in the target's rows."""
+    """k drafted steps per cycle, gamma drafted tokens per SD iteration in the target's rows, and the
+    draft's confidence stop of those iterations (None: no stop; meaningless when gamma is 0)."""
 
     k: int
     gamma: int
+    stop: float | None = None
 
     @property
     def label(self) -> str:
+        """"ar", "sd@g12s0.4", "lr@k2", "lr-sd@k1g8s0.3" (no "s..." without a stop)."""
+        stop = f"s{self.stop:g}" if self.stop is not None else ""
         if self.k == 0:
-            return "ar" if self.gamma == 0 else f"sd@g{self.gamma}"
-        return f"lr@k{self.k}" if self.gamma == 0 else f"lr-sd@k{self.k}g{self.gamma}"
+            return "ar" if self.gamma == 0 else f"sd@g{self.gamma}{stop}"
+        return f"lr@k{self.k}" if self.gamma == 0 else f"lr-sd@k{self.k}g{self.gamma}{stop}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class PlannerConfig:
 
     ``max_k``: the most drafted steps a plan may use (0: token level only); ``gammas``: SD gammas
     tried when the target writes alone; ``row_gammas``: gammas tried inside LR's rows (0: plain rows);
+    ``stops``: the draft confidence stops tried with every gamma, besides the generator's
+    ``draft_stop_below`` (empty: that one only; no stop at all when it is None);
     ``margin``: hysteresis (a plan must be predicted this much faster to replace the current one);
     ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``reprofile``: measure the cost table again
     even when a cached one matches; ``refine``: move the cost table toward the run's own timed
@@ -56,6 +66,7 @@ class PlannerConfig:
     max_k: int = 2
     gammas: tuple[int, ...] = (4, 6, 8, 12, 16, 20, 24)
     row_gammas: tuple[int, ...] = (0, 4, 8, 12)
+    stops: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
     margin: float = 0.05
     gate: bool = True
     reprofile: bool = False
@@ -70,6 +81,8 @@ class PlannerConfig:
         require(all(isinstance(g, int) and g >= 0 for g in self.row_gammas),
                 f"planner row gammas must be integers >= 0, got {self.row_gammas!r}")
         require(0 <= self.margin < 1, f"planner margin must be in [0, 1), got {self.margin!r}")
+        require(all(isinstance(x, (int, float)) and 0 < x < 1 for x in self.stops),
+                f"planner stops (draft confidences) must be numbers in (0, 1), got {self.stops!r}")
 
 
 @dataclass
@@ -85,24 +98,43 @@ class Planner:
     """Prices plans with a cost table and a book; picks one per cycle with hysteresis."""
 
     def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
-                 can_sd: bool = True):
+                 can_sd: bool = True, stop: float | None = None):
         self.costs, self.book, self.config = costs, book, config
         self.can_draft, self.can_sd = can_draft, can_sd
+        self.stops: tuple[float | None, ...] = (None,) if stop is None else tuple(sorted({stop, *config.stops}))
         self.current: Plan | None = None
+        self._memo: dict[tuple[str, int, int, int], float] = {}  # costs read since the last choice
+
+    def _costs_at(self, context: int):
+        """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
+        memo, costs = self._memo, self.costs
+
+        def target(r: int, n: int) -> float:
+            key = ("t", r, n, context)
+            if key not in memo:
+                memo[key] = costs.target(r, n, context)
+            return memo[key]
+
+        def draft(r: int, n: int) -> float:
+            key = ("d", r, n, context)
+            if key not in memo:
+                memo[key] = costs.draft(r, n, context)
+            return memo[key]
+        return target, draft
 
     def candidates(self) -> list[Plan]:
         gammas = self.config.gammas if self.can_sd else ()
-        plans = [Plan(0, 0)] + [Plan(0, g) for g in gammas]
+        plans = [Plan(0, 0)] + [Plan(0, g, s) for g in gammas for s in self.stops]
         if self.can_draft:
             row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
-            plans += [Plan(k, g) for k in range(1, self.config.max_k + 1) for g in row_gammas]
+            plans += [Plan(k, g, s) for k in range(1, self.config.max_k + 1) for g in row_gammas
+                      for s in (self.stops if g else (None,))]
         return plans
 
     def estimate(self, plan: Plan, context: int) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached."""
-        target = lambda r, n: self.costs.target(r, n, context)  # noqa: E731
-        draft = lambda r, n: self.costs.draft(r, n, context)  # noqa: E731
-        token, step = self.book.token.model(), self.book.step.model()
+        target, draft = self._costs_at(context)
+        token, step = self.book.token.model(plan.stop), self.book.step.model()
         if plan.k == 0:
             overhead = self.book.token.iteration_overhead.value
             return step_cycle(plan.gamma, step, token, target, draft, overhead)
@@ -116,6 +148,7 @@ class Planner:
 
     def choose(self, context: int) -> Choice:
         """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
+        self._memo.clear()  # the table may have learned from the last cycle's forwards
         rates = {plan: self.rate(plan, context) for plan in self.candidates()}
         best = max(rates, key=rates.get)
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
@@ -142,10 +175,10 @@ class Planner:
         """
         if not self.config.gate or not agreements:
             return len(agreements) + 1
+        self._memo.clear()
         _, r0 = self.best_alone(context)
-        target = lambda r, n: self.costs.target(r, n, context)  # noqa: E731
-        draft = lambda r, n: self.costs.draft(r, n, context)  # noqa: E731
-        token, step = self.book.token.model(), self.book.step.model()
+        target, draft = self._costs_at(context)
+        token, step = self.book.token.model(plan.stop), self.book.step.model()
         per_iteration = tokens_per_iteration(plan.gamma, token) if plan.gamma else 1.0
         p = [self.book.step.accept_probability(a) for a in agreements]
         need = [0.0 if a >= 1.0 else max(1.0, step.target_tokens - a * n) for a, n in zip(agreements, drafted_tokens)]
