@@ -102,6 +102,31 @@ def test_profile_times_forwards_of_exactly_the_grid_shapes():
     assert set(grid.points) == {1, 2}
 
 
+def test_out_of_order_points_are_the_ones_a_forward_cannot_cost():
+    clean = {1: {1: 0.25, 2: 0.37, 6: 0.42, 13: 0.56}, 2: {1: 0.37, 6: 0.56, 13: 0.80}}
+    assert costs_mod.out_of_order(clean) == set()
+    wide_is_cheaper = {1: {**clean[1], 6: 0.70}, 2: clean[2]}  # T(1, 6) > T(1, 13) and > T(2, 6)
+    assert costs_mod.out_of_order(wide_is_cheaper) == {(1, 6), (1, 13), (2, 6)}
+    more_rows_cheaper = {1: clean[1], 2: {**clean[2], 1: 0.20}}  # T(2, 1) < T(1, 1); it also pulls the
+    # interpolated T(2, 2) = 0.27 below T(1, 2) = 0.37, so the pair around width 2 is suspect too
+    assert costs_mod.out_of_order(more_rows_cheaper) == {(1, 1), (1, 2), (2, 1), (2, 6)}
+
+
+def test_profile_times_again_a_point_that_a_passing_load_slowed(monkeypatch):
+    lm = tiny_lm(0)
+    calls = []
+
+    def fake(lm_, session, rows, tokens, repeats, keep=1):  # T = 0.1 (rows + tokens), one slow moment
+        calls.append((rows, tokens))
+        slow = (rows, tokens) == (1, 3) and calls.count((1, 3)) == 1
+        return 0.1 * (rows + tokens) * (5.0 if slow else 1.0)
+
+    monkeypatch.setattr(costs_mod, "forward_seconds", fake)
+    grid = costs_mod.profile(lm, {1: (1, 3, 6), 2: (1, 3)}, prefix=24, progress=False)
+    assert calls.count((1, 3)) >= 2 and grid.points[1][3] == pytest.approx(0.4)
+    assert costs_mod.out_of_order(grid.points) == set()
+
+
 def test_a_table_of_an_older_format_is_measured_again(tmp_path, caplog):
     lm = tiny_lm(0)
     small = {1: (1, 2)}

@@ -4,7 +4,8 @@ Every forward the library makes has one shape: R rows, each feeding n new tokens
 prefix. Plain decoding is (1, 1); token SD's verification (1, gamma + 1); LR's scoring pass over the
 drafted chain (1, k L_d + 1); LR's batched rows (k + 1, 1) or, with SD inside, (k + 1, gamma + 1).
 :func:`profile` times a grid of these shapes once (about 20-30 s for a 1.5B model in float32 on two
-cores, with a progress bar), :class:`CostGrid` interpolates between grid points, and
+cores, with a progress bar) and times again the points a passing load on the machine put out of
+order (:func:`out_of_order`), :class:`CostGrid` interpolates between grid points, and
 :meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure.
 
 Tables are cached on disk (:func:`load_or_profile`), keyed by everything that changes a forward's time:
@@ -40,6 +41,8 @@ TARGET_GRID: dict[int, tuple[int, ...]] = {1: (1, 2, 4, 6, 9, 13, 17, 25, 48, 96
 DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4)}
 PREFIX = 256  # cached prefix tokens of the profile
 LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more context
+RECHECK_ROUNDS = 2  # passes over out-of-order points after the profile
+DRIFT = 1.25  # a one-token forward this much slower or faster at the end than at the start: profile again
 FORMAT = 2  # 2: grid widths are the forward's width (format 1 measured one token more)
 
 
@@ -185,6 +188,21 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
     for rows, n in shapes:
         points.setdefault(rows, {})[n] = forward_seconds(lm, short, rows, n, repeats + (n == 1))
         bar.update(1)
+    # A forward slowed by something else on the machine would stay in the table for good (the planner
+    # never runs the shapes it believes slow, so it never learns otherwise): time every point that
+    # breaks the order a forward's cost must keep once more, and keep the faster time.
+    again = forward_seconds(lm, short, 1, 1, 2)  # the first point once more: did the machine change meanwhile?
+    if not 1 / DRIFT <= again / points[1][1] <= DRIFT:
+        log.warning("forward times changed while profiling (%.3f s, then %.3f s); timing every shape again",
+                    points[1][1], again)
+        for rows, n in shapes:
+            points[rows][n] = min(points[rows][n], forward_seconds(lm, short, rows, n, 1))
+    for _ in range(RECHECK_ROUNDS):
+        suspects = out_of_order(points)
+        if not suspects:
+            break
+        for rows, n in sorted(suspects):
+            points[rows][n] = min(points[rows][n], forward_seconds(lm, short, rows, n, 2))
     long = Session(lm, [ids])
     long.logits()
     bar.update(1)
@@ -193,6 +211,32 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
     bar.close()
     per_context = max(0.0, (t_long - points[1][1]) / (LONG_PREFIX - prefix))
     return CostGrid(points, prefix, per_context)
+
+
+def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> set[tuple[int, int]]:
+    """Grid points that break what any forward's cost obeys, beyond ``slack``: more tokens per row
+    never cost less (T(R, n) <= T(R, n') for n < n'), and more rows never cost less (T(R, n) <=
+    T(R', n) for R < R', read off the interpolated curve of R' within its measured widths). Both
+    points of each broken pair are returned: which one is off is unknown."""
+    bad: set[tuple[int, int]] = set()
+    for rows, curve in points.items():
+        ns = sorted(curve)
+        for a, b in zip(ns, ns[1:]):
+            if curve[a] > curve[b] * (1 + slack):
+                bad |= {(rows, a), (rows, b)}
+    grid = CostGrid({r: dict(c) for r, c in points.items()})
+    for r_small in points:
+        for r_big in points:
+            if r_big <= r_small:
+                continue
+            lo, hi = min(points[r_big]), max(points[r_big])
+            for n, t in points[r_small].items():
+                if lo <= n <= hi and t > grid._curve(r_big, n) * (1 + slack):
+                    ns = sorted(points[r_big])
+                    i = bisect_left(ns, n)
+                    near = {ns[i]} if ns[i] == n else {ns[i - 1], ns[i]}
+                    bad |= {(r_small, n)} | {(r_big, m) for m in near}
+    return bad
 
 
 def cost_key(lm: LM) -> dict[str, Any]:
@@ -264,4 +308,4 @@ def save(grid: CostGrid, path: Path) -> None:
 
 
 __all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "forward_seconds",
-           "load_or_profile", "profile", "save"]
+           "load_or_profile", "out_of_order", "profile", "save"]
