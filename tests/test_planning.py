@@ -391,3 +391,60 @@ def test_calibration_learns_what_the_formulas_miss():
     assert second.plan.label.partition("@")[0] != first.plan.label.partition("@")[0]
     saved = Book.from_json(json.loads(json.dumps(book.to_json())))
     assert saved.factor(first.plan.label) == pytest.approx(book.factor(first.plan.label))
+
+
+# ------------------------------------------------------------------ a pair's rates across cost regimes
+
+def _learned_book() -> Book:
+    book = Book()
+    for _ in range(50):
+        book.token.record(None, 8, 6, confidence=[0.95] * 6 + [0.3, 0.2])
+        book.step.record_verdict(0.9, True)
+        book.step.target_tokens.add(25.0)
+    book.token.iteration_overhead.add(0.5, 100)
+    book.step.cycle_overhead.add(0.7, 100)
+    book.record_cycle("sd@g12", 40, 1.0, 10.0)  # realised 4x the prediction
+    return book
+
+
+def test_rates_only_keeps_what_the_pair_decides_and_forgets_what_the_machine_decides():
+    book, fresh = _learned_book(), Book()
+    rates = book.rates_only()
+    assert rates.token.accepted == book.token.accepted and rates.token.seen == book.token.seen
+    assert rates.token.model(0.4).alpha != pytest.approx(fresh.token.model(0.4).alpha)
+    assert rates.step.bands == book.step.bands and rates.step.target_tokens == book.step.target_tokens
+    assert rates.token.iteration_overhead == fresh.token.iteration_overhead
+    assert rates.step.cycle_overhead == fresh.step.cycle_overhead and rates.step.verify_s == fresh.step.verify_s
+    assert rates.factor("sd@g12") == 1.0 and book.factor("sd@g12") > 1.5
+    rates.token.record(None, 4, 4, confidence=[0.95] * 4)  # a copy: learning on it leaves the source alone
+    assert rates.token.seen != book.token.seen
+
+
+def test_a_new_cost_regime_starts_from_the_rates_the_pair_learned_in_another(tmp_path, monkeypatch):
+    from lookahead_reasoning.planning import auto as auto_mod
+
+    regime = {"dtype": "bf16"}
+
+    def fake_profile(lm, grid, *, label, root, **kw):
+        key = {**regime, "model": lm.name, "grid": label}
+        return CostGrid({1: {1: 0.1, 2: 0.12}}, key=key), tmp_path / "costs" / f"{label}-{regime['dtype']}.json"
+
+    monkeypatch.setattr(auto_mod, "load_or_profile", fake_profile)
+    config = PlannerConfig(progress=False, cache_dir=str(tmp_path))
+    first = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    assert first.book.token.accepted == Book().token.accepted  # nothing learned anywhere yet: the priors
+    first.book = _learned_book()
+    first.save()
+
+    regime["dtype"] = "float32"  # same pair and verifier, another cost regime
+    second = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    assert second.paths[2] != first.paths[2]
+    assert second.book.token.accepted == first.book.token.accepted
+    assert second.book.factor("sd@g12") == 1.0  # the other regime's calibration is not carried over
+    assert second.book.token.iteration_overhead == Book().token.iteration_overhead
+
+    regime["dtype"] = "bf16"  # back in the first regime: its own book, calibration and all
+    again = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    assert again.book.factor("sd@g12") == pytest.approx(first.book.factor("sd@g12"))
+    other_verifier = auto_mod.Planning.load(TARGET, tiny_lm(1), "embedding", config)
+    assert other_verifier.book.token.accepted == Book().token.accepted  # rates are per verifier too

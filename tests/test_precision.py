@@ -51,6 +51,16 @@ pytestmark = pytest.mark.skipif(not int8_kernel_available(), reason="this torch 
 INT8_ATOL = 0.1
 
 
+@pytest.fixture(autouse=True)
+def float32_between_the_linears(monkeypatch):
+    """Every test here runs the int8 model with float32 activations between its linears, whatever the
+    CPU (where bf16 is native the model would run bf16 there, and the tolerances above assume float32);
+    the bf16 case has a test of its own, which overrides this."""
+    import lookahead_reasoning.precision as precision
+
+    monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: False)
+
+
 @functools.cache
 def _int8_model(arch: str, seed: int):
     model = copy.deepcopy(tiny_lm(arch, seed).model)  # the conftest models are shared: quantise a copy

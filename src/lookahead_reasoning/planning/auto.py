@@ -54,23 +54,34 @@ class Planning:
 
     costs: CostTable
     book: Book
-    paths: tuple[Path, Path, Path]  # target table, draft table, book
+    paths: tuple[Path, Path, Path, Path]  # target table, draft table, book, the pair's rates in any regime
 
     @classmethod
     def load(cls, target_lm: LM, draft_lm: LM, verifier_name: str, config: PlannerConfig) -> "Planning":
-        """Read (or measure) both cost tables and the pair's book."""
+        """Read (or measure) both cost tables and the book of this pair in this cost regime. A regime
+        the pair has not run in yet starts from the acceptance rates it learned in the last regime it
+        ran in (:meth:`Book.rates_only`), else from the priors."""
         t_grid, t_path = load_or_profile(target_lm, TARGET_GRID, reprofile=config.reprofile, progress=config.progress,
                                          label=f"target {target_lm.name}", root=config.cache_dir)
         d_grid, d_path = load_or_profile(draft_lm, DRAFT_GRID, reprofile=config.reprofile, progress=config.progress,
                                          label=f"draft {draft_lm.name}", root=config.cache_dir)
-        pair = json.dumps([t_grid.key, d_grid.key, verifier_name], sort_keys=True)
-        book_path = t_path.parent / f"book-{hashlib.sha256(pair.encode()).hexdigest()[:16]}.json"
-        return cls(CostTable(t_grid, d_grid), load_book(book_path), (t_path, d_path, book_path))
+
+        def digest(parts: list) -> str:
+            return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+        book_path = t_path.parent / f"book-{digest([t_grid.key, d_grid.key, verifier_name])}.json"
+        rates_path = t_path.parent / f"rates-{digest([target_lm.name, draft_lm.name, verifier_name])}.json"
+        if book_path.exists() or not rates_path.exists():
+            book = load_book(book_path)
+        else:
+            log.info("no rates learned in this cost regime yet: starting from the pair's rates in %s", rates_path)
+            book = load_book(rates_path).rates_only()
+        return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path))
 
     def save(self) -> None:
         save(self.costs.target, self.paths[0])
         save(self.costs.draft, self.paths[1])
         save_book(self.book, self.paths[2])
+        save_book(self.book, self.paths[3])
 
 
 def generate_auto(

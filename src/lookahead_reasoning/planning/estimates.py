@@ -237,6 +237,18 @@ class Book:
         mean = self.calibration.get(plan_kind(label))
         return mean.value if mean is not None else 1.0
 
+    def rates_only(self) -> "Book":
+        """A copy that keeps what the model pair and its verifier decide (how often drafted tokens and
+        steps are accepted, how long steps are) and forgets what the machine's cost regime decides (the
+        overheads, the verifier's latency, the calibration of each kind of plan): the prior of a pair
+        in a cost regime it has not run in yet (another dtype, kernel or precision of the same models)."""
+        fresh = Book()
+        token = TokenBook(list(self.token.seen), list(self.token.accepted), list(self.token.rejected),
+                          fresh.token.iteration_overhead)
+        step = StepBook(**{**vars(self.step), "bands": list(self.step.bands), "verify_s": fresh.step.verify_s,
+                           "cycle_overhead": fresh.step.cycle_overhead})
+        return Book(token, step, fresh.calibration)
+
     def to_json(self) -> dict[str, Any]:
         def dump(obj: Any) -> Any:
             if isinstance(obj, (int, float)):

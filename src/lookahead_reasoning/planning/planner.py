@@ -58,7 +58,8 @@ class PlannerConfig:
     ``margin``: hysteresis (a plan must be predicted this much faster to replace the current one);
     ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``reprofile``: measure the cost table again
     even when a cached one matches; ``refine``: move the cost table toward the run's own timed
-    forwards; ``learn``: save what the run learned (table and rates) for the next run of the pair;
+    forwards; ``learn``: save what the run learned (table and rates) for the next run of the pair (in
+    another cost regime, its acceptance rates only);
     ``progress``: show the profile's progress bar; ``cache_dir``: where tables and books live
     (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``).
     """
