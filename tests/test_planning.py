@@ -417,7 +417,10 @@ def test_rates_only_keeps_what_the_pair_decides_and_forgets_what_the_machine_dec
     assert rates.step.cycle_overhead == fresh.step.cycle_overhead and rates.step.verify_s == fresh.step.verify_s
     assert rates.factor("sd@g12") == 1.0 and book.factor("sd@g12") > 1.5
     rates.token.record(None, 4, 4, confidence=[0.95] * 4)  # a copy: learning on it leaves the source alone
+    rates.step.record_verdict(0.1, False)
+    rates.step.target_tokens.add(90.0)
     assert rates.token.seen != book.token.seen
+    assert rates.step.bands != book.step.bands and rates.step.target_tokens != book.step.target_tokens
 
 
 def test_a_new_cost_regime_starts_from_the_rates_the_pair_learned_in_another(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ new run can still move a rate learned on another kind of problem.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -242,12 +243,11 @@ class Book:
         steps are accepted, how long steps are) and forgets what the machine's cost regime decides (the
         overheads, the verifier's latency, the calibration of each kind of plan): the prior of a pair
         in a cost regime it has not run in yet (another dtype, kernel or precision of the same models)."""
-        fresh = Book()
-        token = TokenBook(list(self.token.seen), list(self.token.accepted), list(self.token.rejected),
-                          fresh.token.iteration_overhead)
-        step = StepBook(**{**vars(self.step), "bands": list(self.step.bands), "verify_s": fresh.step.verify_s,
-                           "cycle_overhead": fresh.step.cycle_overhead})
-        return Book(token, step, fresh.calibration)
+        rates, fresh = copy.deepcopy(self), Book()
+        rates.token.iteration_overhead = fresh.token.iteration_overhead
+        rates.step.verify_s, rates.step.cycle_overhead = fresh.step.verify_s, fresh.step.cycle_overhead
+        rates.calibration = fresh.calibration
+        return rates
 
     def to_json(self) -> dict[str, Any]:
         def dump(obj: Any) -> Any:
