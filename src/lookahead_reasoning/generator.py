@@ -88,7 +88,8 @@ class LookaheadGenerator:
             drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
         precision: the target's weight precision when it is loaded by name (None: as loaded; "int8":
-            weight-only int8, about a quarter of float32's bytes per token; see
+            weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
+            activations too, per token; see
             :mod:`lookahead_reasoning.precision`). The draft keeps ``draft_quantize``.
         load_kwargs: passed to load_model for names (dtype=, device=, cpu_linear=, ...).
     """

@@ -79,7 +79,7 @@ class GeneratorSettings:
             except LookaheadError:
                 name = None
             require(name not in (None, "int8-dynamic"),
-                    f"--precision must be one of auto, float32, bf16, int8, got {self.precision!r}")
+                    f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
         check_verifier_settings(self.verifier)
 
     def build(self, **overrides: Any):
@@ -114,8 +114,9 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     m.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (auto: bf16 where the CPU/GPU supports it)")
     m.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
     m.add_argument("--precision", default=None,
-                   help="target weight precision: auto | float32 | bf16 | int8 (weight-only int8 linears; default: "
-                        "as loaded in --dtype)")
+                   help="target weight precision: auto | float32 | bf16 | int8 (weight-only int8 linears) | w8a8 "
+                        "(int8 weights and per-token int8 activations: cheap wide forwards); default: as "
+                        "loaded in --dtype")
     m.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"],
                    help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "
                         "few-token forwards; default: torch's BLAS path)")

@@ -24,6 +24,14 @@ The precisions (:data:`PRECISIONS`):
   casts back to the compute dtype. Everything between the linears (attention, RMSNorm, SiLU, the
   residual stream) runs in the compute dtype: float32 on CPUs without native bf16 (emulated bf16
   attention and norms cost more than they save there), bfloat16 where bf16 is native.
+* ``"w8a8"``: int8 weights as in ``"int8"``, and each linear's input quantised to int8 too, with
+  one scale per row (per token: absmax / 127), so the product is an exact int8 x int8 -> int32
+  matrix product (``torch._int_mm``, oneDNN's VNNI kernels on x86), scaled back by the row's and the
+  output column's scales. Where the weight-only kernel's time grows with the rows it multiplies
+  (on a 2-core avx512 EPYC one 8960 x 1536 linear: 1.7 ms for 1 row, 10.5 ms for 13), this one's
+  barely does (1.2 ms, 3.0 ms), which is what the wide forwards of speculation need. Rounding the
+  activations moves the logits a little more than ``"int8"`` does (argmax agreement with the bf16
+  model over four teacher-forced GSM8K solutions: 97.0% against 98.3%).
 * ``"int8-dynamic"``: torch's dynamic int8 linears (``kernels.quantize_draft_int8``). The
   activations are quantised with one scale for the whole batch, so a row's logits depend on the
   other rows: allowed for a draft only (``role="draft"``), refused for a target.
@@ -32,7 +40,10 @@ Batch invariance. A target scores several branch rows and padded rows in one for
 lossless guarantees (greedy SD == greedy AR, LR with the exact verifier == AR) need a row's logits
 not to depend on its neighbours. Weight-only int8 does not quantise activations, and the bf16
 rounding of a linear's input is per element, so each row sees the same arithmetic alone or in a
-batch; what differs is only the summation order inside the kernels, as in float32.
+batch; what differs is only the summation order inside the kernels, as in float32. ``"w8a8"``
+quantises activations, but per row: a row's scale comes from that row alone and the int32
+accumulation is exact, so it stays batch invariant (the per-batch scale of ``"int8-dynamic"`` is
+what breaks it).
 
 Why not torchao. torchao 0.18 installs next to torch 2.13 (``pip install --no-deps torchao==0.18.0``)
 and its ``Int8WeightOnlyConfig`` quantises correctly, but in eager mode its linear casts the whole
@@ -69,11 +80,13 @@ import torch
 
 from .errors import require
 
-PRECISIONS = ("auto", "float32", "bf16", "int8", "int8-dynamic")
+PRECISIONS = ("auto", "float32", "bf16", "int8", "w8a8", "int8-dynamic")
 ROLES = ("target", "draft")
 INT8_KERNEL = "torch._weight_int8pack_mm"
+W8A8_KERNEL = "torch._int_mm"
 _ALIASES = {"fp32": "float32", "float": "float32", "bfloat16": "bf16", "int8-weight-only": "int8",
-            "int8_dynamic": "int8-dynamic", "dynamic-int8": "int8-dynamic"}
+            "int8_dynamic": "int8-dynamic", "dynamic-int8": "int8-dynamic",
+            "int8-w8a8": "w8a8", "int8-per-token": "w8a8"}
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,65 @@ def reference_int8_linear(layer: Int8WeightOnlyLinear, x: torch.Tensor) -> torch
     return y if layer.bias is None else y + layer.bias
 
 
+class Int8PerTokenLinear(Int8WeightOnlyLinear):
+    """``y = linear(x)`` with an int8 weight and int8 activations, each row of x with its own scale.
+
+    ``forward``: x (..., K) in any float dtype -> (..., N) in x's dtype. Per row r of x:
+    ``s_r = max|x_r| / 127``, ``q_r = round(x_r / s_r)`` in int8; then ``acc = q @ W_int8^T``
+    (int32, exact: |acc| <= 127 * 127 * K, far from overflow for any model's K), and
+    ``y[r, n] = acc[r, n] * s_r * scale[n]`` in float32, cast to x's dtype, plus the bias. No row
+    sees another row's numbers, and integer sums do not depend on their order.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).float()
+        q, row_scale = quantize_activations_int8(rows)
+        acc = torch._int_mm(q, self.weight.t())
+        y = acc.float() * row_scale * self.scale.float()
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr().replace("int8 weight", "int8 weight, int8 activations per row")
+
+
+def quantize_activations_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8 quantisation of activations: ``rows ~= q * scale``.
+
+    rows (M, K) float32 -> (q (M, K) int8 in [-127, 127], scale (M, 1) float32). An all-zero row
+    gets a tiny scale and quantises to zeros.
+    """
+    scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+    return torch.round(rows / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def reference_w8a8_linear(layer: Int8PerTokenLinear, x: torch.Tensor) -> torch.Tensor:
+    """The slow obvious version of ``layer(x)`` (float64): quantised rows times the dequantised weight.
+
+    x (..., K) -> (..., N) float32.
+    """
+    rows = x.reshape(-1, layer.in_features).float()
+    q, row_scale = quantize_activations_int8(rows)
+    y = (q.double() * row_scale.double()) @ (layer.weight.double() * layer.scale.double().unsqueeze(1)).T
+    y = y.float().reshape(*x.shape[:-1], layer.out_features)
+    return y if layer.bias is None else y + layer.bias
+
+
+@functools.cache
+def w8a8_kernel_available() -> bool:
+    """True when ``torch._int_mm`` runs here on the CPU and multiplies a small int8 product exactly."""
+    op = getattr(torch, "_int_mm", None)
+    if op is None:
+        return False
+    try:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randint(-127, 128, (3, 40), generator=gen, dtype=torch.int8)
+        b = torch.randint(-127, 128, (24, 40), generator=gen, dtype=torch.int8)
+        return bool(torch.equal(op(a, b.t()), a.int() @ b.int().t()))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 @functools.cache
 def int8_kernel_available() -> bool:
     """True when ``torch._weight_int8pack_mm`` exists here and computes a small product correctly (CPU)."""
@@ -224,12 +296,15 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
         if dev.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "float32"
         return "float32"
-    if name in ("int8", "int8-dynamic"):
+    if name in ("int8", "w8a8", "int8-dynamic"):
         require(dev.type == "cpu", f"precision {name!r} runs on the CPU only (its kernel is a CPU op); the model "
                                    f"is on {dev}: use 'bf16' or 'float32' there")
     if name == "int8":
         require(int8_kernel_available(), f"precision 'int8' needs {INT8_KERNEL}, which this torch build "
                                          f"({torch.__version__}) does not have or cannot run; use 'float32'")
+    if name == "w8a8":
+        require(w8a8_kernel_available(), f"precision 'w8a8' needs {W8A8_KERNEL} on the CPU, which this torch build "
+                                         f"({torch.__version__}) does not have or cannot run; use 'int8'")
     return name
 
 
@@ -259,8 +334,10 @@ def _int8_compute_dtype() -> torch.dtype:
     return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
 
 
-def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool = True) -> int:
-    """Replace the ``nn.Linear`` layers of ``model`` by :class:`Int8WeightOnlyLinear`, in place.
+def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool = True,
+                          layer: type[Int8WeightOnlyLinear] = Int8WeightOnlyLinear) -> int:
+    """Replace the ``nn.Linear`` layers of ``model`` by ``layer`` (:class:`Int8WeightOnlyLinear`, or
+    :class:`Int8PerTokenLinear`), in place.
 
     The output layer (LM head) too unless ``include_output_layer`` is False; a head tied to the
     embedding is untied first (the embedding keeps its float weight). Other parameters keep their
@@ -275,7 +352,7 @@ def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool 
                for child_name, child in parent.named_children()
                if isinstance(child, torch.nn.Linear) and (include_output_layer or child is not head)]
     for parent, child_name, child in targets:
-        setattr(parent, child_name, Int8WeightOnlyLinear.from_linear(child))
+        setattr(parent, child_name, layer.from_linear(child))
     return len(targets)
 
 
@@ -341,19 +418,32 @@ def _apply_int8(model: torch.nn.Module) -> tuple[int, str]:
     return count, INT8_KERNEL
 
 
+def _apply_w8a8(model: torch.nn.Module) -> tuple[int, str]:
+    from .kernels import restore_linear
+
+    restore_linear(model)
+    count = quantize_linears_int8(model, layer=Int8PerTokenLinear)
+    model.to(_int8_compute_dtype())
+    return count, W8A8_KERNEL
+
+
 def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
     from .kernels import quantize_draft_int8
 
     return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
 
 
-_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16, "int8": _apply_int8, "int8-dynamic": _apply_int8_dynamic}
+_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16, "int8": _apply_int8, "w8a8": _apply_w8a8,
+          "int8-dynamic": _apply_int8_dynamic}
 
 
 def precision_of(model: torch.nn.Module) -> str:
-    """The precision a model is in now: "int8" when it has int8 weight-only layers, "int8-dynamic"
+    """The precision a model is in now: "w8a8" when it has per-token int8 layers, "int8" when it has int8
+    weight-only layers, "int8-dynamic"
     for torch's dynamic int8 linears, else its first parameter's dtype ("float32", "bf16", "float16")."""
     modules = list(model.modules())
+    if any(isinstance(m, Int8PerTokenLinear) for m in modules):
+        return "w8a8"
     if any(isinstance(m, Int8WeightOnlyLinear) for m in modules):
         return "int8"
     if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in modules):
@@ -363,6 +453,7 @@ def precision_of(model: torch.nn.Module) -> str:
     return {torch.float32: "float32", torch.bfloat16: "bf16", torch.float16: "float16"}.get(dtype, str(dtype))
 
 
-__all__ = ["INT8_KERNEL", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "apply_precision",
-           "int8_kernel_available", "normalize_precision", "precision_of", "quantize_linears_int8", "quantize_rows_int8",
-           "reference_int8_linear", "resolve_precision", "weight_bytes"]
+__all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
+           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_of", "quantize_activations_int8",
+           "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear", "reference_w8a8_linear",
+           "resolve_precision", "w8a8_kernel_available", "weight_bytes"]

@@ -96,8 +96,9 @@ def load_model(
             much faster than the default BLAS for the few-token forwards speculative decoding makes
             (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
         precision: None keeps the weights as loaded in ``dtype``; "float32", "bf16", "int8" (weight-only
-            int8 linears, batch invariant, see :mod:`lookahead_reasoning.precision`) or "auto" (what
-            measures fastest for the hardware) stores them that way. With "int8" the model is read
+            int8 linears, batch invariant, see :mod:`lookahead_reasoning.precision`), "w8a8" (int8
+            weights and per-token int8 activations, batch invariant too) or "auto" (what measures
+            fastest for the hardware) stores them that way. With "int8" or "w8a8" the model is read
             in bf16 (exact for the offline models, half the peak memory) unless ``dtype`` says otherwise.
     """
     from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
@@ -111,7 +112,7 @@ def load_model(
         normalize_precision(precision)  # a bad name fails before anything loads
     placement = resolve_device(device) if device_map is None else device_map_device(device_map)
     precision = None if precision is None else resolve_precision(precision, placement)
-    if precision == "int8" and (dtype is None or str(dtype).strip().lower() == "auto"):
+    if precision in ("int8", "w8a8") and (dtype is None or str(dtype).strip().lower() == "auto"):
         dtype = torch.bfloat16
     elif precision in ("float32", "bf16"):
         dtype = precision
