@@ -11,7 +11,7 @@ if the kernel for that format is good on this CPU. Three parts, one process, med
    ``--compile``) when torchao is installed.
 2. ``forward``: whole-model forward time of the target after a ~300-token cached prefix, for
    (rows x new tokens) = 1x1, 1x5, 1x13, 2x1, 2x13, 3x1, per precision variant (float32 with
-   oneDNN, bf16, int8, int8 with a float32 LM head, int8 with bf16 between the linears,
+   oneDNN, bf16, int8, int8 with a float32 LM head, int8 with bf16 between the linears, w8a8,
    int8-dynamic), plus the weight bytes and the largest logit difference to float32.
 3. ``ar``: greedy autoregressive tokens/s over ``--ar-tokens`` new tokens on a GSM8K prompt, per
    variant, and how many leading tokens agree with float32's.
@@ -52,13 +52,13 @@ from lookahead_reasoning.kernels import apply_cpu_linear
 from lookahead_reasoning.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
 from lookahead_reasoning.precision import (
-    Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8, weight_bytes,
+    Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8, weight_bytes,
 )
 from lookahead_reasoning.prompts import math_messages
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 SHAPES = ((1, 1), (1, 5), (1, 13), (2, 1), (2, 13), (3, 1))  # (rows, new tokens per row)
-VARIANTS = ("float32", "bf16", "int8", "int8-f32-head", "int8-bf16", "int8-dynamic")
+VARIANTS = ("float32", "bf16", "int8", "int8-f32-head", "int8-bf16", "w8a8", "int8-dynamic")
 
 
 def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -122,6 +122,7 @@ def linear_candidates(weight: torch.Tensor, use_compile: bool) -> dict[str, Call
         x_q = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
         return torch._int_mm(x_q, w_t).float() * x_scale * scale.float()
     out["int8 act per token x int8 (torch._int_mm)"] = int_mm_per_token
+    out["w8a8 (precision='w8a8')"] = Int8PerTokenLinear(weight)
     out.update(torchao_candidates(w32, use_compile))
     return out
 
