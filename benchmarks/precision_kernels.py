@@ -52,7 +52,8 @@ from lookahead_reasoning.kernels import apply_cpu_linear
 from lookahead_reasoning.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
 from lookahead_reasoning.precision import (
-    Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8, weight_bytes,
+    Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8,
+    weight_bytes,
 )
 from lookahead_reasoning.prompts import math_messages
 
@@ -115,14 +116,7 @@ def linear_candidates(weight: torch.Tensor, use_compile: bool) -> dict[str, Call
         dyn = quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
     out["int8-dynamic (torch.ao)"] = dyn
     out["int8-dynamic, one row per call"] = lambda x: torch.cat([dyn(x[i:i + 1]) for i in range(x.shape[0])])
-    w_t = q.t()  # (K, N) int8, per-output-row scale: int8 x int8 -> int32 with a per-token input scale
-
-    def int_mm_per_token(x: torch.Tensor) -> torch.Tensor:
-        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-        x_q = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
-        return torch._int_mm(x_q, w_t).float() * x_scale * scale.float()
-    out["int8 act per token x int8 (torch._int_mm)"] = int_mm_per_token
-    out["w8a8 (precision='w8a8')"] = Int8PerTokenLinear(weight)
+    out["w8a8: int8 act per token x int8 (precision='w8a8', torch._int_mm)"] = Int8PerTokenLinear(weight)
     out.update(torchao_candidates(w32, use_compile))
     return out
 

@@ -62,29 +62,29 @@ def float32_between_the_linears(monkeypatch):
 
 
 @functools.cache
-def _int8_model(arch: str, seed: int):
+def _quantised_model(arch: str, seed: int, precision: str):
     model = copy.deepcopy(tiny_lm(arch, seed).model)  # the conftest models are shared: quantise a copy
-    apply_precision(model, "int8")
+    apply_precision(model, precision)
     return model
 
 
-def int8_lm(arch: str = "qwen2", seed: int = 0) -> LM:
-    """A fresh LM (own counters) over the int8 copy of conftest's tiny model (arch, seed)."""
+def int8_lm(arch: str = "qwen2", seed: int = 0, precision: str = "int8") -> LM:
+    """A fresh LM (own counters) over a quantised copy of conftest's tiny model (arch, seed)."""
     base = tiny_lm(arch, seed)
-    return LM(_int8_model(arch, seed), base.tokenizer, name=f"tiny-{arch}-{seed}-int8")
+    return LM(_quantised_model(arch, seed, precision), base.tokenizer, name=f"tiny-{arch}-{seed}-{precision}")
 
 
 @functools.cache
-def _int8_char_model(seed: int):
+def _quantised_char_model(seed: int, precision: str):
     model = copy.deepcopy(char_lm(seed).model)
-    apply_precision(model, "int8")
+    apply_precision(model, precision)
     return model
 
 
-def int8_char_lm(seed: int = 0) -> LM:
-    """The character-tokenizer tiny model of lr_helpers, int8 (one token per character: text == tokens)."""
+def int8_char_lm(seed: int = 0, precision: str = "int8") -> LM:
+    """The character-tokenizer tiny model of lr_helpers, quantised (one token per character: text == tokens)."""
     base = char_lm(seed)
-    return LM(_int8_char_model(seed), base.tokenizer, name=f"tiny-char-{seed}-int8")
+    return LM(_quantised_char_model(seed, precision), base.tokenizer, name=f"tiny-char-{seed}-{precision}")
 
 
 # ------------------------------------------------------------------------------------ the int8 layer

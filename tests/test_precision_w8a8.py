@@ -10,7 +10,6 @@ linears are float32, and every equality is against the quantised model's own gre
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 import torch
@@ -30,8 +29,9 @@ from lookahead_reasoning.precision import (
 )
 
 from conftest import ORDINARY_IDS, max_abs_diff, reference_logits, tiny_lm
-from lr_helpers import exact, frequent_char, tiny_lm as char_lm
-from test_precision import int8_lm, rows_alone_and_batched
+from lr_helpers import exact, frequent_char
+from test_precision import float32_between_the_linears  # noqa: F401  (autouse: float32 between the linears here too)
+from test_precision import int8_char_lm, int8_lm, rows_alone_and_batched
 
 pytestmark = pytest.mark.skipif(not w8a8_kernel_available(), reason="this torch build cannot run torch._int_mm")
 
@@ -45,35 +45,12 @@ pytestmark = pytest.mark.skipif(not w8a8_kernel_available(), reason="this torch 
 W8A8_ATOL = 0.1
 
 
-@pytest.fixture(autouse=True)
-def float32_between_the_linears(monkeypatch):
-    import lookahead_reasoning.precision as precision
-
-    monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: False)
-
-
-@functools.cache
-def _w8a8_model(arch: str, seed: int):
-    model = copy.deepcopy(tiny_lm(arch, seed).model)
-    apply_precision(model, "w8a8")
-    return model
-
-
 def w8a8_lm(arch: str = "qwen2", seed: int = 0) -> LM:
-    base = tiny_lm(arch, seed)
-    return LM(_w8a8_model(arch, seed), base.tokenizer, name=f"tiny-{arch}-{seed}-w8a8")
-
-
-@functools.cache
-def _w8a8_char_model(seed: int):
-    model = copy.deepcopy(char_lm(seed).model)
-    apply_precision(model, "w8a8")
-    return model
+    return int8_lm(arch, seed, precision="w8a8")
 
 
 def w8a8_char_lm(seed: int = 0) -> LM:
-    base = char_lm(seed)
-    return LM(_w8a8_char_model(seed), base.tokenizer, name=f"tiny-char-{seed}-w8a8")
+    return int8_char_lm(seed, precision="w8a8")
 
 
 # ------------------------------------------------------------------------------------- the layer

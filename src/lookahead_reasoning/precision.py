@@ -411,22 +411,14 @@ def _apply_bf16(model: torch.nn.Module) -> tuple[int, str]:
     return 0, "torch.nn.functional.linear (bf16)"
 
 
-def _apply_int8(model: torch.nn.Module) -> tuple[int, str]:
+def _apply_int8_layers(model: torch.nn.Module, layer: type[Int8WeightOnlyLinear], kernel: str) -> tuple[int, str]:
+    """Every linear to ``layer`` (int8 weights), everything else to the int8 compute dtype."""
     from .kernels import restore_linear
 
     restore_linear(model)
-    count = quantize_linears_int8(model)
+    count = quantize_linears_int8(model, layer=layer)
     model.to(_int8_compute_dtype())  # embedding, norms and biases; int8 buffers keep their dtype
-    return count, INT8_KERNEL
-
-
-def _apply_w8a8(model: torch.nn.Module) -> tuple[int, str]:
-    from .kernels import restore_linear
-
-    restore_linear(model)
-    count = quantize_linears_int8(model, layer=Int8PerTokenLinear)
-    model.to(_int8_compute_dtype())
-    return count, W8A8_KERNEL
+    return count, kernel
 
 
 def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
@@ -435,7 +427,9 @@ def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
     return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
 
 
-_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16, "int8": _apply_int8, "w8a8": _apply_w8a8,
+_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16,
+          "int8": functools.partial(_apply_int8_layers, layer=Int8WeightOnlyLinear, kernel=INT8_KERNEL),
+          "w8a8": functools.partial(_apply_int8_layers, layer=Int8PerTokenLinear, kernel=W8A8_KERNEL),
           "int8-dynamic": _apply_int8_dynamic}
 
 
