@@ -111,6 +111,28 @@ def test_cpu_supports_bf16_returns_a_bool():
     assert isinstance(models.cpu_supports_bf16(), bool)
 
 
+@pytest.mark.parametrize("flags, bf16, int8_dot", [
+    ({"avx2", "fma"}, False, False),                                     # AVX2 only
+    ({"avx2", "avx512f", "avx512_vnni"}, False, True),                   # AVX512 with VNNI, no bf16
+    ({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}, True, True),     # the bf16 EPYCs
+    ({"avx2", "avx_vnni"}, False, True),                                 # client cores with AVX-VNNI
+    ({"amx_bf16", "amx_int8"}, True, True),                              # AMX
+])
+def test_cpu_instruction_checks_read_the_flags(monkeypatch, flags, bf16, int8_dot):
+    monkeypatch.setattr(placement, "cpu_flags", lambda: flags)
+    assert placement.cpu_supports_bf16() is bf16 and placement.cpu_supports_int8_dot() is int8_dot
+
+
+def test_cpu_instruction_checks_without_cpuinfo_use_torchs_capability(monkeypatch):
+    monkeypatch.setattr(placement, "cpu_flags", lambda: None)
+    monkeypatch.setattr(placement, "_cpu_capability", lambda: "AVX2")
+    assert not placement.cpu_supports_bf16() and not placement.cpu_supports_int8_dot()
+    monkeypatch.setattr(placement, "_cpu_capability", lambda: "AVX512")
+    assert not placement.cpu_supports_bf16() and placement.cpu_supports_int8_dot()
+    monkeypatch.setattr(placement, "_cpu_capability", lambda: "AMX")
+    assert placement.cpu_supports_bf16() and placement.cpu_supports_int8_dot()
+
+
 # ------------------------------------------------------------------------------------- attention
 
 def test_attn_default_is_sdpa_on_cpu(monkeypatch, no_cuda):

@@ -89,6 +89,19 @@ def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path
     assert json.loads(path.read_text())["format"] == costs_mod.FORMAT  # rewritten whole
 
 
+def test_cost_key_tells_an_instruction_set_cap_from_the_full_cpu(monkeypatch):
+    for name in costs_mod._ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    lm = tiny_lm(0)
+    plain = costs_mod.cost_key(lm)
+    assert not set(costs_mod._ISA_CAPS) & plain.keys()  # unset: the key is what it always was
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = costs_mod.cost_key(lm)
+    assert capped != plain and capped["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert costs_mod.cost_key(lm) not in (plain, capped)
+
+
 def test_profile_times_forwards_of_exactly_the_grid_shapes():
     lm = tiny_lm(0)
     seen = []

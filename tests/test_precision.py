@@ -300,9 +300,12 @@ def test_lr_with_float_draft_and_int8_target_equals_int8_ar():
 
 # ------------------------------------------------------------------------------------------- errors
 
-def test_names_and_aliases():
+def test_names_and_aliases(monkeypatch):
+    import lookahead_reasoning.precision as precision
+
     assert normalize_precision(None) == "auto" and normalize_precision(" FP32 ") == "float32"
     assert normalize_precision("bfloat16") == "bf16" and set(PRECISIONS) >= {"auto", "float32", "bf16", "int8"}
+    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: False)  # a CPU without VNNI
     assert resolve_precision("auto", "cpu") == "int8"  # the kernel runs here (the module is skipped otherwise)
     assert resolve_precision("bf16", "cpu") == "bf16"
 
@@ -328,6 +331,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
     import lookahead_reasoning.precision as precision
 
     monkeypatch.setattr(precision, "int8_kernel_available", lambda: False)
+    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: False)
     with pytest.raises(ConfigError, match=r"needs torch._weight_int8pack_mm.*use 'float32'"):
         resolve_precision("int8", "cpu")
     assert resolve_precision("auto", "cpu") in ("float32", "bf16")  # auto falls back instead of failing

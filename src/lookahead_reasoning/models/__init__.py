@@ -18,7 +18,8 @@ Three modules, three jobs:
 
 * :mod:`.offline`: the offline models' registry, their part packages, the sha256-checked join,
   the lock and the bf16 safetensors conversion cache;
-* :mod:`.placement`: :func:`resolve_device`, :func:`resolve_dtype` (with :func:`cpu_supports_bf16`)
+* :mod:`.placement`: :func:`resolve_device`, :func:`resolve_dtype` (with :func:`cpu_supports_bf16`,
+  :func:`cpu_supports_int8_dot`)
   and :func:`resolve_attn_implementation`;
 * :mod:`.loading`: :class:`LoadedModel`, :func:`as_loaded` and :func:`load_model`'s dispatch.
 """
@@ -26,10 +27,10 @@ Three modules, three jobs:
 from .loading import LoadedModel, as_loaded, load_model
 from .offline import (CHUNK_BYTES, CONVERTED_MARKER, CONVERTED_SUBDIR, HASH_MARKER_SUFFIX, OFFLINE_MODELS,
                       OfflineModel, cache_root, convert_offline, offline_gguf, offline_names, offline_spec, part_files)
-from .placement import cpu_supports_bf16, resolve_attn_implementation, resolve_device, resolve_dtype
+from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_attn_implementation, resolve_device, resolve_dtype
 
 __all__ = [
     "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadedModel", "OFFLINE_MODELS",
-    "OfflineModel", "as_loaded", "cache_root", "convert_offline", "cpu_supports_bf16", "load_model", "offline_gguf",
+    "OfflineModel", "as_loaded", "cache_root", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "offline_gguf",
     "offline_names", "offline_spec", "part_files", "resolve_attn_implementation", "resolve_device", "resolve_dtype",
 ]

@@ -249,8 +249,17 @@ def cost_key(lm: LM) -> dict[str, Any]:
         "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
         "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
         "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
+        "torch": torch.__version__, **_instruction_caps(),
     }
+
+
+_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def _instruction_caps() -> dict[str, str]:
+    """The environment variables that restrict which instructions torch's and oneDNN's kernels use,
+    where set: the same CPU then has other costs (absent when unset, so ordinary keys stay as they were)."""
+    return {name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)}
 
 
 def _cpu_identity() -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, VerifierError, require
+from ..presets import DEFAULT_VERIFIER
 
 DEFAULT_JUDGE_TIMEOUT = 10.0
 _JUDGES = {"judge", "paper-judge"}  # stages that can run a local judge model
@@ -41,7 +42,7 @@ class VerifierSettings:
     "openai-judge" / "paper-judge" (``judge_name`` None: the server's only model).
     """
 
-    name: str = "embedding-numbers"
+    name: str = DEFAULT_VERIFIER
     threshold: float | None = None
     judge_model: str | None = None
     judge_url: str | None = None
@@ -51,7 +52,7 @@ class VerifierSettings:
     judge_api_key: str | None = None
 
 
-def add_verifier_args(parser: argparse.ArgumentParser, default: str = "embedding-numbers") -> None:
+def add_verifier_args(parser: argparse.ArgumentParser, default: str = DEFAULT_VERIFIER) -> None:
     """Add the verifier options (in their own help group) to ``parser``."""
     g = parser.add_argument_group("verifier")
     g.add_argument("--verifier", default=default,
@@ -84,7 +85,7 @@ def verifier_settings_from_args(args: argparse.Namespace) -> VerifierSettings:
     def get(option: str, default: Any = None) -> Any:
         return getattr(args, option, default)
 
-    return VerifierSettings(name=get("verifier", "embedding-numbers"), threshold=get("threshold"),
+    return VerifierSettings(name=get("verifier", DEFAULT_VERIFIER), threshold=get("threshold"),
                             judge_model=get("judge_model"), judge_url=get("judge_url"), judge_name=get("judge_name"),
                             judge_timeout=get("judge_timeout"), judge_dtype=get("judge_dtype", "auto") or "auto")
 
