@@ -50,6 +50,16 @@ def test_lr_with_identical_draft_equals_greedy_ar(prompt, k, mode):
     assert all(v.accepted for c in lr.stats.cycles for v in c.verdicts)
 
 
+@FAST
+@given(prompt=PROMPTS, k=st.sampled_from([1, 2, 3]))
+def test_the_default_verifier_keeps_the_targets_text_with_any_draft(prompt, k):
+    """No verifier given: fixed-k LR with a draft that disagrees writes greedy AR's tokens exactly."""
+    steps = StepConfig((_delimiter(list(prompt)),), 10)
+    gen = LookaheadGenerator(target=TARGET, draft=OTHER, k=k, steps=steps, mode="lr")
+    lr = gen.generate(prompt, max_new_tokens=32)
+    assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=32).token_ids
+
+
 def test_identical_draft_is_used():
     prompt = [5, 6, 7]
     gen = _lr(tiny_lm(0), k=3, prompt=prompt, cap=12)

@@ -337,6 +337,45 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
     assert resolve_precision("auto", "cpu") in ("float32", "bf16")  # auto falls back instead of failing
 
 
+@pytest.mark.parametrize("int8_dot, w8a8_runs, int8_runs, expected", [
+    (True, True, True, "w8a8"),     # VNNI/AMX: the per-token kernel is the fastest measured
+    (False, True, True, "int8"),    # no int8 dot products: _int_mm falls back to slow code
+    (True, False, True, "int8"),    # VNNI but no _int_mm in this torch build
+    (False, False, False, None),    # neither kernel: the unquantised dtype
+])
+def test_auto_precision_follows_the_cpus_int8_instructions(monkeypatch, int8_dot, w8a8_runs, int8_runs, expected):
+    import lookahead_reasoning.precision as precision
+
+    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: int8_dot)
+    monkeypatch.setattr(precision, "w8a8_kernel_available", lambda: w8a8_runs)
+    monkeypatch.setattr(precision, "int8_kernel_available", lambda: int8_runs)
+    got = resolve_precision("auto", "cpu")
+    assert got == expected if expected else got in ("bf16", "float32")
+
+
+def test_a_saturating_int8_product_is_not_taken_for_the_kernel(monkeypatch):
+    """Without VNNI, oneDNN's AVX2 int8 path sums product pairs in saturating int16: that inexact
+    product must make w8a8 unavailable (refused by name, and auto falls back to weight-only int8)."""
+    import lookahead_reasoning.precision as precision
+
+    def saturating(a, b):
+        return (a.int() @ b.int()).clamp(-32768, 32767)
+
+    monkeypatch.setattr(torch, "_int_mm", saturating)
+    precision.w8a8_kernel_available.cache_clear()
+    try:
+        assert not precision.w8a8_kernel_available()
+        with pytest.raises(ConfigError, match="runs inexactly.*use 'int8'"):
+            resolve_precision("w8a8", "cpu")
+        monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: True)
+        assert resolve_precision("auto", "cpu") == "int8"
+        monkeypatch.setattr(torch, "_int_mm", lambda a, b: a.int() @ b.int())  # exact: available again
+        precision.w8a8_kernel_available.cache_clear()
+        assert precision.w8a8_kernel_available() and resolve_precision("auto", "cpu") == "w8a8"
+    finally:
+        precision.w8a8_kernel_available.cache_clear()
+
+
 def test_dynamic_int8_is_refused_for_a_target_and_leaves_the_model_alone():
     model = copy.deepcopy(tiny_lm("qwen2").model)
     with pytest.raises(ConfigError, match="batch invariant.*'int8' \\(weight-only\\) for a target"):

@@ -13,6 +13,7 @@ import pytest
 
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.lm import LM
+from lookahead_reasoning.presets import DEFAULT_VERIFIER
 from lookahead_reasoning.testing import tiny_model
 from lookahead_reasoning.verifiers import (CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier,
                                            OpenAIJudgeVerifier, RandomVerifier, TargetScoreVerifier, VerifierSettings,
@@ -36,7 +37,8 @@ def tiny_lm():
 
 
 def test_arguments_become_settings():
-    assert parse() == VerifierSettings()  # the default is embedding-numbers with its own threshold
+    assert parse() == VerifierSettings()  # the library's default verifier with its own threshold
+    assert parse().name == DEFAULT_VERIFIER  # the one default the API, lr and bench share
     s = parse("--verifier", "paper-judge", "--judge-url", "http://127.0.0.1:8000/v1", "--judge-name", "judge-7b",
               "--judge-timeout", "2.5", "--threshold", "0.7")
     assert s == VerifierSettings(name="paper-judge", threshold=0.7, judge_url="http://127.0.0.1:8000/v1",

@@ -31,9 +31,9 @@ The precisions (:data:`PRECISIONS`):
   (on a 2-core avx512 EPYC, one thread, 24 different 8960 x 1536 weights in turn so that none stays
   in cache: 1.7 ms per layer for 1 row, 10.5 ms for 13), this one's barely does (1.2 ms, 3.0 ms),
   which is what the wide forwards of speculation need. It needs int8 dot-product instructions
-  (VNNI/AMX): with oneDNN capped at AVX2 on the same CPU the one-row product took 17 ms against
-  3.5 ms for the float32 linear, so ``"auto"`` picks it only where they exist and warns when it is
-  asked for elsewhere. Rounding the
+  (VNNI/AMX): without them oneDNN's int8 product is not exact (its AVX2 path saturates int16 pair
+  sums; :func:`w8a8_kernel_available` checks), so ``"w8a8"`` is refused there and ``"auto"``
+  picks it only where they exist. Rounding the
   activations moves the logits a little more than ``"int8"`` does (argmax agreement with the bf16
   model over four teacher-forced GSM8K solutions: 97.0% against 98.3%).
 * ``"int8-dynamic"``: torch's dynamic int8 linears (``kernels.quantize_draft_int8``). The
@@ -78,7 +78,6 @@ the embedding, and the int8 layers are not meant to be saved with ``save_pretrai
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,14 +229,21 @@ def reference_w8a8_linear(layer: Int8PerTokenLinear, x: torch.Tensor) -> torch.T
 
 @functools.cache
 def w8a8_kernel_available() -> bool:
-    """True when ``torch._int_mm`` runs here on the CPU and multiplies a small int8 product exactly."""
+    """True when ``torch._int_mm`` runs here on the CPU and multiplies int8 products exactly.
+
+    Checked on random values and on the extremes (rows of +-127), laid out as the layer lays them
+    out (the weight transposed). Exactness is not a given: on a CPU without int8 dot-product
+    instructions oneDNN's AVX2 path sums pairs of products in saturating int16 (with oneDNN capped
+    at AVX2 on an EPYC, a random 3 x 40 x 24 product came out up to 25114 off), and then this is False.
+    """
     op = getattr(torch, "_int_mm", None)
     if op is None:
         return False
     try:
         gen = torch.Generator().manual_seed(0)
-        a = torch.randint(-127, 128, (3, 40), generator=gen, dtype=torch.int8)
-        b = torch.randint(-127, 128, (24, 40), generator=gen, dtype=torch.int8)
+        a = torch.randint(-127, 128, (4, 64), generator=gen, dtype=torch.int8)
+        b = torch.randint(-127, 128, (24, 64), generator=gen, dtype=torch.int8)
+        a[0], a[1], b[0], b[1] = 127, -127, 127, -127
         return bool(torch.equal(op(a, b.t()), a.int() @ b.int().t()))
     except (RuntimeError, NotImplementedError):
         return False
@@ -319,12 +325,10 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
         require(int8_kernel_available(), f"precision 'int8' needs {INT8_KERNEL}, which this torch build "
                                          f"({torch.__version__}) does not have or cannot run; use 'float32'")
     if name == "w8a8":
-        require(w8a8_kernel_available(), f"precision 'w8a8' needs {W8A8_KERNEL} on the CPU, which this torch build "
-                                         f"({torch.__version__}) does not have or cannot run; use 'int8'")
-        if not _cpu_has_int8_dot():
-            warnings.warn("precision 'w8a8': this CPU has no int8 dot-product instructions (VNNI/AMX), where "
-                          f"{W8A8_KERNEL} runs slow fallback kernels (several times slower than float32 linears); "
-                          "'int8' (weight-only) is the faster choice here", stacklevel=2)
+        require(w8a8_kernel_available(), f"precision 'w8a8' needs an exact {W8A8_KERNEL} on the CPU, which this torch "
+                                         f"build ({torch.__version__}) does not have, cannot run, or runs inexactly "
+                                         "on this CPU (without int8 dot-product instructions, VNNI/AMX, oneDNN's "
+                                         "int8 product saturates); use 'int8'")
     return name
 
 

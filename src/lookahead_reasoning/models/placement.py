@@ -86,9 +86,9 @@ def cpu_supports_int8_dot() -> bool:
     """True when the CPU has int8 dot-product instructions (x86 AVX512-VNNI, AVX-VNNI or AMX-INT8).
 
     ``torch._int_mm`` (the ``"w8a8"`` precision's product) runs on oneDNN's int8 kernels; without
-    these instructions they fall back to slow code paths (with oneDNN capped at AVX2, a one-row
-    8960 x 1536 product took 17 ms against 3.5 ms for the float32 linear). Read from /proc/cpuinfo
-    flags (Linux), else from torch's CPU capability string (``AVX512`` or ``AMX``).
+    these instructions their AVX2 path sums pairs of products in saturating int16, so the product
+    is not exact. Read from /proc/cpuinfo flags (Linux), else from torch's CPU capability string
+    (``AVX512`` or ``AMX``).
     """
     flags = cpu_flags()
     if flags is not None:
