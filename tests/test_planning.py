@@ -463,4 +463,16 @@ def test_a_new_cost_regime_starts_from_the_rates_the_pair_learned_in_another(tmp
     again = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
     assert again.book.factor("sd@g12") == pytest.approx(first.book.factor("sd@g12"))
     other_verifier = auto_mod.Planning.load(TARGET, tiny_lm(1), "embedding", config)
-    assert other_verifier.book.token.accepted == Book().token.accepted  # rates are per verifier too
+    assert other_verifier.paths[3] != first.paths[3]  # step rates are per verifier
+    assert other_verifier.book.step.bands == Book().step.bands  # the new verifier's: the priors
+    assert other_verifier.book.token.accepted == first.book.token.accepted  # token rates are the pair's
+    assert other_verifier.book.factor("sd@g12") == 1.0
+
+
+def test_token_rates_only_keeps_the_drafts_acceptance_and_forgets_the_verifiers():
+    book, fresh = _learned_book(), Book()
+    rates = book.token_rates_only()
+    assert rates.token.accepted == book.token.accepted and rates.token.seen == book.token.seen
+    assert rates.step.bands == fresh.step.bands and rates.step.target_tokens == fresh.step.target_tokens
+    assert book.step.bands != fresh.step.bands  # the learned book had step rates to forget
+    assert rates.factor("sd@g12") == 1.0

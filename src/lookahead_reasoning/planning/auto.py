@@ -54,13 +54,16 @@ class Planning:
 
     costs: CostTable
     book: Book
-    paths: tuple[Path, Path, Path, Path]  # target table, draft table, book, the pair's rates in any regime
+    # target table, draft table, book, the pair's rates with this verifier in any regime, and with any verifier
+    paths: tuple[Path, Path, Path, Path, Path]
 
     @classmethod
     def load(cls, target_lm: LM, draft_lm: LM, verifier_name: str, config: PlannerConfig) -> "Planning":
         """Read (or measure) both cost tables and the book of this pair in this cost regime. A regime
         the pair has not run in yet starts from the acceptance rates it learned in the last regime it
-        ran in (:meth:`Book.rates_only`), else from the priors."""
+        ran in with this verifier (:meth:`Book.rates_only`); a verifier new to the pair starts from the
+        token rates it learned with the last verifier (:meth:`Book.token_rates_only`: token acceptance
+        is the draft's, step acceptance the verifier's); else the priors."""
         t_grid, t_path = load_or_profile(target_lm, TARGET_GRID, reprofile=config.reprofile, progress=config.progress,
                                          label=f"target {target_lm.name}", root=config.cache_dir)
         d_grid, d_path = load_or_profile(draft_lm, DRAFT_GRID, reprofile=config.reprofile, progress=config.progress,
@@ -70,18 +73,23 @@ class Planning:
             return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
         book_path = t_path.parent / f"book-{digest([t_grid.key, d_grid.key, verifier_name])}.json"
         rates_path = t_path.parent / f"rates-{digest([target_lm.name, draft_lm.name, verifier_name])}.json"
-        if book_path.exists() or not rates_path.exists():
+        token_path = t_path.parent / f"rates-{digest([target_lm.name, draft_lm.name])}.json"
+        if book_path.exists() or not (rates_path.exists() or token_path.exists()):
             book = load_book(book_path)
-        else:
+        elif rates_path.exists():
             log.info("no rates learned in this cost regime yet: starting from the pair's rates in %s", rates_path)
             book = load_book(rates_path).rates_only()
-        return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path))
+        else:
+            log.info("no rates learned with verifier %s yet: starting from the pair's token rates in %s",
+                     verifier_name, token_path)
+            book = load_book(token_path).token_rates_only()
+        return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path))
 
     def save(self) -> None:
         save(self.costs.target, self.paths[0])
         save(self.costs.draft, self.paths[1])
-        save_book(self.book, self.paths[2])
-        save_book(self.book, self.paths[3])
+        for path in self.paths[2:]:
+            save_book(self.book, path)
 
 
 def generate_auto(

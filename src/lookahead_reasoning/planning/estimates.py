@@ -249,6 +249,14 @@ class Book:
         rates.calibration = fresh.calibration
         return rates
 
+    def token_rates_only(self) -> "Book":
+        """What :meth:`rates_only` keeps of the token layer alone (how often the draft's tokens are
+        accepted, which no verifier decides), with the step layer's priors: the start of a verifier
+        new to the pair."""
+        rates = self.rates_only()
+        rates.step = StepBook()
+        return rates
+
     def to_json(self) -> dict[str, Any]:
         def dump(obj: Any) -> Any:
             if isinstance(obj, (int, float)):
