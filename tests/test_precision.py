@@ -339,7 +339,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
 
 @pytest.mark.parametrize("int8_dot, w8a8_runs, int8_runs, expected", [
     (True, True, True, "w8a8"),     # VNNI/AMX: the per-token kernel is the fastest measured
-    (False, True, True, "int8"),    # no int8 dot products: _int_mm falls back to slow code
+    (False, True, True, "int8"),    # no int8 dot products: w8a8 is measured only where they exist
     (True, False, True, "int8"),    # VNNI but no _int_mm in this torch build
     (False, False, False, None),    # neither kernel: the unquantised dtype
 ])

@@ -93,7 +93,8 @@ def cpu_supports_int8_dot() -> bool:
     flags = cpu_flags()
     if flags is not None:
         return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
-    return "AMX" in _cpu_capability() or "AVX512" in _cpu_capability()
+    capability = _cpu_capability()
+    return "AMX" in capability or "AVX512" in capability
 
 
 def cpu_flags() -> set[str] | None:

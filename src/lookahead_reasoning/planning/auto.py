@@ -74,15 +74,17 @@ class Planning:
         book_path = t_path.parent / f"book-{digest([t_grid.key, d_grid.key, verifier_name])}.json"
         rates_path = t_path.parent / f"rates-{digest([target_lm.name, draft_lm.name, verifier_name])}.json"
         token_path = t_path.parent / f"rates-{digest([target_lm.name, draft_lm.name])}.json"
-        if book_path.exists() or not (rates_path.exists() or token_path.exists()):
+        if book_path.exists():
             book = load_book(book_path)
         elif rates_path.exists():
             log.info("no rates learned in this cost regime yet: starting from the pair's rates in %s", rates_path)
             book = load_book(rates_path).rates_only()
-        else:
+        elif token_path.exists():
             log.info("no rates learned with verifier %s yet: starting from the pair's token rates in %s",
                      verifier_name, token_path)
             book = load_book(token_path).token_rates_only()
+        else:
+            book = Book()
         return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path))
 
     def save(self) -> None:

@@ -264,14 +264,15 @@ def _instruction_caps() -> dict[str, str]:
 
 def _cpu_identity() -> str:
     """The CPU's model name and a digest of its instruction-set flags."""
-    name, flags = platform.processor() or platform.machine(), ""
+    from ..models.placement import cpu_flags
+
+    name, flags = platform.processor() or platform.machine(), " ".join(sorted(cpu_flags() or ()))
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                if line.startswith("model name"):
+                    if name in ("", platform.machine(), platform.processor()):
+                        name = line.split(":", 1)[1].strip()
                     break
     except OSError:
         pass
