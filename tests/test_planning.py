@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.lm import ForwardTiming
-from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Plan, Planner, PlannerConfig,
+from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Plan, Planner, PlannerConfig, Prefill,
                                           load_or_profile)
 from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
@@ -243,6 +243,23 @@ def test_planner_picks_the_analytically_best_plan(c, sigma, a_s, a_u, alpha1, lt
     assert choice.rate == pytest.approx(best, rel=1e-9)
 
 
+def test_the_first_cycle_pays_for_the_prompt_and_the_draft_only_when_it_drafts():
+    """A prompt neither model has seen costs T(1, prompt) at an empty cache on top of the cycle; the
+    draft's prompt only for a plan that drafts."""
+    costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
+    planner = Planner(costs, _book(0.9, 0.9, 0.4, 0.6, 40, 0.5), PlannerConfig(margin=0.0), stop=0.4)
+    prefill = Prefill(target=120, draft=118)
+    t_pre, d_pre = costs.target(1, 120, 0), costs.draft(1, 118, 0)
+    assert t_pre > costs.target(1, 96, 0) > 0 and d_pre > 0  # past the grid: extrapolated, still growing
+    for plan, paid in ((Plan(0, 0), t_pre), (Plan(0, 12, 0.4), t_pre + d_pre), (Plan(1, 0), t_pre + d_pre),
+                       (Plan(2, 8, 0.4), t_pre + d_pre)):
+        bare, first = planner.estimate(plan, 300), planner.estimate(plan, 300, prefill)
+        assert first.tokens == bare.tokens
+        assert first.seconds == pytest.approx(bare.seconds + paid)
+        assert planner.rate(plan, 300, prefill) == pytest.approx(first.rate * planner.book.factor(plan.label))
+    assert planner.choose(300, prefill).rate < planner.choose(300).rate
+
+
 def test_hysteresis_keeps_a_plan_that_is_nearly_as_good():
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     planner = Planner(costs, Book(), PlannerConfig(margin=0.5))
@@ -389,6 +406,22 @@ def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids  # SD stays lossless
 
 
+def test_auto_prices_the_prompt_on_its_first_cycle_only(tmp_path, monkeypatch):
+    seen = []
+    choose = Planner.choose
+
+    def spy(self, context, prefill=Prefill()):
+        seen.append(prefill)
+        return choose(self, context, prefill)
+
+    monkeypatch.setattr(Planner, "choose", spy)
+    prompt = [9, 8, 7, 6, 5]
+    result = _auto(tiny_lm(1), prompt, tmp_path, learn=False).generate(prompt, max_new_tokens=30)
+    assert len(seen) == len(result.stats.cycles) >= 2
+    assert seen[0] == Prefill(target=len(prompt), draft=len(prompt))
+    assert all(p == Prefill() for p in seen[1:])
+
+
 def test_calibration_learns_what_the_formulas_miss():
     """A kind of plan that keeps realising half its predicted speed is priced at half, and loses."""
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
@@ -406,6 +439,38 @@ def test_calibration_learns_what_the_formulas_miss():
     assert saved.factor(first.plan.label) == pytest.approx(book.factor(first.plan.label))
 
 
+def test_calibration_weighs_cycles_by_their_time():
+    """Two kinds of cycle, equal in tokens, one twice and one half as fast as predicted: the run takes
+    4 + 16 = 20 s where 8 + 8 = 16 s were predicted, so the factor that makes the run's prediction
+    right is 16 / 20 = 0.8 (a mean over tokens would say 1.25 and stay optimistic)."""
+    book = Book()
+    for _ in range(200):
+        book.record_cycle("sd@g12", tokens=40, seconds=2.0, predicted_rate=10.0)
+        book.record_cycle("sd@g12", tokens=40, seconds=8.0, predicted_rate=10.0)
+    assert book.factor("sd@g12") == pytest.approx(0.8, rel=0.01)
+    predicted_seconds = 2 * 40 / (10.0 * book.factor("sd@g12"))
+    assert predicted_seconds == pytest.approx(2.0 + 8.0, rel=0.01)
+
+
+def test_a_book_calibrated_by_tokens_starts_its_calibration_again(tmp_path):
+    """Factors saved by an older version (a mean over tokens) are dropped on load; its rates are kept."""
+    book = _learned_book()
+    data = book.to_json()
+    del data["calibrated_by"]
+    path = tmp_path / "book.json"
+    path.write_text(json.dumps(data))
+    loaded = load_book(path)
+    assert loaded.factor("sd@g12") == 1.0
+    assert loaded.token.model(0.4) == book.token.model(0.4)
+    assert load_book(_saved(book, tmp_path)).factor("sd@g12") == pytest.approx(book.factor("sd@g12"))
+
+
+def _saved(book: Book, tmp_path) -> object:
+    path = tmp_path / "saved.json"
+    save_book(book, path)
+    return path
+
+
 # ------------------------------------------------------------------ a pair's rates across cost regimes
 
 def _learned_book() -> Book:
@@ -416,7 +481,7 @@ def _learned_book() -> Book:
         book.step.target_tokens.add(25.0)
     book.token.iteration_overhead.add(0.5, 100)
     book.step.cycle_overhead.add(0.7, 100)
-    book.record_cycle("sd@g12", 40, 1.0, 10.0)  # realised 4x the prediction
+    book.record_cycle("sd@g12", 400, 10.0, 10.0)  # realised 4x the prediction, over four steps of time
     return book
 
 

@@ -12,7 +12,7 @@ that picks the fastest plan (k drafted steps, gamma drafted tokens) before every
 from .auto import Planning, generate_auto
 from .costs import CostGrid, CostTable, load_or_profile, profile
 from .estimates import Beta, Book, StepBook, TokenBook
-from .planner import Choice, Plan, Planner, PlannerConfig
+from .planner import Choice, Plan, Planner, PlannerConfig, Prefill
 
 __all__ = ["Beta", "Book", "Choice", "CostGrid", "CostTable", "Plan", "Planner", "PlannerConfig", "Planning",
-           "StepBook", "TokenBook", "generate_auto", "load_or_profile", "profile"]
+           "Prefill", "StepBook", "TokenBook", "generate_auto", "load_or_profile", "profile"]

@@ -4,7 +4,7 @@ The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
 
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop) with the cost table at the current context length and
-              the rates learned so far;
+              the rates learned so far (the first cycle also pays for feeding the prompt);
   2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.lookahead.run_cycle`):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
@@ -40,7 +40,7 @@ from ..presets import DRAFT_STOP_BELOW
 from ..sampling import SamplingConfig, make_generator
 from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
 from .estimates import Book, load_book, save_book
-from .planner import Plan, Planner, PlannerConfig
+from .planner import Plan, Planner, PlannerConfig, Prefill
 
 from ..verifiers.base import Verifier
 
@@ -155,10 +155,11 @@ def _cycle(state: LRState, planner: Planner, tools: CycleTools, target_lm: LM, d
            stats: LRStats) -> CycleTrace:
     """Steps 1-3 of the module docstring for one cycle."""
     context = len(state.target.rows[0])
-    choice = planner.choose(context)
+    prefill = Prefill(*(len(s.rows[0]) if s.cached[0] == 0 else 0 for s in (state.target, state.draft)))
+    choice = planner.choose(context, prefill)
     plan, rate = choice.plan, choice.rate
     if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
-        plan, rate = planner.best_alone(context)
+        plan, rate = planner.best_alone(context, prefill)
 
     def gate(drafted, agreements):
         return planner.rows_to_run(plan, context, [len(tools.translator.to_target(s)) for s in drafted], agreements)

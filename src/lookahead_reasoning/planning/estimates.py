@@ -206,6 +206,7 @@ class StepBook:
 
 PLAN_KINDS = ("ar", "sd", "lr", "lr-sd")
 BOOK_FORMAT = 2  # 2: token acceptance per band of the draft's confidence
+CALIBRATED_BY = "time"  # how record_cycle weighs cycles (books without the field weighed them by tokens)
 
 
 def plan_kind(label: str) -> str:
@@ -218,7 +219,7 @@ class Book:
     """All a run has learned (what the planner reads), saved between runs of the same pair.
 
     ``calibration[kind]``: realised over predicted speed of the cycles of that kind of plan, weighted
-    by their tokens. The formulas miss some costs (a batch waits for its slowest row, a fork copies a
+    by their time (:meth:`record_cycle`). The formulas miss some costs (a batch waits for its slowest row, a fork copies a
     cache, Python's time between forwards); this factor learns what they miss, per kind of plan.
     """
 
@@ -227,11 +228,18 @@ class Book:
     calibration: dict[str, Mean] = field(default_factory=lambda: {k: Mean(1.0, 3.0) for k in PLAN_KINDS})
 
     def record_cycle(self, label: str, tokens: int, seconds: float, predicted_rate: float) -> None:
-        """One cycle's realised speed against its plan's predicted speed."""
+        """One cycle's realised speed against its plan's predicted speed.
+
+        The ratios are weighted by the cycle's *time* (in steps the predicted speed writes in that
+        time), not by its tokens: a run's speed is its tokens over the sum of its cycles' times, so
+        the factor that makes predicted and realised time agree is the time-weighted mean ratio
+        (realised tokens over the tokens predicted for the time taken). Weighting by tokens would
+        favour the fast cycles and leave the run's prediction optimistic.
+        """
         if tokens <= 0 or seconds <= 0 or predicted_rate <= 0:
             return
         ratio = min(max(tokens / seconds / predicted_rate, 0.2), 5.0)
-        weight = tokens / max(1.0, self.step.target_tokens.value)  # about one per step
+        weight = seconds * predicted_rate / max(1.0, self.step.target_tokens.value)  # about one per step
         self.calibration.setdefault(plan_kind(label), Mean(1.0, 3.0)).add(ratio, weight)
 
     def factor(self, label: str) -> float:
@@ -272,7 +280,8 @@ class Book:
             if isinstance(obj, dict):
                 return {key: dump(value) for key, value in obj.items()}
             return {name: dump(value) for name, value in vars(obj).items()}
-        return {"format": BOOK_FORMAT, "token": dump(self.token), "step": dump(self.step), "calibration": dump(self.calibration)}
+        return {"format": BOOK_FORMAT, "token": dump(self.token), "step": dump(self.step),
+                "calibration": dump(self.calibration), "calibrated_by": CALIBRATED_BY}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Book":
@@ -293,6 +302,10 @@ class Book:
             return type(template)(**{name: load(value, raw[name]) for name, value in vars(template).items()})
         calibration = {str(kind): Mean(float(raw["value"]), float(raw["weight"]))
                        for kind, raw in data.get("calibration", {}).items()}
+        if data.get("calibrated_by") != CALIBRATED_BY:  # factors of another weighting: learn them again
+            log.info("book calibrated by %s, this version by %s: its calibration starts again",
+                     data.get("calibrated_by", "tokens"), CALIBRATED_BY)
+            calibration = {}
         return cls(load(TokenBook(), data["token"]), load(StepBook(), data["step"]),
                    {**{k: Mean(1.0, 3.0) for k in PLAN_KINDS}, **calibration})
 

@@ -86,6 +86,20 @@ class PlannerConfig:
                 f"planner stops (draft confidences) must be numbers in (0, 1), got {self.stops!r}")
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """Tokens a model has never been fed when a cycle starts (the prompt, before the first cycle).
+
+    The first forward of each model feeds them along with the cycle's own tokens, so the first cycle
+    pays ``T(1, prompt)`` for the target and, when the plan drafts, ``draft(1, prompt)`` for the draft:
+    a fixed cost for every plan, priced so that the first cycle's predicted speed is the one it can
+    realise (and what it realises does not teach the calibration a wrong lesson).
+    """
+
+    target: int = 0
+    draft: int = 0
+
+
 @dataclass
 class Choice:
     """The plan picked for a cycle, its predicted speed, and every candidate's (for the trace)."""
@@ -132,34 +146,51 @@ class Planner:
                       for s in (self.stops if g else (None,))]
         return plans
 
-    def estimate(self, plan: Plan, context: int) -> CycleEstimate:
-        """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached."""
+    def estimate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
+        """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
+        ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
         token, step = self.book.token.model(plan.stop), self.book.step.model()
         if plan.k == 0:
             overhead = self.book.token.iteration_overhead.value
-            return step_cycle(plan.gamma, step, token, target, draft, overhead)
-        return lr_cycle(plan.k, plan.gamma, step, token, target, draft,
-                        self.book.step.cycle_overhead.value)
+            cycle = step_cycle(plan.gamma, step, token, target, draft, overhead)
+        else:
+            cycle = lr_cycle(plan.k, plan.gamma, step, token, target, draft, self.book.step.cycle_overhead.value)
+        if prefill.target or prefill.draft:
+            cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
+        return cycle
 
-    def rate(self, plan: Plan, context: int) -> float:
+    def prefill_seconds(self, plan: Plan, prefill: Prefill) -> float:
+        """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
+        (read from the tables at an empty cache, once per choice)."""
+        def once(key: tuple[str, int, int, int], cost) -> float:
+            if key not in self._memo:
+                self._memo[key] = cost(1, key[2], 0)
+            return self._memo[key]
+
+        seconds = once(("t0", 1, prefill.target, 0), self.costs.target) if prefill.target > 0 else 0.0
+        if prefill.draft > 0 and (plan.k > 0 or plan.gamma > 0):
+            seconds += once(("d0", 1, prefill.draft, 0), self.costs.draft)
+        return seconds
+
+    def rate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> float:
         """Predicted tokens per second of ``plan``: the formula's, times what this kind of plan has
         realised against it so far (``Book.factor``)."""
-        return self.estimate(plan, context).rate * self.book.factor(plan.label)
+        return self.estimate(plan, context, prefill).rate * self.book.factor(plan.label)
 
-    def choose(self, context: int) -> Choice:
+    def choose(self, context: int, prefill: Prefill = Prefill()) -> Choice:
         """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
         self._memo.clear()  # the table may have learned from the last cycle's forwards
-        rates = {plan: self.rate(plan, context) for plan in self.candidates()}
+        rates = {plan: self.rate(plan, context, prefill) for plan in self.candidates()}
         best = max(rates, key=rates.get)
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
             best = self.current
         self.current = best
         return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
 
-    def best_alone(self, context: int) -> tuple[Plan, float]:
+    def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[Plan, float]:
         """The fastest plan without drafted steps and its speed (the rate a dropped row is measured against)."""
-        rates = {plan: self.rate(plan, context) for plan in self.candidates() if plan.k == 0}
+        rates = {plan: self.rate(plan, context, prefill) for plan in self.candidates() if plan.k == 0}
         best = max(rates, key=rates.get)
         return best, rates[best]
 
@@ -202,4 +233,4 @@ class Planner:
         return best_r
 
 
-__all__ = ["Choice", "Plan", "Planner", "PlannerConfig"]
+__all__ = ["Choice", "Plan", "Planner", "PlannerConfig", "Prefill"]
