@@ -219,8 +219,9 @@ class Book:
     """All a run has learned (what the planner reads), saved between runs of the same pair.
 
     ``calibration[kind]``: realised over predicted speed of the cycles of that kind of plan, weighted
-    by their time (:meth:`record_cycle`). The formulas miss some costs (a batch waits for its slowest row, a fork copies a
-    cache, Python's time between forwards); this factor learns what they miss, per kind of plan.
+    by their time (:meth:`record_cycle`). The formulas miss some costs (a batch waits for its slowest
+    row, a fork copies a cache, Python's time between forwards); this factor learns what they miss,
+    per kind of plan.
     """
 
     token: TokenBook = field(default_factory=TokenBook)
