@@ -302,9 +302,9 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
     and its time barely grows with the rows speculation verifies); on other CPUs ``"int8"`` when the
     int8 kernel runs (it reads a quarter of float32's bytes per token, and its kernel is faster than
     float32's for 1-5 rows); else bf16 on CPUs with native bf16 and float32 on others; on CUDA
-    ``"bf16"`` when the GPU supports it, else ``"float32"``; on MPS ``"float32"``. An explicit name is checked against the device: ``"int8"``
-    and ``"int8-dynamic"`` are CPU-only (their kernels are torch's CPU ops), and raise ConfigError
-    elsewhere or when this torch build lacks the op.
+    ``"bf16"`` when the GPU supports it, else ``"float32"``; on MPS ``"float32"``. An explicit name is
+    checked against the device: ``"int8"`` and ``"int8-dynamic"`` are CPU-only (their kernels are
+    torch's CPU ops), and raise ConfigError elsewhere or when this torch build lacks the op.
     """
     from .models.placement import resolve_device
 

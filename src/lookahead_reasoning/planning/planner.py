@@ -163,14 +163,10 @@ class Planner:
     def prefill_seconds(self, plan: Plan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
         (read from the tables at an empty cache, once per choice)."""
-        def once(key: tuple[str, int, int, int], cost) -> float:
-            if key not in self._memo:
-                self._memo[key] = cost(1, key[2], 0)
-            return self._memo[key]
-
-        seconds = once(("t0", 1, prefill.target, 0), self.costs.target) if prefill.target > 0 else 0.0
+        target, draft = self._costs_at(0)
+        seconds = target(1, prefill.target) if prefill.target > 0 else 0.0
         if prefill.draft > 0 and (plan.k > 0 or plan.gamma > 0):
-            seconds += once(("d0", 1, prefill.draft, 0), self.costs.draft)
+            seconds += draft(1, prefill.draft)
         return seconds
 
     def rate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> float:
