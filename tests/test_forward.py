@@ -47,6 +47,31 @@ def test_left_padding_and_middle_pads_explicit(arch_name):
         assert max_abs_diff(got[b], reference_logits(lm, flat)) < ATOL
 
 
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+@settings(max_examples=15, deadline=None)
+@given(rows=rows_of_chunks, extra=st.integers(1, 5))
+def test_forwards_padded_to_a_wider_width_equal_rows_alone(arch_name, rows, extra):
+    """A width policy (mode auto's cost table) makes every forward ``extra`` tokens wider: the logits,
+    the cache's length and mask, and the real-token count are those of the unpadded forwards."""
+    lm = tiny_lm(arch_name)
+    _, plain = feed_chunks(lm, rows)
+    widths = []
+    lm.widths = lambda r, n: n + extra
+    lm.listeners.append(lambda t: widths.append(t.width))
+    before = lm.stats.copy()
+    try:
+        got, state = feed_chunks(lm, rows)
+    finally:
+        lm.widths = None
+        lm.listeners.clear()
+    assert torch.equal(state.mask, plain.mask) and state.cache.get_seq_length() == plain.length
+    assert lm.stats.since(before).tokens == sum(len(c) for r in rows for c in r)
+    assert widths == [max(len(r[i]) if i < len(r) else 0 for r in rows) + extra
+                      for i in range(max(len(r) for r in rows))]
+    for b, r in enumerate(rows):
+        assert max_abs_diff(got[b], reference_logits(lm, [t for c in r for t in c])) < ATOL
+
+
 def test_keep_limits_logits_and_stats_count_real_tokens():
     lm = tiny_lm("qwen2")
     ids = torch.tensor([[1, 2, 3, 4], [0, 0, 5, 6]])

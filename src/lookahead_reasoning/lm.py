@@ -5,6 +5,12 @@ the LLM judge) reaches the model through ``LM.forward``. It takes new token ids 
 rows' :class:`~lookahead_reasoning.cache.KVState`, builds per-row ``position_ids`` from the mask
 (real tokens only, so pads in the middle of a row do not shift positions), runs the model with the
 cache, and returns float32 logits for the last ``keep`` positions only (``logits_to_keep``).
+
+An LM may carry a width policy (``LM.widths``, set by mode ``auto`` from its measured cost table):
+where the table says a wider forward is cheaper than the one asked for (a BLAS that picks its kernel
+by the number of rows it multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens
+up to that width and the cache is cropped back afterwards. Positions before the padding never see it
+(causal attention), so the logits and the cache are those of the unpadded forward.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class ForwardTiming:
 
 
 ForwardListener = Callable[[ForwardTiming], None]
+WidthPolicy = Callable[[int, int], int]  # (rows, new tokens per row) -> the width to run the forward at
 
 
 class LM:
@@ -66,6 +73,7 @@ class LM:
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.stats = ForwardStats()
         self.listeners: list[ForwardListener] = []  # called after every forward (e.g. a cost table learning)
+        self.widths: WidthPolicy | None = None  # pad forwards to a cheaper width (see the module docstring)
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
 
@@ -127,8 +135,14 @@ class LM:
         require(state.batch_size == bsz, f"state has {state.batch_size} rows, input_ids {bsz}")
         if new_mask is None:
             new_mask = torch.ones(bsz, n, dtype=torch.long, device=device)
+        real_tokens = int(new_mask.sum())
+        width = n if self.widths is None else max(n, int(self.widths(bsz, n)))
+        if width > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
+            input_ids = torch.cat([input_ids, input_ids[:, -1:].expand(bsz, width - n)], dim=1)
+            new_mask = torch.cat([new_mask.to(device=device, dtype=torch.long),
+                                  torch.ones(bsz, width - n, dtype=torch.long, device=device)], dim=1)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
-        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -n:]
+        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         start = time.perf_counter()
         out = self.model(
             input_ids=input_ids,
@@ -136,17 +150,19 @@ class LM:
             position_ids=position_ids,
             past_key_values=state.cache,
             use_cache=True,
-            logits_to_keep=_keep_positions(keep, n, device),
+            logits_to_keep=_keep_positions(keep, n, width, device),
         )
         self.stats.calls += 1
-        self.stats.tokens += int(new_mask.sum())
+        self.stats.tokens += real_tokens
         state.cache = out.past_key_values
         state.mask = full_mask
+        if width > n:
+            state.crop(state.length - (width - n))
         logits = out.logits.float()
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
         if self.listeners:
-            timing = ForwardTiming(bsz, n, full_mask.shape[1] - n, seconds)
+            timing = ForwardTiming(bsz, width, full_mask.shape[1] - width, seconds)
             for listener in self.listeners:
                 listener(timing)
         return logits, state
@@ -187,8 +203,9 @@ class LM:
         return ids
 
 
-def _keep_positions(keep: int, n: int, device: torch.device) -> int | torch.Tensor:
-    """``logits_to_keep`` for the last ``keep`` of ``n`` positions, as an index tensor when keep < n.
+def _keep_positions(keep: int, n: int, width: int, device: torch.device) -> int | torch.Tensor:
+    """``logits_to_keep`` for the last ``keep`` of the ``n`` real positions of a forward ``width``
+    wide (``width - n`` dummy positions after them), as an index tensor unless it is all of them.
 
     transformers slices ``hidden[:, -keep:, :]`` for an int; that view keeps the (n * H) batch stride,
     and torch's bf16 CPU matmul routes such an input to a batched product that first copies the
@@ -197,9 +214,9 @@ def _keep_positions(keep: int, n: int, device: torch.device) -> int | torch.Tens
     keeps one (branch starts, a draft catching up after an accepted block). Indexing with a tensor
     gives a compact copy. ``tests/test_forward.py`` checks the LM head sees compact strides.
     """
-    if keep >= n:
+    if keep >= n and width == n:
         return n
-    return torch.arange(n - keep, n, device=device)
+    return torch.arange(max(0, n - keep), n, device=device)
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:

@@ -12,6 +12,9 @@ The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
   3. learn    the cycle's SD iterations, verdicts, lengths and unexplained time update the book,
               and every timed forward updates the cost table.
 
+Every forward runs at the width the cost table prices it at: where a wider measured forward is
+cheaper than the one asked for, it is padded to that width (``PlannerConfig.pad``, ``LM.widths``).
+
 A drafted step must start at a step boundary: when a plan with k >= 1 wins but the text is mid-step
 (after an overshooting cycle), the target first finishes the step alone. With draft == target, the
 exact verifier and greedy decoding the output is greedy autoregressive decoding's, whatever the
@@ -134,8 +137,9 @@ def generate_auto(
                       stop=draft_stop_below)
     streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
     t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    if config.refine:
-        planning.costs.attach(target_lm, draft_lm)
+    for grid in (planning.costs.target, planning.costs.draft):
+        grid.padding = config.pad
+    planning.costs.attach(target_lm, draft_lm, refine=config.refine)
     try:
         with Laps() as wall:
             while state.done is None and state.remaining > 0:

@@ -3,7 +3,7 @@
 Every forward the library makes has one shape: R rows, each feeding n new tokens after a cached
 prefix. Plain decoding is (1, 1); token SD's verification (1, gamma + 1); LR's scoring pass over the
 drafted chain (1, k L_d + 1); LR's batched rows (k + 1, 1) or, with SD inside, (k + 1, gamma + 1).
-:func:`profile` times a grid of these shapes once (about 20-30 s for a 1.5B model in float32 on two
+:func:`profile` times a grid of these shapes once (20-50 s for a 1.5B model in float32 on two
 cores, with a progress bar) and times again the points a passing load on the machine put out of
 order (:func:`out_of_order`), :class:`CostGrid` interpolates between grid points, and
 :meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure.
@@ -36,7 +36,7 @@ from ..lm import LM, ForwardTiming
 
 log = logging.getLogger(__name__)
 
-TARGET_GRID: dict[int, tuple[int, ...]] = {1: (1, 2, 4, 6, 9, 13, 17, 25, 48, 96), 2: (1, 3, 6, 9, 13, 17),
+TARGET_GRID: dict[int, tuple[int, ...]] = {1: (*range(1, 26), 48, 96), 2: (1, 3, 6, 9, 13, 17),
                                            3: (1, 3, 6, 9, 13)}
 DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4)}
 PREFIX = 256  # cached prefix tokens of the profile
@@ -44,6 +44,7 @@ LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more c
 RECHECK_ROUNDS = 2  # passes over out-of-order points after the profile
 DRIFT = 1.25  # a one-token forward this much slower or faster at the end than at the start: profile again
 FORMAT = 2  # 2: grid widths are the forward's width (format 1 measured one token more)
+PAD_GAIN = 0.05  # pad a forward to a wider measured width only when that is this much cheaper
 
 
 @dataclass
@@ -54,18 +55,38 @@ class CostGrid:
     each further cached token adds per row (attention and cache reads grow with the context).
     Between grid points the time is linear in n; past the largest n of a row count, that row count's
     curve follows the 1-row curve's shape; between and past row counts it is linear in R.
+    With ``padding`` a forward is priced (and run, through ``LM.widths``) at :meth:`width`.
     """
 
     points: dict[int, dict[int, float]]
     prefix: int = PREFIX
     per_context: float = 0.0
     key: dict[str, Any] = field(default_factory=dict)
+    padding: bool = True
 
     def __call__(self, rows: int, tokens: int, context: int | None = None) -> float:
-        """Predicted seconds of a forward of ``rows`` x ``tokens`` after ``context`` cached tokens."""
-        base = self._rows(max(1, rows), max(1, tokens))
+        """Predicted seconds of a forward of ``rows`` x ``tokens`` after ``context`` cached tokens, run
+        at the width :meth:`width` picks."""
+        return self.seconds(rows, self.width(rows, tokens), context)
+
+    def seconds(self, rows: int, width: int, context: int | None = None) -> float:
+        """Predicted seconds of a forward exactly ``width`` tokens wide (no padding)."""
+        base = self._rows(max(1, rows), max(1, width))
         extra = 0.0 if context is None else self.per_context * max(1, rows) * (context - self.prefix)
         return max(base + extra, 1e-6)
+
+    def width(self, rows: int, tokens: int) -> int:
+        """The width to run a forward of ``tokens`` new tokens per row at: the measured width m of this
+        row count in (tokens, 2 tokens] with the lowest time, when it undercuts T(rows, tokens) by more
+        than ``PAD_GAIN``; else ``tokens`` itself."""
+        curve = self.points.get(rows)
+        if not self.padding or curve is None or tokens < 1:
+            return tokens
+        best, best_t = tokens, self._curve(rows, tokens) * (1 - PAD_GAIN)
+        for m, t in curve.items():
+            if tokens < m <= 2 * tokens and t < best_t:
+                best, best_t = m, t
+        return best
 
     def _curve(self, rows: int, n: float) -> float:
         """T(rows, n) on one measured row count: linear between its points, 1-row shape beyond."""
@@ -98,7 +119,7 @@ class CostGrid:
         """Move the table toward one timed forward: the nearest grid points of its row count (or the
         nearest measured one) are scaled by ``(seen / predicted) ** weight``, split between the two
         grid points around its width."""
-        predicted = self(timing.rows, timing.width, timing.cached)
+        predicted = self.seconds(timing.rows, timing.width, timing.cached)
         if not (timing.seconds > 0 and predicted > 0 and math.isfinite(timing.seconds)):
             return
         ratio = min(max(timing.seconds / predicted, 0.25), 4.0)  # one odd forward cannot wreck the table
@@ -137,14 +158,19 @@ class CostTable:
     target: CostGrid
     draft: CostGrid
 
-    def attach(self, target_lm: LM, draft_lm: LM) -> None:
-        """Refine both grids from every forward the two models make from now on."""
-        target_lm.listeners.append(self.target.observe)
-        if draft_lm is not target_lm:  # the same LM object in both roles: its forwards teach the target table
-            draft_lm.listeners.append(self.draft.observe)
+    def attach(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> None:
+        """From now on, pad both models' forwards where their grid says a wider one is cheaper, and
+        (with ``refine``) move the grids toward every forward the two models make."""
+        for lm, grid in ((draft_lm, self.draft), (target_lm, self.target)):  # one LM in both roles: the target's
+            lm.widths = grid.width if grid.padding else None
+        if refine:
+            target_lm.listeners.append(self.target.observe)
+            if draft_lm is not target_lm:  # the same LM object in both roles: its forwards teach the target table
+                draft_lm.listeners.append(self.draft.observe)
 
     def detach(self, target_lm: LM, draft_lm: LM) -> None:
         for lm, grid in ((target_lm, self.target), (draft_lm, self.draft)):
+            lm.widths = None
             if grid.observe in lm.listeners:
                 lm.listeners.remove(grid.observe)
 
@@ -197,12 +223,18 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
                     points[1][1], again)
         for rows, n in shapes:
             points[rows][n] = min(points[rows][n], forward_seconds(lm, short, rows, n, 1))
+    # A point that comes out as slow the second time is the kernel's real cost (a BLAS's poor shape):
+    # only points that got faster are timed in the next round.
+    settled: set[tuple[int, int]] = set()
     for _ in range(RECHECK_ROUNDS):
-        suspects = out_of_order(points)
+        suspects = out_of_order(points) - settled
         if not suspects:
             break
         for rows, n in sorted(suspects):
-            points[rows][n] = min(points[rows][n], forward_seconds(lm, short, rows, n, 2))
+            before = points[rows][n]
+            points[rows][n] = min(before, forward_seconds(lm, short, rows, n, 1))
+            if points[rows][n] > before / 1.05:
+                settled.add((rows, n))
     long = Session(lm, [ids])
     long.logits()
     bar.update(1)
@@ -216,14 +248,14 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
 def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> set[tuple[int, int]]:
     """Grid points that break what any forward's cost obeys, beyond ``slack``: more tokens per row
     never cost less (T(R, n) <= T(R, n') for n < n'), and more rows never cost less (T(R, n) <=
-    T(R', n) for R < R', read off the interpolated curve of R' within its measured widths). Both
-    points of each broken pair are returned: which one is off is unknown."""
+    T(R', n) for R < R', read off the interpolated curve of R' within its measured widths). Of each
+    broken pair the dearer point is returned: a passing load only ever makes a forward slower."""
     bad: set[tuple[int, int]] = set()
     for rows, curve in points.items():
         ns = sorted(curve)
         for a, b in zip(ns, ns[1:]):
             if curve[a] > curve[b] * (1 + slack):
-                bad |= {(rows, a), (rows, b)}
+                bad.add((rows, a))
     grid = CostGrid({r: dict(c) for r, c in points.items()})
     for r_small in points:
         for r_big in points:
@@ -232,10 +264,7 @@ def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> se
             lo, hi = min(points[r_big]), max(points[r_big])
             for n, t in points[r_small].items():
                 if lo <= n <= hi and t > grid._curve(r_big, n) * (1 + slack):
-                    ns = sorted(points[r_big])
-                    i = bisect_left(ns, n)
-                    near = {ns[i]} if ns[i] == n else {ns[i - 1], ns[i]}
-                    bad |= {(r_small, n)} | {(r_big, m) for m in near}
+                    bad.add((r_small, n))
     return bad
 
 
@@ -253,11 +282,11 @@ def cost_key(lm: LM) -> dict[str, Any]:
     }
 
 
-_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def _instruction_caps() -> dict[str, str]:
-    """The environment variables that restrict which instructions torch's and oneDNN's kernels use,
+    """The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use,
     where set: the same CPU then has other costs (absent when unset, so ordinary keys stay as they were)."""
     return {name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)}
 

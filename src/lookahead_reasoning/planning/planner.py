@@ -56,7 +56,8 @@ class PlannerConfig:
     ``stops``: the draft confidence stops tried with every gamma, besides the generator's
     ``draft_stop_below`` (empty: that one only; no stop at all when it is None);
     ``margin``: hysteresis (a plan must be predicted this much faster to replace the current one);
-    ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``reprofile``: measure the cost table again
+    ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``pad``: run a forward at a wider measured width
+    where the cost table says that is cheaper (and price it so); ``reprofile``: measure the cost table again
     even when a cached one matches; ``refine``: move the cost table toward the run's own timed
     forwards; ``learn``: save what the run learned (table and rates) for the next run of the pair (in
     another cost regime, its acceptance rates only);
@@ -70,6 +71,7 @@ class PlannerConfig:
     stops: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
     margin: float = 0.05
     gate: bool = True
+    pad: bool = True
     reprofile: bool = False
     refine: bool = True
     learn: bool = True
