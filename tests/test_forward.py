@@ -57,13 +57,13 @@ def test_forwards_padded_to_a_wider_width_equal_rows_alone(arch_name, rows, extr
     _, plain = feed_chunks(lm, rows)
     widths = []
     lm.widths = lambda r, n: n + extra
-    lm.listeners.append(lambda t: widths.append(t.width))
+    lm.listeners.append(record := lambda t: widths.append(t.width))
     before = lm.stats.copy()
     try:
         got, state = feed_chunks(lm, rows)
     finally:
         lm.widths = None
-        lm.listeners.clear()
+        lm.listeners.remove(record)
     assert torch.equal(state.mask, plain.mask) and state.cache.get_seq_length() == plain.length
     assert lm.stats.since(before).tokens == sum(len(c) for r in rows for c in r)
     assert widths == [max(len(r[i]) if i < len(r) else 0 for r in rows) + extra

@@ -86,11 +86,11 @@ def test_auto_pads_its_forwards_where_the_table_says_and_stays_lossless(pad, tmp
     planning.costs.target = grid_from(lambda r, n: 0.5 * (1.4 if n % 4 == 3 else 1.0))  # SD nearly free but
     planning.costs.draft = grid_from(lambda r, n: 0.01, DRAFT_GRID)  # for widths 3, 7, 11, ...
     widths = []
-    TARGET.listeners.append(lambda t: widths.append(t.width))
+    TARGET.listeners.append(record := lambda t: widths.append(t.width))
     try:
         result = gen.generate(prompt, max_new_tokens=60)
     finally:
-        TARGET.listeners.clear()
+        TARGET.listeners.remove(record)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=60).token_ids
     dear = [w for w in widths if w % 4 == 3]  # widths the table prices 1.4x a wider one
     assert (not dear) if pad else dear, widths

@@ -42,6 +42,7 @@ DRAFT_GRID: dict[int, tuple[int, ...]] = {1: (1, 4, 16, 48), 2: (1, 4), 3: (1, 4
 PREFIX = 256  # cached prefix tokens of the profile
 LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more context
 RECHECK_ROUNDS = 2  # passes over out-of-order points after the profile
+SETTLED = 1.05  # a re-timed point within this factor of its first time is believed (not timed again)
 DRIFT = 1.25  # a one-token forward this much slower or faster at the end than at the start: profile again
 FORMAT = 2  # 2: grid widths are the forward's width (format 1 measured one token more)
 PAD_GAIN = 0.05  # pad a forward to a wider measured width only when that is this much cheaper
@@ -233,7 +234,7 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
         for rows, n in sorted(suspects):
             before = points[rows][n]
             points[rows][n] = min(before, forward_seconds(lm, short, rows, n, 1))
-            if points[rows][n] > before / 1.05:
+            if points[rows][n] > before / SETTLED:
                 settled.add((rows, n))
     long = Session(lm, [ids])
     long.logits()
