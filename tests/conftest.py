@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from lookahead_reasoning.lm import LM
+from lookahead_reasoning.models.offline import CONVERTED_SUBDIR, _converted_ok, cache_root, offline_names, offline_spec
 from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
@@ -91,6 +92,29 @@ LOGIT_ATOL = 5e-4
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
+
+
+# The user's cache, read before the session fixture below points the library elsewhere: the real-model
+# tests read the offline models converted there, and write nothing to it.
+USER_CACHE = cache_root()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def test_cache(tmp_path_factory) -> Path:
+    """Every cache the library writes (cost tables, learned rates, engines, model conversions) goes to
+    a temporary folder for the whole session, subprocesses included, so a test run leaves the user's
+    cache as it found it. An offline model already converted in the user's cache is linked in, read-only
+    in spirit: the tests load it from there instead of converting it again (a minute per model)."""
+    root = tmp_path_factory.mktemp("lookahead-cache")
+    for name in offline_names():
+        converted = USER_CACHE / name / CONVERTED_SUBDIR
+        if _converted_ok(converted, offline_spec(name)):
+            (root / name).mkdir()
+            (root / name / CONVERTED_SUBDIR).symlink_to(converted, target_is_directory=True)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("LOOKAHEAD_REASONING_CACHE", str(root))
+    yield root
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)

@@ -229,6 +229,17 @@ def test_offline_gguf_cache_dir_from_environment(tmp_path, monkeypatch):
     assert models.cache_root() == Path.home() / ".cache" / "lookahead_reasoning"
 
 
+def test_the_tests_cache_is_a_temporary_folder(test_cache):
+    """Cost tables, rates and conversions of the tests land in the session's temporary folder, not the
+    user's cache (the real offline models are only linked in from there, to be read)."""
+    from conftest import USER_CACHE
+
+    assert models.cache_root() == test_cache and test_cache != USER_CACHE
+    assert USER_CACHE not in test_cache.parents and test_cache.is_dir()
+    for link in test_cache.glob(f"*/{models.CONVERTED_SUBDIR}"):
+        assert link.is_symlink() and link.resolve().parent.parent == USER_CACHE.resolve()
+
+
 def test_sha256_mismatch_deletes_the_file_and_names_both_hashes(tmp_path, monkeypatch):
     wrong = "0" * 64
     spec, joined = _fake_spec(tmp_path, monkeypatch, sha256=wrong)
