@@ -40,3 +40,7 @@ def require(condition: bool, message: str, error: type[LookaheadError] = ConfigE
     """Raise ``error(message)`` unless ``condition`` holds: the one-line input check used everywhere."""
     if not condition:
         raise error(message)
+
+
+class EngineError(LookaheadError):
+    """A serving engine could not be built, started or reached, or answered something unusable."""

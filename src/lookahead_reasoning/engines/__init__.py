@@ -1,0 +1,1 @@
+"""Serving engines: build and start llama.cpp's server, and drive any OpenAI-compatible endpoint."""
