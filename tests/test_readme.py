@@ -1,5 +1,6 @@
 """The README keeps its promises: its verifier example runs, its Python example restates no default,
-its pictures exist, and it speaks to users about the library only."""
+its pictures exist, every number of its "what to expect" table is what the linked results file gives,
+it stays a front page (short, no run history), and it speaks to users about the library only."""
 
 from __future__ import annotations
 
@@ -67,14 +68,67 @@ def test_the_python_example_restates_no_default():
 
 def test_pictures_exist_and_the_readme_speaks_about_the_library_only():
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README)
-    assert len(images) >= 3
+    assert {"docs/img/sd_iteration.png", "docs/img/lr_cycle.png"} <= set(images)  # the two diagrams
     for image in images:
         assert (ROOT / image).is_file(), image
     assert not re.search(r"\bissues?\b|this task", README, re.I)
     assert not re.search(r"\bsessions?\b", README)  # the class `Session` is the library's own word
 
 
-@pytest.mark.parametrize("title", ["How it works", "Your models on a GPU", "Symbols", "Results"])
+@pytest.mark.parametrize("title", ["How it works", "Quick start", "Python API", "Modes", "Verifiers",
+                                   "What to expect", "Serving engines", "Your models on a GPU", "Symbols",
+                                   "Layout", "Tests"])
 def test_sections_a_user_needs_are_there(title):
     assert section(title).strip()
     assert "PLACEHOLDER" not in section(title)
+
+
+def test_the_quick_start_keeps_its_two_commands():
+    quick = section("Quick start")
+    assert "bash scripts/main.sh" in quick and "bash .ci/run" in quick
+
+
+def test_the_readme_is_a_front_page():
+    lines = README.count("\n")
+    assert lines <= 240, f"README.md has {lines} lines: move run details to benchmarks/README.md"
+    assert "## Results" not in README  # runs and their history live in benchmarks/README.md
+    assert (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8").count("## What to expect") == 1
+
+
+def _expect_rows() -> list[str]:
+    table = [line for line in section("What to expect").splitlines() if line.startswith("|")]
+    assert len(table) >= 4, "the what-to-expect table is missing"
+    return table[2:]  # past the header and its rule
+
+
+def test_every_what_to_expect_number_is_in_its_results_file():
+    """Each measured row links one committed results file; every decimal in the row must be a median
+    tokens/s or a speedup (ratio of medians) that `lookahead-reasoning report` computes from that file."""
+    from lookahead_reasoning.bench.report import load_results, summarize
+
+    measured = 0
+    for row in _expect_rows():
+        links = re.findall(r"\]\((benchmarks/results/[^)]+\.jsonl)\)", row)
+        numbers = re.findall(r"\b\d+\.\d+\b", row)
+        if not links:
+            assert not numbers, f"a row with numbers but no results file: {row}"
+            continue
+        [link] = links
+        rows = summarize(load_results(ROOT / link))
+        known = {f"{r.tps_median:.2f}" for r in rows} | {f"{r.speedup_of_medians:.2f}" for r in rows
+                                                          if r.speedup_of_medians is not None}
+        assert numbers, row
+        stray = [n for n in numbers if n not in known]
+        assert not stray, f"{link} gives none of {stray} (row: {row})"
+        best = re.search(r"\| `([^`]+)` \| (\d+\.\d+) \|", row)
+        assert best, f"no best mode and speed in {row}"
+        mode = next(r for r in rows if r.mode == best.group(1))
+        assert f"{mode.tps_median:.2f}" == best.group(2), f"{best.group(1)} in {link} is not {best.group(2)} tok/s"
+        measured += 1
+    assert measured >= 4
+
+
+def test_emulated_numbers_are_marked():
+    for row in _expect_rows():
+        if "avx2emu" in row:
+            assert "emulated" in row, f"an emulated run shown without saying so: {row}"
