@@ -72,15 +72,20 @@ class GeneratorSettings:
         require(bool(self.target and self.target.strip()), "--target must name a model")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
         if self.precision is not None:
-            from .precision import normalize_precision
-
-            try:
-                name = normalize_precision(self.precision)
-            except LookaheadError:
-                name = None
-            require(name not in (None, "int8-dynamic"),
-                    f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
+            self._check_precision()
         check_verifier_settings(self.verifier)
+
+    def _check_precision(self) -> None:
+        """A precision name this device can run, refused or warned about (one line) before loading."""
+        from .precision import normalize_precision, resolve_precision
+
+        try:
+            name = normalize_precision(self.precision)
+        except LookaheadError:
+            name = None
+        require(name not in (None, "int8-dynamic"),
+                f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
+        resolve_precision(name, self.device)  # refuses what cannot run here, warns where w8a8 is slow
 
     def build(self, **overrides: Any):
         """Load the models and build the generator (``overrides``: LookaheadGenerator arguments)."""

@@ -30,10 +30,13 @@ The precisions (:data:`PRECISIONS`):
   output column's scales. Where the weight-only kernel's time grows with the rows it multiplies
   (on a 2-core avx512 EPYC, one thread, 24 different 8960 x 1536 weights in turn so that none stays
   in cache: 1.7 ms per layer for 1 row, 10.5 ms for 13), this one's barely does (1.2 ms, 3.0 ms),
-  which is what the wide forwards of speculation need. It needs int8 dot-product instructions
-  (VNNI/AMX): without them oneDNN's int8 product is not exact (its AVX2 path saturates int16 pair
-  sums; :func:`w8a8_kernel_available` checks), so ``"w8a8"`` is refused there and ``"auto"``
-  picks it only where they exist. Rounding the
+  which is what the wide forwards of speculation need. That speed needs int8 dot-product
+  instructions (AVX512-VNNI, AVX-VNNI or AMX, read from the CPU's flags by
+  :mod:`lookahead_reasoning.runtime.hardware`); ``"auto"`` picks it only where they exist. Without
+  them the product can be inexact (oneDNN capped at AVX2 saturates int16 pair sums;
+  :func:`w8a8_kernel_available` checks, and ``"w8a8"`` is then refused) or exact but slow (on a
+  real AVX2-only EPYC plain decoding ran at 0.74 tok/s against 2.97 in float32 and 4.67 in
+  ``"int8"``): ``"w8a8"`` then runs, after a one-line warning that names ``"int8"``. Rounding the
   activations moves the logits a little more than ``"int8"`` does (argmax agreement with the bf16
   model over four teacher-forced GSM8K solutions: 97.0% against 98.3%).
 * ``"int8-dynamic"``: torch's dynamic int8 linears (``kernels.quantize_draft_int8``). The
@@ -48,17 +51,6 @@ batch; what differs is only the summation order inside the kernels, as in float3
 quantises activations, but per row: a row's scale comes from that row alone and the int32
 accumulation is exact, so it stays batch invariant (the per-batch scale of ``"int8-dynamic"`` is
 what breaks it).
-
-Why not torchao. torchao 0.18 installs next to torch 2.13 (``pip install --no-deps torchao==0.18.0``)
-and its ``Int8WeightOnlyConfig`` quantises correctly, but in eager mode its linear casts the whole
-int8 weight to the activation dtype on every call and then runs a dense matmul: more bytes moved
-than float32, several times slower (benchmarks/precision_kernels.py times it when torchao is
-installed). Its fast path needs
-``torch.compile`` to fuse the cast into ``_weight_int8pack_mm``; that needs a C++ compiler at run
-time and recompiles for each new (rows, width, cache length) pattern a decoding loop makes. Its
-CPU int4 path calls ``torch._weight_int4pack_mm_for_cpu``, which is slower than float32 on AVX2.
-So ``"int8"`` here calls torch's own ``_weight_int8pack_mm`` from a small module
-(:class:`Int8WeightOnlyLinear`), with no extra dependency.
 
 What ``"auto"`` picks (:func:`resolve_precision`): on a CPU with int8 dot-product instructions
 (VNNI/AMX), ``"w8a8"`` when its kernel runs; on other CPUs ``"int8"`` when the int8 kernel runs
@@ -78,17 +70,23 @@ the embedding, and the int8 layers are not meant to be saved with ``save_pretrai
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .errors import require
+from .int8_layers import (INT8_KERNEL, W8A8_KERNEL, Int8PerTokenLinear, Int8WeightOnlyLinear, int8_kernel_available,
+                          quantize_activations_int8, quantize_linears_int8, quantize_rows_int8, reference_int8_linear,
+                          reference_w8a8_linear, w8a8_kernel_available)
+from .kernels import quantize_draft_int8, restore_linear
+from .models.placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
+from .runtime import hardware
+
+log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "float32", "bf16", "int8", "w8a8", "int8-dynamic")
 ROLES = ("target", "draft")
-INT8_KERNEL = "torch._weight_int8pack_mm"
-W8A8_KERNEL = "torch._int_mm"
 _ALIASES = {"fp32": "float32", "float": "float32", "bfloat16": "bf16", "int8-weight-only": "int8",
             "int8_dynamic": "int8-dynamic", "dynamic-int8": "int8-dynamic",
             "int8-w8a8": "w8a8", "int8-per-token": "w8a8"}
@@ -115,168 +113,37 @@ class PrecisionInfo:
                 f"kernel {self.kernel}")
 
 
-# --------------------------------------------------------------------------------- the int8 layer
-
-def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8 quantisation: ``weight ~= q * scale[:, None]``.
-
-    Args:
-        weight: (N, K) floating.
-
-    Returns:
-        (q, scale): q (N, K) int8 in [-127, 127]; scale (N,) bfloat16, the dtype the kernel takes.
-        The scale is rounded to bf16 *before* q is computed, so q * scale reconstructs the weight
-        with the bf16 scale the kernel will really use (only q's rounding is lost).
-    """
-    w = weight.detach().float()
-    amax = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
-    scale = (amax / 127.0).to(torch.bfloat16)
-    q = torch.round(w / scale.float().unsqueeze(1)).clamp(-127, 127).to(torch.int8)
-    return q, scale
-
-
-class Int8WeightOnlyLinear(torch.nn.Module):
-    """``y = linear(x)`` with an int8 weight (one scale per output row) and unquantised activations.
-
-    ``forward``: x (..., K) in any float dtype -> (..., N) in x's dtype. The input is rounded to
-    bfloat16 (the kernel's activation type), multiplied with the int8 weight by
-    ``torch._weight_int8pack_mm`` (float accumulation, scale per output row), cast back to x's dtype,
-    then the bias (kept in float32) is added. Every row is computed from that row alone.
-
-    ``weight`` is the (N, K) int8 tensor, so code that reads ``layer.weight.shape`` still works.
-    """
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        super().__init__()
-        require(weight.dim() == 2, f"Int8WeightOnlyLinear needs a 2-D weight, got shape {tuple(weight.shape)}")
-        q, scale = quantize_rows_int8(weight)
-        self.out_features, self.in_features = q.shape
-        self.register_buffer("weight", q)
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
-
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear) -> "Int8WeightOnlyLinear":
-        return cls(linear.weight, linear.bias)
-
-    def dequantized(self) -> torch.Tensor:
-        """(N, K) float32: the weight this layer multiplies with (the slow reference)."""
-        return self.weight.float() * self.scale.float().unsqueeze(1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
-        scale = self.scale.to(torch.bfloat16)  # exact: a later model.to(dtype) may have cast the buffer
-        y = torch._weight_int8pack_mm(rows, self.weight, scale)
-        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weight, bias={self.bias is not None}"
-
-
-def reference_int8_linear(layer: Int8WeightOnlyLinear, x: torch.Tensor) -> torch.Tensor:
-    """The slow obvious version of ``layer(x)``: bf16-rounded input times the dequantised weight in float32.
-
-    x (..., K) -> (..., N) float32.
-    """
-    y = x.to(torch.bfloat16).float() @ layer.dequantized().T
-    return y if layer.bias is None else y + layer.bias
-
-
-class Int8PerTokenLinear(Int8WeightOnlyLinear):
-    """``y = linear(x)`` with an int8 weight and int8 activations, each row of x with its own scale.
-
-    ``forward``: x (..., K) in any float dtype -> (..., N) in x's dtype. Per row r of x:
-    ``s_r = max|x_r| / 127``, ``q_r = round(x_r / s_r)`` in int8; then ``acc = q @ W_int8^T``
-    (int32, exact: |acc| <= 127 * 127 * K, far from overflow for any model's K), and
-    ``y[r, n] = acc[r, n] * s_r * scale[n]`` in float32, cast to x's dtype, plus the bias. No row
-    sees another row's numbers, and integer sums do not depend on their order.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()
-        q, row_scale = quantize_activations_int8(rows)
-        acc = torch._int_mm(q, self.weight.t())
-        y = acc.float() * row_scale * self.scale.float()
-        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr().replace("int8 weight", "int8 weight, int8 activations per row")
-
-
-def quantize_activations_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8 quantisation of activations: ``rows ~= q * scale``.
-
-    rows (M, K) float32 -> (q (M, K) int8 in [-127, 127], scale (M, 1) float32). An all-zero row
-    gets a tiny scale and quantises to zeros.
-    """
-    scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
-    return torch.round(rows / scale).clamp(-127, 127).to(torch.int8), scale
-
-
-def reference_w8a8_linear(layer: Int8PerTokenLinear, x: torch.Tensor) -> torch.Tensor:
-    """The slow obvious version of ``layer(x)`` (float64): quantised rows times the dequantised weight.
-
-    x (..., K) -> (..., N) float32.
-    """
-    rows = x.reshape(-1, layer.in_features).float()
-    q, row_scale = quantize_activations_int8(rows)
-    y = (q.double() * row_scale.double()) @ (layer.weight.double() * layer.scale.double().unsqueeze(1)).T
-    y = y.float().reshape(*x.shape[:-1], layer.out_features)
-    return y if layer.bias is None else y + layer.bias
-
-
-@functools.cache
-def w8a8_kernel_available() -> bool:
-    """True when ``torch._int_mm`` runs here on the CPU and multiplies int8 products exactly.
-
-    Checked on random values and on the extremes (rows of +-127), laid out as the layer lays them
-    out (the weight transposed). Exactness is not a given: on a CPU without int8 dot-product
-    instructions oneDNN's AVX2 path sums pairs of products in saturating int16 (with oneDNN capped
-    at AVX2 on an EPYC, a random 3 x 40 x 24 product came out up to 25114 off), and then this is False.
-    """
-    op = getattr(torch, "_int_mm", None)
-    if op is None:
-        return False
-    try:
-        gen = torch.Generator().manual_seed(0)
-        a = torch.randint(-127, 128, (4, 64), generator=gen, dtype=torch.int8)
-        b = torch.randint(-127, 128, (24, 64), generator=gen, dtype=torch.int8)
-        a[0], a[1], b[0], b[1] = 127, -127, 127, -127
-        return bool(torch.equal(op(a, b.t()), a.int() @ b.int().t()))
-    except (RuntimeError, NotImplementedError):
-        return False
-
-
-@functools.cache
-def int8_kernel_available() -> bool:
-    """True when ``torch._weight_int8pack_mm`` exists here and computes a small product correctly (CPU)."""
-    op = getattr(torch, "_weight_int8pack_mm", None)
-    if op is None:
-        return False
-    try:
-        gen = torch.Generator().manual_seed(0)
-        layer = Int8WeightOnlyLinear(torch.randn(24, 64, generator=gen))
-        x = torch.randn(3, 64, generator=gen)
-        with torch.no_grad():
-            return bool(torch.allclose(layer(x), reference_int8_linear(layer, x), rtol=2e-2, atol=2e-2))
-    except (RuntimeError, NotImplementedError):
-        return False
-
-
 # ------------------------------------------------------------------------------------ resolution
 
 def _cpu_has_native_bf16() -> bool:
-    from .models.placement import cpu_supports_bf16
-
     return cpu_supports_bf16()
 
 
 def _cpu_has_int8_dot() -> bool:
-    from .models.placement import cpu_supports_int8_dot
-
     return cpu_supports_int8_dot()
+
+
+def precision_warning(precision: str | None, device: str | torch.device | None = "cpu") -> str | None:
+    """One line for the user when ``precision`` runs here but is not the fast choice it is elsewhere,
+    else None. Today: ``"w8a8"`` on a CPU whose flags show no int8 dot-product instruction (VNNI or
+    AMX), where ``torch._int_mm`` may be exact but runs a slow path."""
+    if normalize_precision(precision) != "w8a8":
+        return None
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    if dev.type != "cpu" or hardware.has_int8_dot(hardware.cpu_flags()) is not False:
+        return None
+    return ("precision 'w8a8' on a CPU without int8 dot-product instructions (no AVX512-VNNI, AVX-VNNI or AMX "
+            "in its flags): its int8 x int8 product runs a slow path there (plain decoding measured 4x slower "
+            "than float32 on an AVX2-only CPU); --precision int8 or auto (which picks int8 here) is faster")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str | None) -> None:
+    if message is not None and message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
 
 
 def normalize_precision(precision: str | None) -> str:
@@ -304,10 +171,10 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
     float32's for 1-5 rows); else bf16 on CPUs with native bf16 and float32 on others; on CUDA
     ``"bf16"`` when the GPU supports it, else ``"float32"``; on MPS ``"float32"``. An explicit name is
     checked against the device: ``"int8"`` and ``"int8-dynamic"`` are CPU-only (their kernels are
-    torch's CPU ops), and raise ConfigError elsewhere or when this torch build lacks the op.
+    torch's CPU ops), and raise ConfigError elsewhere or when this torch build lacks the op;
+    ``"w8a8"`` is refused where its product is inexact and logs :func:`precision_warning` (once per
+    process) where it is exact but slow.
     """
-    from .models.placement import resolve_device
-
     name = normalize_precision(precision)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if name == "auto":
@@ -329,6 +196,7 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
                                          f"build ({torch.__version__}) does not have, cannot run, or runs inexactly "
                                          "on this CPU (without int8 dot-product instructions, VNNI/AMX, oneDNN's "
                                          "int8 product saturates); use 'int8'")
+        _warn_once(precision_warning(name, dev))
     return name
 
 
@@ -357,38 +225,6 @@ def _int8_compute_dtype() -> torch.dtype:
     """float32 between the int8 linears unless the CPU has native bf16 (emulated bf16 costs more than it saves)."""
     return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
 
-
-def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool = True,
-                          layer: type[Int8WeightOnlyLinear] = Int8WeightOnlyLinear) -> int:
-    """Replace the ``nn.Linear`` layers of ``model`` by ``layer`` (:class:`Int8WeightOnlyLinear`, or
-    :class:`Int8PerTokenLinear`), in place.
-
-    The output layer (LM head) too unless ``include_output_layer`` is False; a head tied to the
-    embedding is untied first (the embedding keeps its float weight). Other parameters keep their
-    dtype: :func:`apply_precision` then casts them to the compute dtype. Returns how many layers
-    were replaced.
-    """
-    head = getattr(model, "get_output_embeddings", lambda: None)()
-    if include_output_layer:
-        _untie_output_layer(model)
-    targets = [(parent, child_name, child)
-               for parent in model.modules()
-               for child_name, child in parent.named_children()
-               if isinstance(child, torch.nn.Linear) and (include_output_layer or child is not head)]
-    for parent, child_name, child in targets:
-        setattr(parent, child_name, layer.from_linear(child))
-    return len(targets)
-
-
-def _untie_output_layer(model: Any) -> None:
-    """Give the output layer its own weight when it shares the embedding's (it is about to be replaced)."""
-    out = getattr(model, "get_output_embeddings", lambda: None)()
-    emb = getattr(model, "get_input_embeddings", lambda: None)()
-    if isinstance(out, torch.nn.Linear) and emb is not None and out.weight is emb.weight:
-        out.weight = torch.nn.Parameter(emb.weight.detach(), requires_grad=False)  # same storage, its own Parameter
-    config = getattr(model, "config", None)
-    if config is not None and getattr(config, "tie_word_embeddings", False):
-        config.tie_word_embeddings = False  # so no later tie_weights() call points the head back at the embedding
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
@@ -426,8 +262,6 @@ def _apply_float32(model: torch.nn.Module) -> tuple[int, str]:
 
 
 def _apply_bf16(model: torch.nn.Module) -> tuple[int, str]:
-    from .kernels import restore_linear
-
     restore_linear(model)  # the oneDNN wrapper only serves float32
     model.to(torch.bfloat16)
     return 0, "torch.nn.functional.linear (bf16)"
@@ -435,8 +269,6 @@ def _apply_bf16(model: torch.nn.Module) -> tuple[int, str]:
 
 def _apply_int8_layers(model: torch.nn.Module, layer: type[Int8WeightOnlyLinear], kernel: str) -> tuple[int, str]:
     """Every linear to ``layer`` (int8 weights), everything else to the int8 compute dtype."""
-    from .kernels import restore_linear
-
     restore_linear(model)
     count = quantize_linears_int8(model, layer=layer)
     model.to(_int8_compute_dtype())  # embedding, norms and biases; int8 buffers keep their dtype
@@ -444,8 +276,6 @@ def _apply_int8_layers(model: torch.nn.Module, layer: type[Int8WeightOnlyLinear]
 
 
 def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
-    from .kernels import quantize_draft_int8
-
     return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
 
 
@@ -472,6 +302,6 @@ def precision_of(model: torch.nn.Module) -> str:
 
 
 __all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
-           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_of",
+           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_of", "precision_warning",
            "quantize_activations_int8", "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear",
            "reference_w8a8_linear", "resolve_precision", "w8a8_kernel_available", "weight_bytes"]

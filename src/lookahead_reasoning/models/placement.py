@@ -12,6 +12,7 @@ import re
 import torch
 
 from ..errors import ConfigError, require
+from ..runtime import hardware
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
 
@@ -73,8 +74,8 @@ _DTYPE_NAMES = {
 def cpu_supports_bf16() -> bool:
     """True when the CPU has native bf16 matmul instructions (x86 AVX512-BF16 or AMX-BF16).
 
-    Read from /proc/cpuinfo flags (Linux), else from torch's CPU capability string (``AMX``).
-    Without them torch emulates bf16 matmuls, which is slower than float32.
+    Read from the CPU's flags (:mod:`lookahead_reasoning.runtime.hardware`), else from torch's CPU
+    capability string (``AMX``). Without them torch emulates bf16 matmuls, which is slower than float32.
     """
     flags = cpu_flags()
     if flags is not None:
@@ -85,28 +86,23 @@ def cpu_supports_bf16() -> bool:
 def cpu_supports_int8_dot() -> bool:
     """True when the CPU has int8 dot-product instructions (x86 AVX512-VNNI, AVX-VNNI or AMX-INT8).
 
-    ``torch._int_mm`` (the ``"w8a8"`` precision's product) runs on oneDNN's int8 kernels; without
-    these instructions their AVX2 path sums pairs of products in saturating int16, so the product
-    is not exact. Read from /proc/cpuinfo flags (Linux), else from torch's CPU capability string
-    (``AVX512`` or ``AMX``).
+    ``torch._int_mm`` (the ``"w8a8"`` precision's product) is fast only with them: without them it is
+    either inexact (oneDNN capped at AVX2 sums pairs of products in saturating int16) or exact but
+    several times slower than float32. Read from the CPU's flags
+    (:func:`lookahead_reasoning.runtime.hardware.has_int8_dot`), else from torch's CPU capability
+    string (``AVX512`` or ``AMX``).
     """
-    flags = cpu_flags()
-    if flags is not None:
-        return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    known = hardware.has_int8_dot(cpu_flags())
+    if known is not None:
+        return known
     capability = _cpu_capability()
     return "AMX" in capability or "AVX512" in capability
 
 
 def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags from /proc/cpuinfo (Linux), or None where that file is not readable."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
+    """The CPU's feature flags, as :func:`lookahead_reasoning.runtime.hardware.cpu_flags` reads them
+    (the one place they are read, so that one fake of it in a test changes every answer)."""
+    return hardware.cpu_flags()
 
 
 def _cpu_capability() -> str:
