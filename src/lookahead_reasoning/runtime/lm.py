@@ -15,6 +15,7 @@ up to that width and the cache is cropped back afterwards. Positions before the 
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -22,8 +23,8 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cache import KVState
-from .errors import PromptError, require
+from ..cache import KVState
+from ..errors import PromptError, require
 
 
 @dataclass
@@ -74,6 +75,7 @@ class LM:
         self.stats = ForwardStats()
         self.listeners: list[ForwardListener] = []  # called after every forward (e.g. a cost table learning)
         self.widths: WidthPolicy | None = None  # pad forwards to a cheaper width (see the module docstring)
+        self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
 
@@ -148,13 +150,14 @@ class LM:
             input_ids=input_ids,
             attention_mask=full_mask,
             position_ids=position_ids,
-            past_key_values=state.cache,
             use_cache=True,
             logits_to_keep=_keep_positions(keep, n, width, device),
+            **{self.cache_arg: state.cache},
         )
         self.stats.calls += 1
         self.stats.tokens += real_tokens
-        state.cache = out.past_key_values
+        returned = getattr(out, "past_key_values", None)
+        state.cache = state.cache if returned is None else returned
         state.mask = full_mask
         if width > n:
             state.crop(state.length - (width - n))
@@ -201,6 +204,16 @@ class LM:
         ids = self.encode(text)
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids
+
+
+def cache_argument(model: Any) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` where it has one (transformers
+    5.24 and later, where ``past_key_values`` is deprecated), else ``past_key_values``."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward that hides its signature: the older name works everywhere
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _keep_positions(keep: int, n: int, width: int, device: torch.device) -> int | torch.Tensor:

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from ..cache import KVState
-from ..lm import LM
+from .lm import LM
 from ..stopping import common_prefix
 
 
