@@ -222,24 +222,73 @@ drafted steps are kept up to the first mismatch, which the target's step replace
 """
 
 
+# The order to read the notebooks in (by the number their file name starts with), and what each teaches.
+READING_ORDER: dict[str, str] = {
+    "05": "one token-level SD iteration opened up on tiny models: drafting, one scoring forward, rejection "
+          "sampling, the correction or bonus token, the KV cache after it.",
+    "01": "the closed form S(alpha, gamma, c) of token SD and its ceiling 1/(1 - alpha), checked by simulation.",
+    "06": "one Lookahead Reasoning cycle stage by stage (draft k steps, target rows in one batch, verify, "
+          "accept), checked against the plain reference.",
+    "02": "the step-level formulas f_sync and f_async: when speculating whole steps pays, in units of target steps.",
+    "03": "both layers at once: how to split a parallel budget between drafted steps and drafted tokens.",
+    "04": "the committed benchmark runs against `theory.costed`: predicted and measured speeds, and why "
+          "acceptance is not geometric.",
+    "07": "a measured cost table T(R, n), every plan `auto` may run priced with it, an `auto` trace, and the "
+          "real pair's rates on a model of spare compute: when each layer pays.",
+    "08": "the verifiers on one real step pair, the acceptance / harm-proxy frontier of the pair bank, and a "
+          "drafted step that an embedding accepts and that changes the answer.",
+}
+
+SYNC_NOTE = """\
+The local loops in this library (and so every notebook) run **synchronous** Lookahead Reasoning: a
+cycle drafts its k steps, then the target's rows run, then the verifier judges. The asynchronous
+variant, in which a target step starts as soon as its drafted prefix exists while drafting goes on,
+runs over serving engines (module `lookahead_reasoning.engines`), not in these loops.
+"""
+
+FIGURES = """\
+## Benchmark figures
+
+- [auto-regimes-bf16.png](../benchmarks/results/auto-regimes-bf16.png): the CPU with native bf16, bf16,
+  float32, int8 and w8a8 runs side by side: each mode's speedup over its own `ar`, and the plans `auto` chose.
+- [auto-regimes.png](../benchmarks/results/auto-regimes.png): the AVX2-only CPU, float32 with oneDNN and
+  with the default linears, the same two panels.
+- [verifier-ablation.png](../benchmarks/results/verifier-ablation.png): every verifier on the step-pair
+  bank, acceptance against the share of accepted pairs whose numbers differ (notebook 08 redraws it).
+- Per-run plots (`speedup.png`, `accept_hist.png`, `predicted.png`) sit in `benchmarks/results/*-plots/`;
+  [benchmarks/README.md](../benchmarks/README.md#every-figure-in-results) lists and explains them.
+"""
+
+
+def _order_key(notebook: Path) -> tuple[int, str]:
+    prefix = notebook.stem.split("_", 1)[0]
+    order = list(READING_ORDER)
+    return (order.index(prefix) if prefix in order else len(order), notebook.name)
+
+
 def index_markdown(notebooks: list[Path], docs: Path = DOCS) -> str:
-    """docs/README.md: a link per rendered notebook, marked when its page is missing or stale."""
-    lines = ["# Rendered notebooks", "",
-             "The notebooks in `notebooks/` are stored without outputs. These pages show them as they ran, with",
-             "their printed results and figures. Re-render after editing a notebook:", "",
-             "    .venv/bin/python scripts/render_docs.py            # all notebooks",
-             "    .venv/bin/python scripts/render_docs.py 05         # one of them", "",
-             "`tests/test_docs.py` fails when a page is missing or older than its notebook (each page records",
-             "a hash of the notebook's cells in its first line).", ""]
-    for nb in notebooks:
+    """docs/README.md: the notebooks in reading order, one line each, a page marked when missing or stale."""
+    lines = ["# Walkthroughs", "",
+             "Each notebook runs on tiny random-weight models or on committed benchmark runs, in under a",
+             "minute on two CPU cores; the pages below show them as they ran, with their printed results and",
+             "figures. Read them in this order: the mechanisms first (05, 06), each followed by its formulas",
+             "(01, then 02 and 03), then the measurements (04, 07, 08).", ""]
+    for n, nb in enumerate(sorted(notebooks, key=_order_key), start=1):
         page = page_path(nb, docs)
         state = ""
         if recorded_hash(page) is None:
             state = " (not rendered yet)"
         elif recorded_hash(page) != source_hash(nb):
             state = " (out of date)"
-        lines.append(f"- [{title(nb)}]({page.name}){state}: from `notebooks/{nb.name}`")
-    return "\n".join(lines) + "\n\n" + DIAGRAMS
+        about = READING_ORDER.get(nb.stem.split("_", 1)[0], "")
+        lines.append(f"{n}. [{title(nb)}]({page.name}){state}: {about}")
+    lines += ["", SYNC_NOTE,
+              "The notebooks in `notebooks/` are stored without outputs. Re-render after editing one:", "",
+              "    .venv/bin/python scripts/render_docs.py            # all notebooks",
+              "    .venv/bin/python scripts/render_docs.py 05         # one of them", "",
+              "`tests/test_docs.py` fails when a page is missing or older than its notebook (each page records",
+              "a hash of the notebook's cells in its first line).", ""]
+    return "\n".join(lines) + "\n" + FIGURES + "\n" + DIAGRAMS
 
 
 def write_index(notebooks: list[Path], docs: Path = DOCS) -> Path:

@@ -152,3 +152,21 @@ def test_draw_diagrams_writes_both_pictures(tmp_path):
     for name in ("sd_iteration.png", "lr_cycle.png"):
         width, height = _png_size(tmp_path / name)
         assert width >= 1500 and 0.4 < height / width < 0.9, f"{name} is {width}x{height} pixels"
+
+
+def test_index_gives_the_reading_order_and_says_where_asynchronous_lr_runs():
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    assert index == render_docs.index_markdown(NOTEBOOKS), "docs/README.md is not what render_docs writes: run it"
+    links = re.findall(r"^\d+\. \[[^\]]*\]\((\d\d)_[^)]*\.md\)", index, re.M)
+    wanted = [n for n in render_docs.READING_ORDER if any(nb.name.startswith(n) for nb in NOTEBOOKS)]
+    assert links == wanted, f"reading order {links}, expected {wanted}"
+    assert all(render_docs.READING_ORDER.get(n) for n in links), "a notebook without its one-line summary"
+    assert "synchronous" in index and "lookahead_reasoning.engines" in index
+
+
+def test_every_results_figure_is_linked_from_where_a_reader_looks():
+    readers = "".join((ROOT / p).read_text(encoding="utf-8") for p in ("README.md", "benchmarks/README.md", "docs/README.md"))
+    results = ROOT / "benchmarks" / "results"
+    for figure in sorted(results.glob("*.png")) + sorted(results.glob("*-plots/*.png")):
+        name = figure.relative_to(results).as_posix()
+        assert f"results/{name})" in readers, f"benchmarks/results/{name} is linked from no README"
