@@ -202,3 +202,41 @@ def test_session_rejects_empty_rows():
         session.set_rows([[]])
     with pytest.raises(ValueError):
         session.set_rows([[1], [2]])
+
+
+class _PastKeyValuesOnly(torch.nn.Module):
+    """A model whose forward takes its cache as ``past_key_values`` only (transformers before 5.24)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config, self.generation_config = inner, inner.config, inner.generation_config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                logits_to_keep=0):
+        from lookahead_reasoning.runtime.lm import cache_argument
+
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=use_cache, logits_to_keep=logits_to_keep,
+                          **{cache_argument(self.inner): past_key_values})
+
+
+def test_the_cache_goes_by_the_name_the_forward_takes(recwarn):
+    """``cache=`` where the model's forward has it (no deprecation warning), ``past_key_values=`` where
+    it has only that; both give the same logits and cache over two chunks."""
+    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import cache_argument
+
+    new = tiny_lm("qwen2")
+    old = LM(_PastKeyValuesOnly(new.model), new.tokenizer, name="old-signature")
+    assert cache_argument(new.model) == "cache" and new.cache_arg == "cache"
+    assert old.cache_arg == "past_key_values"
+    rows = [[[5, 6, 7], [8, 9]], [[10], [11, 12, 13]]]
+    got_new, state_new = feed_chunks(new, rows)
+    got_old, state_old = feed_chunks(old, rows)
+    for b in range(len(rows)):
+        assert max_abs_diff(got_new[b], got_old[b]) == 0.0
+    assert state_new.row_lengths().tolist() == state_old.row_lengths().tolist()
+    assert not [w for w in recwarn.list if "past_key_values" in str(w.message)]
