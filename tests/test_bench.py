@@ -175,8 +175,11 @@ def test_sampled_evaluation_repeats_each_problem_and_reports_the_spread(dataset,
     from lookahead_reasoning import SamplingConfig
     from lookahead_reasoning.bench.report import fidelity_table
 
+    from lookahead_reasoning.options import GeneratorSettings
+
     out = tmp_path / "sampled.jsonl"
-    config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar", "lr"), max_new_tokens=10, limit=2, samples=3)
+    config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar", "lr"), max_new_tokens=10, limit=2, samples=3,
+                         generator=GeneratorSettings(temperature=1.0))
     runner = _runner(config)
     runner.gen.sampling = SamplingConfig(temperature=1.0)
     run_bench(config, runner=runner, progress=False)
@@ -196,3 +199,43 @@ def test_sampled_evaluation_repeats_each_problem_and_reports_the_spread(dataset,
     again = CountingRunner(_runner(config))
     run_bench(config, runner=again, progress=False)
     assert again.calls == []  # every (problem, mode, sample) was done
+
+
+def test_ctrl_c_while_a_record_is_saved_still_saves_it_whole(tmp_path, monkeypatch):
+    """A SIGINT that arrives while a finished run's record is being written is held until the record
+    is on disk, then raised: the run is not lost, and the file resumes."""
+    import os
+    import signal
+
+    import lookahead_reasoning.bench.results as results
+
+    out = tmp_path / "r.jsonl"
+    results.append_record(out, {"problem_id": "p-0", "mode": "ar", "sample": 0})
+    real_last_byte = results._last_byte
+
+    def interrupted_last_byte(path):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of saving
+        return real_last_byte(path)
+
+    monkeypatch.setattr(results, "_last_byte", interrupted_last_byte)
+    with pytest.raises(KeyboardInterrupt):
+        results.append_record(out, {"problem_id": "p-1", "mode": "ar", "sample": 0})
+    assert results.done_pairs(out) == {("p-0", "ar", 0), ("p-1", "ar", 0)}
+    assert out.read_text(encoding="utf-8").endswith("\n")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before afterwards
+
+
+def test_a_results_file_of_another_setup_is_not_resumed(dataset, tmp_path):
+    from lookahead_reasoning.options import GeneratorSettings
+
+    out = tmp_path / "res.jsonl"
+    config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar",), max_new_tokens=4, limit=1)
+    run_bench(config, runner=CountingRunner(_runner(config)), progress=False)
+    before = out.read_text(encoding="utf-8")
+    other = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar",), max_new_tokens=4, limit=2,
+                        generator=GeneratorSettings(target="another-target"))
+    never = CountingRunner(None)
+    with pytest.raises(ConfigError, match="holds results of another setup \\(target 'qwen2.5-coder-1.5b'; this run: "
+                                          "target 'another-target'\\): resuming would mix them; give another --out"):
+        run_bench(other, runner=never, progress=False)
+    assert never.calls == [] and out.read_text(encoding="utf-8") == before

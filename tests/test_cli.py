@@ -213,3 +213,154 @@ def test_an_unknown_model_name_lists_the_offline_names(capsys):
     assert main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
     err = capsys.readouterr().err
     assert "qwen2.5-coder-0.5b" in err and "qwen2.5-coder-1.5b" in err
+
+
+# ------------------------------------------------------------------- bad inputs, one line each, exit 2
+
+def refused(argv: list[str], capsys) -> str:
+    """Run the command, expect exit 2 and exactly one line on stderr, "error: ..."; return that line."""
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def read_only_folder(tmp_path) -> Path:
+    """A folder this process cannot write to: a chmod 555 folder, or /sys when running as root (root
+    writes through file modes)."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    folder = Path("/sys")
+    try:
+        (folder / "lookahead-write-check").touch()
+    except OSError:
+        return folder
+    pytest.skip("no read-only folder available to this root process")
+
+
+@pytest.fixture()
+def bad_datasets(tmp_path):
+    no_question = tmp_path / "no-question.jsonl"
+    no_question.write_text('{"question": "What is 1 + 1?", "answer": "#### 2"}\n{"answer": "#### 4"}\n', encoding="utf-8")
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes('{"question": "Combien coûte un café ?", "answer": "#### 2"}\n'.encode("latin-1"))
+    return no_question, latin1
+
+
+def test_bad_datasets_are_refused_naming_file_and_line(no_loading, bad_datasets, tmp_path, capsys):
+    no_question, latin1 = bad_datasets
+    for command in (["lr", "--dataset"], ["bench", "--out", str(tmp_path / "r.jsonl"), "--dataset"]):
+        err = refused(command + [str(no_question)], capsys)
+        assert f"{no_question}, line 2: missing 'question' (or 'problem')" in err
+        err = refused(command + [str(latin1)], capsys)
+        assert f"{latin1} is not UTF-8 text" in err
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "--max-new-tokens must be at least 1 (with 0 nothing is generated"),
+    ("-5", "--max-new-tokens must be at least 1"),
+    ("1000000000", "--max-new-tokens 1000000000 is more than any model here can hold in its context: give at most 131072"),
+])
+def test_max_new_tokens_out_of_range_is_refused_before_loading(no_loading, dataset, tmp_path, capsys, value, message):
+    for command in (["generate", "--prompt", "x"], ["lr", "--prompt", "x"],
+                    ["bench", "--dataset", str(dataset), "--out", str(tmp_path / "r.jsonl")]):
+        assert message in refused(command + ["--max-new-tokens", value], capsys)
+
+
+def test_max_new_tokens_beyond_the_models_context_is_refused_before_loading(no_loading, model_dirs, dataset, tmp_path,
+                                                                            capsys):
+    for command in (["generate", "--model", model_dirs[0], "--prompt", "x"], ["lr", "--target", model_dirs[0]],
+                    ["bench", "--target", model_dirs[0], "--dataset", str(dataset), "--out", str(tmp_path / "r.jsonl")]):
+        err = refused(command + ["--max-new-tokens", "5000"], capsys)
+        assert err == (f"error: --max-new-tokens 5000 does not fit in the context of {model_dirs[0]} (4096 tokens, "
+                       f"the prompt included): give less than 4096")
+
+
+def test_the_context_of_a_loaded_model_is_checked_too():
+    from lookahead_reasoning.errors import ConfigError
+    from lookahead_reasoning.options import check_fits_context
+
+    model = tiny_model("qwen2", seed=0).model
+    check_fits_context(model, 4095)
+    with pytest.raises(ConfigError, match=r"\(4096 tokens, the prompt included\): give less than 4096"):
+        check_fits_context(model, 4096)
+
+
+@pytest.mark.parametrize("modes, message", [
+    ("", "--modes is empty: give one or more of auto, lr, lr-sd, ar, sd, sd-ngram, hf-generate"),
+    (" , ", "--modes is empty"),
+    ("ar,sd,ar", "--modes: ar listed twice"),
+    ("sd@g6, sd@g6", "--modes: sd@g6 listed twice"),
+])
+def test_empty_and_repeated_modes_are_refused(no_loading, dataset, tmp_path, capsys, modes, message):
+    assert message in refused(["bench", "--dataset", str(dataset), "--out", str(tmp_path / "r.jsonl"),
+                               "--modes", modes], capsys)
+
+
+def test_resuming_into_results_of_another_setup_is_refused(no_loading, dataset, tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    record = {"problem_id": "d-0", "mode": "ar", "sample": 0, "target": "other-target", "draft": "other-draft",
+              "precision": "as-loaded", "temperature": 0.0}
+    out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    before = out.read_text(encoding="utf-8")
+    err = refused(["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar"], capsys)
+    assert f"{out} holds results of another setup (target 'other-target', draft 'other-draft'; this run:" in err
+    assert "give another --out" in err and out.read_text(encoding="utf-8") == before
+    err = refused(["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar", "--target", "other-target",
+                   "--draft", "other-draft", "--precision", "int8"], capsys)
+    assert "(precision 'as-loaded'; this run: precision 'int8')" in err
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused(no_loading, dataset, tmp_path, capsys):
+    folder = read_only_folder(tmp_path)
+    err = refused(["bench", "--dataset", str(dataset), "--out", str(folder / "r.jsonl")], capsys)
+    assert f"cannot write results to {folder / 'r.jsonl'} (" in err and "give a path in a writable folder" in err
+
+
+def test_a_cache_that_cannot_be_written_is_refused_when_auto_needs_it(no_loading, dataset, tmp_path, capsys,
+                                                                       monkeypatch):
+    cache = read_only_folder(tmp_path) / "cache"
+    monkeypatch.setenv("LOOKAHEAD_REASONING_CACHE", str(cache))
+    for argv in (["lr", "--prompt", "x"], ["bench", "--dataset", str(dataset), "--out", str(tmp_path / "r.jsonl")]):
+        err = refused(argv, capsys)
+        assert f"the cache folder {cache} is not writable (" in err and "set LOOKAHEAD_REASONING_CACHE" in err
+    with pytest.raises(AssertionError, match="a model was loaded"):  # no auto: the cache is not needed
+        main(["bench", "--dataset", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--modes", "ar"])
+
+
+def test_ctrl_c_in_a_benchmark_keeps_every_finished_run_and_resumes(dataset, tmp_path, capsys, monkeypatch):
+    import lookahead_reasoning.bench.runner as runner
+
+    class FakeRunner:
+        """Writes a record per run without a model; Ctrl-C arrives during the run after ``stop_after``."""
+
+        stop_after: int | None = 2
+        runs: list = []
+
+        def __init__(self, config):
+            self.config = config
+
+        def warmup(self):
+            pass
+
+        def run(self, problem, mode, sample=0):
+            if FakeRunner.stop_after is not None and len(FakeRunner.runs) == FakeRunner.stop_after:
+                raise KeyboardInterrupt
+            FakeRunner.runs.append((problem.id, mode))
+            return {"problem_id": problem.id, "mode": mode, "sample": sample, **runner.setup_of(self.config)}
+
+    monkeypatch.setattr(runner, "ModeRunner", FakeRunner)
+    out = tmp_path / "r.jsonl"
+    argv = ["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar,sd", "--no-progress"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == f"interrupted: every finished run is saved in {out}; run the same command again to resume"
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    FakeRunner.stop_after = None
+    assert main(argv) == 0
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 6 and len({(r["problem_id"], r["mode"]) for r in lines}) == 6
+    assert len(FakeRunner.runs) == 6  # the two finished runs were not run again

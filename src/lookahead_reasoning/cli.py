@@ -33,9 +33,10 @@ def _add_prompt_args(p: argparse.ArgumentParser, max_new_tokens: int = DEFAULT_M
     g.add_argument("--seed", type=int, default=0)
 
 
-def _check_prompt_args(args: argparse.Namespace, minimum_tokens: int = 0) -> None:
-    require(args.max_new_tokens >= minimum_tokens,
-            f"--max-new-tokens must be an integer >= {minimum_tokens}, got {args.max_new_tokens}")
+def _check_prompt_args(args: argparse.Namespace) -> None:
+    from .options import check_max_new_tokens
+
+    check_max_new_tokens(args.max_new_tokens)
     require(args.prompt is None or args.prompt.strip() != "", "--prompt is empty: give a question", PromptError)
     require(args.prompt is None or args.dataset is None, "give --prompt or --dataset, not both")
     require(args.index >= 0, f"--index must be >= 0 (a 0-based problem number), got {args.index}")
@@ -69,14 +70,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .decoding.autoregressive import generate
     from .lm import LM
     from .models import load_model
-    from .options import DTYPES
+    from .options import DTYPES, check_fits_context
     from .sampling import SamplingConfig
 
     _check_prompt_args(args)
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    check_fits_context(args.model, args.max_new_tokens)
     prompt, _ = _question(args)
     lm = LM.from_loaded(load_model(args.model, dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear))
+    check_fits_context(lm.model, args.max_new_tokens)
     ids = lm.prompt_ids(prompt, raw=args.raw)
     result = generate(lm, ids, max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, on_text=_stream)
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
@@ -85,20 +88,37 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_lr(args: argparse.Namespace) -> int:
-    from .bench.grading import grade
-    from .options import generator_settings
+    from .options import check_cache_writable, check_fits_context, generator_settings
     from .render import render_html, render_terminal
 
     settings = generator_settings(args)
     settings.check()
-    _check_prompt_args(args, minimum_tokens=1)  # the speedup compares tokens per second
+    _check_prompt_args(args)
+    check_fits_context(settings.target, args.max_new_tokens)
+    if args.mode == "auto":
+        check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
         from .bench.runner import check_writable
 
-        check_writable(Path(args.html))
+        check_writable(Path(args.html), "the trace")
     prompt, gold = _question(args)
     print(f"loading target {settings.target}, draft {settings.draft}, verifier {settings.verifier.name} ...", flush=True)
     gen = settings.build()
+    check_fits_context(gen.target.model, args.max_new_tokens)
+    results = _run_modes(gen, args, prompt)
+    main = results[args.mode]
+    print("\n\n=== trace (green: drafted steps accepted; yellow: target steps) ===")
+    print(render_terminal(main, color=sys.stdout.isatty() or args.color, details=args.details))
+    print("\n=== summary ===")
+    print(json.dumps(_lr_summary(results, args.mode, gold), indent=2))
+    if args.html:
+        Path(args.html).write_text(render_html(main), encoding="utf-8")
+        print(f"trace written to {args.html}")
+    return 0
+
+
+def _run_modes(gen, args: argparse.Namespace, prompt) -> dict:
+    """``args.mode`` (streamed) and, unless --no-compare, ``ar`` on the same prompt: mode -> result."""
     modes = [args.mode] + ([] if args.no_compare or args.mode == "ar" else ["ar"])
     if not args.no_warmup:  # untimed: a fresh process's first forwards are several times slower
         print("warming up (a few tokens of each mode, untimed) ...", flush=True)
@@ -110,27 +130,27 @@ def cmd_lr(args: argparse.Namespace) -> int:
                                      raw=args.raw, on_text=_stream if mode == args.mode else None)
         if mode != args.mode:
             print(f"[{results[mode].num_tokens} tokens in {results[mode].wall_time_s:.1f} s]")
-    main = results[args.mode]
-    print("\n\n=== trace (green: drafted steps accepted; yellow: target steps) ===")
-    print(render_terminal(main, color=sys.stdout.isatty() or args.color, details=args.details))
+    return results
+
+
+def _lr_summary(results: dict, mode: str, gold: str | None) -> dict:
+    """The main mode's summary, its speedup over ``ar`` when that ran, and the graded answers."""
+    from .bench.grading import grade
+
+    main = results[mode]
     summary = main.summary()
-    if "ar" in results and args.mode != "ar" and results["ar"].num_tokens:
+    if "ar" in results and mode != "ar" and results["ar"].num_tokens:
         ar = results["ar"]
         summary["ar_tokens_per_s"] = round(ar.tokens_per_s, 3)
         summary["speedup_vs_ar"] = round(main.tokens_per_s / ar.tokens_per_s, 3)
         summary["same_text_as_ar"] = main.text == ar.text
     if gold is not None:
         summary["gold"] = gold
-        for mode, r in results.items():
+        for name, r in results.items():
             g = grade(r.text, gold)
-            summary[f"{mode}_answer"] = g.predicted
-            summary[f"{mode}_correct"] = g.correct
-    print("\n=== summary ===")
-    print(json.dumps(summary, indent=2))
-    if args.html:
-        Path(args.html).write_text(render_html(main), encoding="utf-8")
-        print(f"trace written to {args.html}")
-    return 0
+            summary[f"{name}_answer"] = g.predicted
+            summary[f"{name}_correct"] = g.correct
+    return summary
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,10 +12,11 @@ preset", so the command line, the benchmark and the Python API run the same sett
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import LookaheadError, require
+from .errors import ConfigError, LookaheadError, require
 from .presets import DEFAULT_DRAFT, DEFAULT_MODE, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, MAX_STEP_TOKENS
 from .verifiers.options import VerifierSettings, add_verifier_args, check_verifier_settings, verifier_settings_from_args
 
@@ -107,6 +108,55 @@ class GeneratorSettings:
         return LookaheadGenerator(**kwargs)
 
 
+# Above any context window of the models this library runs (the offline pair holds 32768 tokens); a
+# loaded model's own window is checked by :func:`check_fits_context`.
+MAX_NEW_TOKENS_LIMIT = 131072
+
+
+def check_max_new_tokens(value: Any) -> None:
+    """``--max-new-tokens`` is a whole number from 1 to :data:`MAX_NEW_TOKENS_LIMIT`. Loads nothing."""
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            f"--max-new-tokens must be at least 1 (with {value!r} nothing is generated, so there is nothing to "
+            f"time or grade), got {value!r}")
+    require(value <= MAX_NEW_TOKENS_LIMIT, f"--max-new-tokens {value} is more than any model here can hold in its "
+                                           f"context: give at most {MAX_NEW_TOKENS_LIMIT}")
+
+
+def check_fits_context(model: Any, max_new_tokens: int) -> None:
+    """Refuse ``max_new_tokens`` that cannot fit in a model's context window (prompt excluded).
+
+    ``model``: a name or path, whose config.json is read without loading it (a local directory or an
+    offline model already converted; anything else passes), or a loaded transformers model.
+    """
+    from .models.loading import context_window
+
+    if isinstance(model, (str, os.PathLike)):
+        name, window = str(model), context_window(model)
+    else:
+        config = getattr(model, "config", None)
+        name = getattr(config, "name_or_path", None) or type(model).__name__
+        window = getattr(config, "max_position_embeddings", None)
+    require(not isinstance(window, int) or max_new_tokens < window,
+            f"--max-new-tokens {max_new_tokens} does not fit in the context of {name} ({window} tokens, the "
+            f"prompt included): give less than {window}")
+
+
+def check_cache_writable(why: str) -> None:
+    """Refuse, before any model loads, a cache folder that cannot be written (``why``: what needs it)."""
+    import tempfile
+
+    from .models.offline import cache_root
+
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"the cache folder {root} is not writable ({exc.strerror or exc}), and {why}: set "
+                          f"LOOKAHEAD_REASONING_CACHE to a writable folder") from None
+
+
 def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     """Add the generator's options to ``parser`` (``mode``: also ``--mode``)."""
     from .presets import MODES
@@ -162,4 +212,5 @@ def generator_settings(args: argparse.Namespace) -> GeneratorSettings:
         cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile)
 
 
-__all__ = ["GeneratorSettings", "add_generator_args", "generator_settings"]
+__all__ = ["GeneratorSettings", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable", "check_fits_context",
+           "check_max_new_tokens", "generator_settings"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import require
@@ -41,9 +42,9 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..options import generator_settings
+    from ..options import check_cache_writable, check_fits_context, generator_settings
     from .datasets import load_dataset
-    from .runner import BenchConfig, check_writable, run_bench, shard_path
+    from .runner import BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
     settings = generator_settings(args)
     settings.check()
@@ -54,8 +55,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset, sample=config.sample,
                             seed=config.seed, on_error=config.on_error)  # a bad dataset fails before any model loads
     require(len(problems) > 0, f"--dataset {args.dataset}: no problems selected (--offset {args.offset}, --limit {args.limit})")
+    check_fits_context(settings.target, config.max_new_tokens)
     check_writable(shard_path(config.out, 0, 1))
-    path = run_bench(config, progress=not args.no_progress)
+    check_same_setup(shard_path(config.out, 0, 1), config)
+    if any(parse_mode(m)[0] == "auto" for m in config.modes):
+        check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
+    try:
+        path = run_bench(config, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished run is saved in {args.out}; run the same command again to resume",
+              file=sys.stderr)
+        return 130
     print(f"results: {path}")
     if args.report:
         return cmd_report(argparse.Namespace(results=args.out, plots=None, no_plots=False))

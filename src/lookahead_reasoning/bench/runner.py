@@ -12,7 +12,6 @@ writes ``<out>.shard<i>-of-<n>`` next to ``<out>``; ``report`` merges the shards
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import time
@@ -20,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import ConfigError, require
-from ..options import GeneratorSettings
+from ..errors import require
+from ..options import GeneratorSettings, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from .datasets import Problem, load_dataset
 from .grading import grade
+from .results import (SETUP_FIELDS, append_record, check_same_setup, check_writable, done_pairs, setup_of,  # noqa: F401
+                      shard_path)
 
 OUR_MODES = MODES
 PEER_MODES = ("hf-generate", "hf-assisted", "hf-lookup")
@@ -52,18 +53,24 @@ class BenchConfig:
     generator: GeneratorSettings = field(default_factory=GeneratorSettings)
 
     def __post_init__(self) -> None:
-        modes = tuple(m.strip() for m in (self.modes.split(",") if isinstance(self.modes, str) else self.modes) if m.strip())
-        for m in modes:
-            parse_mode(m)  # raises on an unknown mode or a bad suffix
-        require(len(modes) > 0, "--modes: no mode given")
-        require(len(set(modes)) == len(modes), f"--modes: a mode is listed twice in {','.join(modes)}")
-        self.modes = modes
+        self.modes = parse_modes(self.modes)
         require(self.on_error in ("raise", "skip"), f"--on-error must be 'raise' or 'skip', got {self.on_error!r}")
         require(isinstance(self.samples, int) and self.samples >= 1, f"--samples must be an integer >= 1, got {self.samples!r}")
-        require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
-                f"--max-new-tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        check_max_new_tokens(self.max_new_tokens)
         require(self.limit is None or self.limit >= 0, f"--limit must be >= 0, got {self.limit}")
         require(self.offset >= 0, f"--offset must be >= 0, got {self.offset}")
+
+
+def parse_modes(modes: str | Iterable[str]) -> tuple[str, ...]:
+    """``"ar, sd@g6"`` -> ("ar", "sd@g6"): every mode checked, none empty, none twice."""
+    listed = modes.split(",") if isinstance(modes, str) else list(modes)
+    names = tuple(m.strip() for m in listed if m.strip())
+    require(len(names) > 0, f"--modes is empty: give one or more of {', '.join(ALL_MODES)}, separated by commas")
+    for m in names:
+        parse_mode(m)  # raises on an unknown mode or a bad suffix
+    twice = sorted({m for m in names if names.count(m) > 1})
+    require(not twice, f"--modes: {', '.join(twice)} listed twice; each mode runs once per problem, so give it once")
+    return names
 
 
 _SUFFIX_RE = re.compile(r"^(?:k(\d+))?(?:g(\d+))?$")
@@ -89,55 +96,6 @@ def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
     return base, k, gamma
 
 
-def shard_path(out: str | Path, index: int, count: int) -> Path:
-    out = Path(out)
-    return out if count <= 1 else out.with_name(f"{out.name}.shard{index}-of-{count}")
-
-
-def check_writable(path: Path) -> None:
-    """Fail early, with the path in the message, when results could not be saved."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"cannot write results to {path}: {exc.strerror or exc}") from None
-
-
-def done_pairs(path: Path) -> set[tuple[str, str, int]]:
-    """(problem id, mode, sample) triples already in a results file; a torn last line (killed run) is ignored."""
-    done: set[tuple[str, str, int]] = set()
-    if not path.exists():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            done.add((str(rec.get("problem_id")), str(rec.get("mode")), int(rec.get("sample", 0))))
-    return done
-
-
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line and push it to disk before going on.
-
-    A last line torn by a kill (no newline at the end) is closed first, so the new record starts
-    on a line of its own; the torn line is ignored when results are read.
-    """
-    torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(("\n" if torn else "") + json.dumps(record, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _last_byte(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1)
-
-
 class ModeRunner:
     """Holds the loaded models and runs one (problem, mode, sample) into a result record."""
 
@@ -153,6 +111,7 @@ class ModeRunner:
             generator = settings.build(draft=settings.draft if needs_draft else None,
                                        draft_quantize=settings.draft_quantize if needs_draft else None)
         self.gen = generator
+        check_fits_context(generator.target.model, config.max_new_tokens)
 
     def warmup(self, tokens: int = 8) -> None:
         """Run every mode once on a short question, untimed (a fresh process's first forwards are slow)."""
@@ -240,6 +199,7 @@ def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress
     mine = problems[process_index::num_processes]
     path = shard_path(config.out, process_index, num_processes)
     check_writable(path)
+    check_same_setup(path, config)
     done = done_pairs(path)
     todo = [(p, m, s) for i, p in enumerate(mine) for s in range(config.samples)
             for m in _rotated(config.modes, i * config.samples + s) if (p.id, m, s) not in done]
@@ -285,4 +245,5 @@ def _progress(total: int, enabled: bool, desc: str):
     return tqdm(total=total, disable=not enabled, desc=desc, unit="run")
 
 
-__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "parse_mode", "run_bench", "shard_path", "done_pairs"]
+__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "SETUP_FIELDS", "check_same_setup", "done_pairs", "parse_mode",
+           "parse_modes", "run_bench", "setup_of", "shard_path"]

@@ -8,6 +8,7 @@ change results.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -162,6 +163,20 @@ def load_model(
     return LoadedModel(model, tokenizer, label, param.device, param.dtype, source)
 
 
+def context_window(name_or_path: str | os.PathLike) -> int | None:
+    """The context length (``max_position_embeddings``) in a model's config.json, read without loading
+    the model: a local directory, or an offline model already converted. None when unknown."""
+    text = os.fspath(name_or_path)
+    spec = offline.offline_spec(text) if isinstance(text, str) else None
+    folder = offline.cache_root() / spec.name / offline.CONVERTED_SUBDIR if spec else Path(text).expanduser()
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _from_pretrained(source: str | Path, kwargs: dict, failure: Callable[[Exception], str]) -> tuple[Any, Any]:
     """Tokenizer and model via transformers' Auto classes from a directory or hub id.
 
@@ -195,4 +210,4 @@ def _hub_failed(model_id: str) -> Callable[[Exception], str]:
     return message
 
 
-__all__ = ["LoadedModel", "as_loaded", "load_model"]
+__all__ = ["LoadedModel", "as_loaded", "context_window", "load_model"]

@@ -1,0 +1,119 @@
+"""The results file of a benchmark: one JSON line per finished (problem, mode, sample), written whole
+and synced before the next run starts, so that a killed or interrupted run resumes where it stopped,
+and never into a file whose records come from another setup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import ConfigError
+
+
+def shard_path(out: str | Path, index: int, count: int) -> Path:
+    out = Path(out)
+    return out if count <= 1 else out.with_name(f"{out.name}.shard{index}-of-{count}")
+
+
+def check_writable(path: Path, what: str = "results") -> None:
+    """Fail early, with the path in the message, when ``what`` could not be saved there."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write {what} to {path} ({exc.strerror or exc}): give a path in a writable "
+                          f"folder") from None
+
+
+def _records(path: Path) -> Iterable[dict[str, Any]]:
+    """The records of a results file; a torn last line (killed run) and non-records are skipped."""
+    if not path.exists():
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the results in {path} to resume: {getattr(exc, 'strerror', None) or exc}") from None
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
+def done_pairs(path: Path) -> set[tuple[str, str, int]]:
+    """(problem id, mode, sample) triples already in a results file; a torn last line (killed run) is ignored."""
+    return {(str(rec.get("problem_id")), str(rec.get("mode")), int(rec.get("sample", 0))) for rec in _records(path)}
+
+
+# What a results file must share with the run that appends to it: numbers of two setups never mix.
+SETUP_FIELDS = ("target", "draft", "precision", "temperature")
+
+
+def setup_of(config: Any) -> dict[str, Any]:
+    """The fields of :data:`SETUP_FIELDS` as a run of ``config`` (a ``BenchConfig``) writes them into its records."""
+    g = config.generator
+    return {"target": g.target, "draft": g.draft, "precision": g.precision or "as-loaded",
+            "temperature": g.temperature}
+
+
+def check_same_setup(path: Path, config: Any) -> None:
+    """Refuse to resume into a results file whose records come from another target, draft, precision
+    or temperature (a field an older record lacks is not compared)."""
+    want = setup_of(config)
+    for rec in _records(path):
+        differ = [f for f in SETUP_FIELDS if f in rec and rec[f] != want[f]]
+        if differ:
+            had = ", ".join(f"{f} {rec[f]!r}" for f in differ)
+            now = ", ".join(f"{f} {want[f]!r}" for f in differ)
+            raise ConfigError(f"{path} holds results of another setup ({had}; this run: {now}): resuming would "
+                              f"mix them; give another --out")
+
+
+@contextlib.contextmanager
+def _whole() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block ends, so that a record is written whole and synced;
+    the KeyboardInterrupt is raised right after. Outside the main thread, a plain block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line and push it to disk before going on.
+
+    A last line torn by a kill (no newline at the end) is closed first, so the new record starts
+    on a line of its own; the torn line is ignored when results are read.
+    """
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    with _whole():
+        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(("\n" if torn else "") + line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1)
+
+
+__all__ = ["SETUP_FIELDS", "append_record", "check_same_setup", "check_writable", "done_pairs", "setup_of", "shard_path"]
