@@ -24,13 +24,13 @@ Three modules, three jobs:
 * :mod:`.loading`: :class:`LoadedModel`, :func:`as_loaded` and :func:`load_model`'s dispatch.
 """
 
-from .loading import LoadedModel, as_loaded, load_model
+from .loading import LoadedModel, LoadOptions, as_loaded, context_window, load_model
 from .offline import (CHUNK_BYTES, CONVERTED_MARKER, CONVERTED_SUBDIR, HASH_MARKER_SUFFIX, OFFLINE_MODELS,
                       OfflineModel, cache_root, convert_offline, offline_gguf, offline_names, offline_spec, part_files)
 from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_attn_implementation, resolve_device, resolve_dtype
 
 __all__ = [
-    "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadedModel", "OFFLINE_MODELS",
-    "OfflineModel", "as_loaded", "cache_root", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "offline_gguf",
+    "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadOptions", "LoadedModel", "OFFLINE_MODELS",
+    "OfflineModel", "as_loaded", "cache_root", "context_window", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "offline_gguf",
     "offline_names", "offline_spec", "part_files", "resolve_attn_implementation", "resolve_device", "resolve_dtype",
 ]

@@ -8,6 +8,7 @@ change results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import ModelLoadError, require
+from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
 from . import offline
 from .placement import device_map_device, resolve_attn_implementation, resolve_device, resolve_dtype
 
@@ -70,22 +72,11 @@ def _looks_like_path(text: str) -> bool:
             or _HUB_ID_RE.match(text) is None)
 
 
-def load_model(
-    name_or_path: str | os.PathLike,
-    *,
-    dtype: str | torch.dtype | None = "auto",
-    device: str | torch.device | None = None,
-    device_map: str | dict | None = None,
-    attn_implementation: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    trust_remote_code: bool = False,
-    cpu_linear: str | None = "auto",
-    precision: str | None = None,
-) -> LoadedModel:
-    """Load a causal LM and its tokenizer for inference (see the module docstring for the lookup order).
+@dataclass(frozen=True)
+class LoadOptions:
+    """How :func:`load_model` loads a model (every field may also be passed to it as a keyword).
 
-    Args:
-        name_or_path: an offline short name, a ``.gguf`` file, a local directory, or a hub id.
+    Attributes:
         dtype: see :func:`resolve_dtype` ("auto" picks bf16 where the hardware has it, else fp32).
         device: see :func:`resolve_device`; the model is moved there after loading.
         device_map: passed to ``from_pretrained`` (accelerate) for multi-GPU or offloaded loads;
@@ -102,65 +93,90 @@ def load_model(
             fastest for the hardware) stores them that way. With "int8" or "w8a8" the model is read
             in bf16 (exact for the offline models, half the peak memory) unless ``dtype`` says otherwise.
     """
-    from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
-    from ..precision import apply_precision, normalize_precision, resolve_precision
 
-    require(cpu_linear is None or str(cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
-            f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {cpu_linear!r}")
-    require(device is None or device_map is None,
-            f"give device= or device_map=, not both (got device={device!r}, device_map={device_map!r})")
-    if precision is not None:
-        normalize_precision(precision)  # a bad name fails before anything loads
-    placement = resolve_device(device) if device_map is None else device_map_device(device_map)
-    precision = None if precision is None else resolve_precision(precision, placement)
-    if precision in ("int8", "w8a8") and (dtype is None or str(dtype).strip().lower() == "auto"):
-        dtype = torch.bfloat16
-    elif precision in ("float32", "bf16"):
-        dtype = precision
-    torch_dtype = resolve_dtype(dtype, placement)
-    attn = resolve_attn_implementation(attn_implementation, placement)
-    kwargs: dict[str, Any] = dict(dtype=torch_dtype, attn_implementation=attn)
-    if device_map is not None:
-        kwargs["device_map"] = device_map
+    dtype: str | torch.dtype | None = "auto"
+    device: str | torch.device | None = None
+    device_map: str | dict | None = None
+    attn_implementation: str | None = None
+    cache_dir: str | os.PathLike | None = None
+    trust_remote_code: bool = False
+    cpu_linear: str | None = "auto"
+    precision: str | None = None
 
+
+def load_model(name_or_path: str | os.PathLike, options: LoadOptions | None = None, **settings: Any) -> LoadedModel:
+    """Load a causal LM and its tokenizer for inference (see the module docstring for the lookup order).
+
+    ``options`` and keyword ``settings`` (any field of :class:`LoadOptions`, overriding ``options``) say
+    how: ``load_model("qwen2.5-coder-1.5b", dtype="bf16", precision="int8")``. Every option is checked
+    before anything loads.
+    """
+    from ..precision import apply_precision  # lazily: precision reads the placement helpers of this package
+
+    opts = dataclasses.replace(options or LoadOptions(), **settings)
+    placement, precision, kwargs = _resolve(opts)
     text = os.fspath(name_or_path)
     require(isinstance(text, str) and text.strip() != "",
             f"model name or path must be a non-empty string, got {name_or_path!r}", ModelLoadError)
-    spec = offline.offline_spec(text) if not isinstance(name_or_path, os.PathLike) else None
-    path = Path(text).expanduser()
-    if spec is not None:
-        source, label = "offline", spec.name
-        converted = offline.convert_offline(spec.name, cache_dir)
-        model, tokenizer = _from_pretrained(converted, kwargs,
-                                            _failed(f"the cached copy of {spec.name!r} in {converted}"))
-    elif path.is_file():
-        require(path.suffix.lower() == ".gguf", f"{path} is a file but not a .gguf file; give a .gguf file, a "
-                f"directory with config.json, an offline name ({', '.join(offline.offline_names())}) or a hub id",
-                ModelLoadError)
-        source, label = "gguf", path.name
-        model, tokenizer = offline.load_gguf(path, **kwargs)
-    elif path.is_dir():
-        require((path / "config.json").is_file(), f"directory {path} has no config.json: not a transformers "
-                f"checkpoint (to load a GGUF file, give the .gguf file's path)", ModelLoadError)
-        source, label = "local", str(path)
-        model, tokenizer = _from_pretrained(path, dict(kwargs, trust_remote_code=trust_remote_code),
-                                            _failed(f"the local checkpoint {path}"))
-    elif isinstance(name_or_path, os.PathLike) or _looks_like_path(text):
-        raise ModelLoadError(f"no such file or directory: {text!r} (a model is an offline name "
-                             f"({', '.join(offline.offline_names())}), a .gguf file, a directory with config.json, "
-                             f"or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct')")
-    else:
-        source, label = "hub", text
-        model, tokenizer = _from_pretrained(text, dict(kwargs, trust_remote_code=trust_remote_code), _hub_failed(text))
-
-    if device_map is None and placement.type != "cpu":
+    model, tokenizer, source, label = _dispatch(name_or_path, text, kwargs, opts)
+    if opts.device_map is None and placement.type != "cpu":
         model.to(placement)
     _prepare(model, tokenizer)
     if precision is not None:  # before the oneDNN wrapper, which then wraps only the float32 linears left
         apply_precision(model, precision, role="target")
-    apply_cpu_linear(model, cpu_linear)
+    apply_cpu_linear(model, opts.cpu_linear)
     param = next(model.parameters())
     return LoadedModel(model, tokenizer, label, param.device, param.dtype, source)
+
+
+def _resolve(opts: LoadOptions) -> tuple[torch.device, str | None, dict[str, Any]]:
+    """(where the model goes, its concrete precision or None, ``from_pretrained`` keywords); checks every option."""
+    from ..precision import normalize_precision, resolve_precision
+
+    require(opts.cpu_linear is None or str(opts.cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
+            f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {opts.cpu_linear!r}")
+    require(opts.device is None or opts.device_map is None,
+            f"give device= or device_map=, not both (got device={opts.device!r}, device_map={opts.device_map!r})")
+    if opts.precision is not None:
+        normalize_precision(opts.precision)  # a bad name fails before anything loads
+    placement = resolve_device(opts.device) if opts.device_map is None else device_map_device(opts.device_map)
+    precision = None if opts.precision is None else resolve_precision(opts.precision, placement)
+    dtype = opts.dtype
+    if precision in ("int8", "w8a8") and (dtype is None or str(dtype).strip().lower() == "auto"):
+        dtype = torch.bfloat16
+    elif precision in ("float32", "bf16"):
+        dtype = precision
+    kwargs: dict[str, Any] = dict(dtype=resolve_dtype(dtype, placement),
+                                  attn_implementation=resolve_attn_implementation(opts.attn_implementation, placement))
+    if opts.device_map is not None:
+        kwargs["device_map"] = opts.device_map
+    return placement, precision, kwargs
+
+
+def _dispatch(name_or_path: str | os.PathLike, text: str, kwargs: dict[str, Any],
+              opts: LoadOptions) -> tuple[Any, Any, str, str]:
+    """(model, tokenizer, source, label) for an offline name, a .gguf file, a directory or a hub id."""
+    spec = offline.offline_spec(text) if not isinstance(name_or_path, os.PathLike) else None
+    path = Path(text).expanduser()
+    remote = dict(kwargs, trust_remote_code=opts.trust_remote_code)
+    if spec is not None:
+        converted = offline.convert_offline(spec.name, opts.cache_dir)
+        return (*_from_pretrained(converted, kwargs, _failed(f"the cached copy of {spec.name!r} in {converted}")),
+                "offline", spec.name)
+    if path.is_file():
+        require(path.suffix.lower() == ".gguf", f"{path} is a file but not a .gguf file; give a .gguf file, a "
+                f"directory with config.json, an offline name ({', '.join(offline.offline_names())}) or a hub id",
+                ModelLoadError)
+        return (*offline.load_gguf(path, **kwargs), "gguf", path.name)
+    if path.is_dir():
+        require((path / "config.json").is_file(), f"directory {path} has no config.json: not a transformers "
+                f"checkpoint (to load a GGUF file, give the .gguf file's path)", ModelLoadError)
+        return (*_from_pretrained(path, remote, _failed(f"the local checkpoint {path}")), "local", str(path))
+    if isinstance(name_or_path, os.PathLike) or _looks_like_path(text):
+        raise ModelLoadError(f"no such file or directory: {text!r} (a model is an offline name "
+                             f"({', '.join(offline.offline_names())}), a .gguf file, a directory with config.json, "
+                             f"or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct')")
+    return (*_from_pretrained(text, remote, _hub_failed(text)), "hub", text)
 
 
 def context_window(name_or_path: str | os.PathLike) -> int | None:
@@ -210,4 +226,4 @@ def _hub_failed(model_id: str) -> Callable[[Exception], str]:
     return message
 
 
-__all__ = ["LoadedModel", "as_loaded", "context_window", "load_model"]
+__all__ = ["LoadOptions", "LoadedModel", "as_loaded", "context_window", "load_model"]
