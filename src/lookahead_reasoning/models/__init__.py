@@ -14,14 +14,16 @@ What ``load_model(name_or_path)`` tries, in order:
 4. a string that looks like a path but does not exist -> :class:`ModelLoadError` "no such file or directory";
 5. anything else is a hub id (``from_pretrained(id)``); a failure says so and lists the offline names.
 
-Three modules, three jobs:
+Four modules, four jobs:
 
 * :mod:`.offline`: the offline models' registry, their part packages, the sha256-checked join,
   the lock and the bf16 safetensors conversion cache;
 * :mod:`.placement`: :func:`resolve_device`, :func:`resolve_dtype` (with :func:`cpu_supports_bf16`,
   :func:`cpu_supports_int8_dot`)
   and :func:`resolve_attn_implementation`;
-* :mod:`.loading`: :class:`LoadedModel`, :func:`as_loaded` and :func:`load_model`'s dispatch.
+* :mod:`.loading`: :class:`LoadedModel`, :func:`as_loaded` and :func:`load_model`'s dispatch (with
+  :class:`LoadOptions`);
+* :mod:`.gguf`: reading a GGUF file into a dense transformers model.
 """
 
 from .loading import LoadedModel, LoadOptions, as_loaded, context_window, load_model

@@ -31,9 +31,11 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from ..errors import ModelLoadError
+from ..runtime.locks import file_lock
+from .gguf import _strip_gguf_quantizer, _transformers_version, load_gguf
 
 log = logging.getLogger(__name__)
 
@@ -179,24 +181,15 @@ def _model_dir(spec: OfflineModel, cache_dir: str | os.PathLike | None) -> Path:
 
 @contextlib.contextmanager
 def _locked(model_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``model_dir`` (POSIX flock; a no-op where fcntl is missing).
+    """Hold an exclusive lock on ``model_dir`` (:func:`~lookahead_reasoning.runtime.locks.file_lock`).
 
     Only the lock holder writes under ``model_dir``, so leftover temp files found while holding it
     come from an interrupted process and can be removed.
     """
-    try:
-        import fcntl
-    except ImportError:  # Windows: no cross-process lock, the atomic renames still protect readers
+    with file_lock(model_dir / ".lock"):
+        for stale in model_dir.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         yield
-        return
-    with open(model_dir / ".lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            for stale in model_dir.glob(".tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _hash_marker(gguf: Path) -> Path:
@@ -335,43 +328,6 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
             gguf.unlink(missing_ok=True)
             _hash_marker(gguf).unlink(missing_ok=True)
     return final
-
-
-def _transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
-
-
-def _strip_gguf_quantizer(model: Any) -> None:
-    """Make a dequantised GGUF-loaded model savable as a plain checkpoint.
-
-    transformers 5.x keeps the GGUF quantizer on the model and its config in
-    ``config.quantization_config``; ``save_pretrained`` refuses the model while the quantizer is
-    set (GGUF is "not serializable"), and a saved ``quantization_config`` would make the reload look
-    for a GGUF file. The weights are already dense, so both can go.
-    """
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None and hasattr(quantizer, "remove_quantization_config"):
-        quantizer.remove_quantization_config(model)
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.is_quantized = False
-
-
-def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:
-    """Model and tokenizer from one GGUF file, every weight dequantised to a plain dense model."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    path = Path(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                     quantization_config=GgufConfig(dequantize=True), **kwargs)
-    except Exception as exc:
-        raise ModelLoadError(f"could not load the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
-    return model, tokenizer
 
 
 __all__ = ["CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "OFFLINE_MODELS",
