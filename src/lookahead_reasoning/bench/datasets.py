@@ -176,7 +176,8 @@ def _build(records: Iterable[tuple[int, Any]], *, where: str, source: str, stem:
     return ProblemList(problems, source=source, skipped=skipped)
 
 
-def _check_selection(fmt: str, limit: int | None, offset: int, sample: int | None, on_error: str) -> None:
+def _check_selection(fmt: str, on_error: str, limit: int | None = None, offset: int = 0, sample: int | None = None,
+                     seed: int = 0) -> None:
     require(fmt in FORMATS, f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     require(on_error in ON_ERROR, f"on_error must be 'raise' or 'skip', got {on_error!r}")
     require(limit is None or (isinstance(limit, int) and limit >= 0), f"limit must be None or >= 0, got {limit!r}")
@@ -221,7 +222,7 @@ def load_jsonl(path: str | Path, *, format: Format = "auto", limit: int | None =
     :class:`DatasetError` naming the file and line, or with ``on_error="skip"`` is reported with
     :func:`warnings.warn` and listed in the result's ``skipped``.
     """
-    _check_selection(format, limit, offset, sample, on_error)
+    _check_selection(format, on_error, limit, offset, sample, seed)
     p = Path(path).expanduser()
     if not p.exists():
         raise DatasetError(f"dataset file not found: {p}")
@@ -261,16 +262,16 @@ def _import_datasets():
 
 
 def load_hf(name: str, split: str | None = None, *, config: str | None = None, format: Format = "auto",
-            limit: int | None = None, offset: int = 0, sample: int | None = None, seed: int = 0,
-            on_error: str = "raise") -> ProblemList:
+            on_error: str = "raise", **selection: Any) -> ProblemList:
     """Problems of a dataset loaded with the ``datasets`` library (e.g. ``"openai/gsm8k"``, whose
     config defaults to ``"main"``, or an AIME dataset with question/problem and answer columns).
 
-    ``split`` defaults to ``"test"``. Records go through the same checks as JSONL lines; ids are
+    ``split`` defaults to ``"test"``; ``selection`` is ``limit``, ``offset``, ``sample`` and ``seed``, as
+    for :func:`load_jsonl`. Records go through the same checks as JSONL lines; ids are
     ``"<name>-<split>-<row>"`` unless a row has its own ``id``. Needs ``pip install datasets`` and,
     for a dataset not cached yet, network access.
     """
-    _check_selection(format, limit, offset, sample, on_error)
+    _check_selection(format, on_error, **selection)
     require(isinstance(name, str) and name.strip() != "", "dataset name must be a non-empty string")
     default_config, default_split = HF_DEFAULTS.get(name, (None, "test"))
     config = config if config is not None else default_config
@@ -289,7 +290,7 @@ def load_hf(name: str, split: str | None = None, *, config: str | None = None, f
     stem = f"{name.rsplit('/', 1)[-1]}-{split}"
     problems = _build(enumerate(ds), where=where, source=f"{name}:{split}", stem=stem, fmt=format,
                       on_error=on_error, unit="row")
-    return select(problems, limit=limit, offset=offset, sample=sample, seed=seed)
+    return select(problems, **selection)
 
 
 def load_dataset(spec: str | Path, **kw: Any) -> ProblemList:

@@ -171,58 +171,72 @@ def markdown_table(rows: list[ModeRow]) -> str:
 
 
 def plot(rows: list[ModeRow], records: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
-    """speedup.png, accept_hist.png, predicted.png in ``out_dir``; returns the paths written."""
+    """speedup.png, accept_hist.png, predicted.png in ``out_dir``; returns the paths written (a plot
+    without data, such as acceptance for ``ar`` alone, is left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = [_plot_speedup(rows, out_dir / "speedup.png"), _plot_acceptance(rows, records, out_dir / "accept_hist.png"),
+               _plot_predicted(rows, out_dir / "predicted.png")]
+    return [path for path in written if path is not None]
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _plot_speedup(rows: list[ModeRow], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    names = [r.mode for r in rows]
-    ax.bar(names, [r.speedup_of_medians or 0 for r in rows], color="#4c72b0")
+    ax.bar([r.mode for r in rows], [r.speedup_of_medians or 0 for r in rows], color="#4c72b0")
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     ax.set_ylabel("speedup over ar (ratio of medians)")
     ax.set_title("tokens/s relative to autoregressive")
-    fig.tight_layout()
-    written.append(out_dir / "speedup.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    return _save(fig, path)
 
-    hist_modes = [m for m in names if any(r.get("accept_histogram") for r in records if r["mode"] == m)]
-    if hist_modes:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for m in hist_modes:
-            total: list[int] = []
-            for r in records:
-                if r["mode"] == m:
-                    for i, c in enumerate(r.get("accept_histogram") or []):
-                        total += [0] * (i + 1 - len(total))
-                        total[i] += c
-            s = sum(total) or 1
-            ax.plot(range(len(total)), [c / s for c in total], marker="o", label=m)
-        ax.set_xlabel("drafted tokens accepted per target forward")
-        ax.set_ylabel("share of iterations")
-        ax.legend()
-        fig.tight_layout()
-        written.append(out_dir / "accept_hist.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
+
+def _plot_acceptance(rows: list[ModeRow], records: list[dict[str, Any]], path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    modes = [r.mode for r in rows if any(x.get("accept_histogram") for x in records if x["mode"] == r.mode)]
+    if not modes:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for m in modes:
+        total: list[int] = []
+        for r in records:
+            if r["mode"] == m:
+                for i, c in enumerate(r.get("accept_histogram") or []):
+                    total += [0] * (i + 1 - len(total))
+                    total[i] += c
+        s = sum(total) or 1
+        ax.plot(range(len(total)), [c / s for c in total], marker="o", label=m)
+    ax.set_xlabel("drafted tokens accepted per target forward")
+    ax.set_ylabel("share of iterations")
+    ax.legend()
+    return _save(fig, path)
+
+
+def _plot_predicted(rows: list[ModeRow], path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
 
     pairs = [(r.predicted, r.speedup_of_medians, r.mode) for r in rows if r.predicted and r.speedup_of_medians]
-    if pairs:
-        fig, ax = plt.subplots(figsize=(4.5, 4.5))
-        for pred, meas, name in pairs:
-            ax.scatter(pred, meas)
-            ax.annotate(name, (pred, meas))
-        hi = max(max(p, m) for p, m, _ in pairs) * 1.1
-        ax.plot([0, hi], [0, hi], color="grey", ls="--", lw=1)
-        ax.set_xlabel("predicted speedup (theory)")
-        ax.set_ylabel("measured speedup")
-        fig.tight_layout()
-        written.append(out_dir / "predicted.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-    return written
+    if not pairs:
+        return None
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    for pred, meas, name in pairs:
+        ax.scatter(pred, meas)
+        ax.annotate(name, (pred, meas))
+    hi = max(max(p, m) for p, m, _ in pairs) * 1.1
+    ax.plot([0, hi], [0, hi], color="grey", ls="--", lw=1)
+    ax.set_xlabel("predicted speedup (theory)")
+    ax.set_ylabel("measured speedup")
+    return _save(fig, path)

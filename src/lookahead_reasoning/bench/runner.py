@@ -123,15 +123,13 @@ class ModeRunner:
                 self._peer(base, probe, tokens, None, 0)
 
     def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
-        from .peers import hf_generate
+        from .peers import Peer, hf_generate
 
         # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
         gamma = gamma or ((self.gen.gamma or NGRAM_GAMMA) if base == "hf-lookup" else None)
-        return hf_generate(self.gen.target, ids, max_new_tokens,
-                           assistant=self.gen.draft if base == "hf-assisted" else None,
-                           assistant_tokens=gamma if base == "hf-assisted" else None,
-                           prompt_lookup_num_tokens=gamma if base == "hf-lookup" else None,
-                           sampling=self.gen.sampling, seed=seed)
+        peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
+                else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
+        return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.sampling, seed=seed)
 
     def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
         from ..prompts import math_messages
