@@ -364,3 +364,17 @@ def test_ctrl_c_in_a_benchmark_keeps_every_finished_run_and_resumes(dataset, tmp
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 6 and len({(r["problem_id"], r["mode"]) for r in lines}) == 6
     assert len(FakeRunner.runs) == 6  # the two finished runs were not run again
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lr", "--mode", "warp"], "argument --mode: invalid choice: 'warp'"),
+    (["bench", "--dataset", "d.jsonl", "--max-new-tokens", "abc"], "argument --max-new-tokens: invalid int value: 'abc'"),
+    (["bench"], "the following arguments are required: --dataset"),
+    (["warp"], "argument command: invalid choice: 'warp'"),
+])
+def test_option_parsing_errors_take_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err and "--help` lists the options" in err

@@ -153,10 +153,17 @@ def _lr_summary(results: dict, mode: str, gold: str | None) -> dict:
     return summary
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors take one line (the usage block is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .options import add_generator_args
 
-    parser = argparse.ArgumentParser(prog="lookahead-reasoning", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="lookahead-reasoning", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
