@@ -207,6 +207,9 @@ def test_report_refuses_what_is_not_a_result_file(tmp_path, capsys):
     for path in (garbage, empty):
         assert main(["report", str(path), "--no-plots"]) == 2
         assert "no benchmark results" in capsys.readouterr().err
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    assert refused(["report", str(folder), "--no-plots"], capsys) == f"error: cannot read results from {folder} (Is a directory)"
 
 
 def test_an_unknown_model_name_lists_the_offline_names(capsys):

@@ -40,7 +40,11 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
         raise DatasetError(f"no results at {path} (nor shards {path}.shard*)")
     records, seen, lines = [], set(), 0
     for f in files:
-        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise DatasetError(f"cannot read results from {f} ({exc.strerror or exc})") from None
+        for line in text.splitlines():
             lines += bool(line.strip())
             try:
                 rec = json.loads(line)
