@@ -132,3 +132,24 @@ def test_emulated_numbers_are_marked():
     for row in _expect_rows():
         if "avx2emu" in row:
             assert "emulated" in row, f"an emulated run shown without saying so: {row}"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", ["README.md", "benchmarks/README.md", "docs/README.md", "theory/README.md"])
+def test_every_relative_link_resolves(page):
+    """Every link to a file in the repository points at one that exists, and every #anchor at a heading."""
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.exists(), f"{page} links {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), re.M)
+            assert anchor in {_anchor(h) for h in headings}, f"{page} links {target}: no such heading"
