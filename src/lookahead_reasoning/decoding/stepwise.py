@@ -344,15 +344,20 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), LRStats(), time.perf_counter()
-    while run.done is None:
-        plan = planner(len(run.new), run.at_boundary)
-        stats.k = max(stats.k, plan.k)
-        trace = await Cycle(target, draft, verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
-        trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
-        stats.cycles.append(trace)
-        run.keep(trace)
-        if on_cycle is not None:
-            on_cycle(trace, run)
+    try:
+        while run.done is None:
+            plan = planner(len(run.new), run.at_boundary)
+            stats.k = max(stats.k, plan.k)
+            trace = await Cycle(target, draft, verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
+            trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
+            stats.cycles.append(trace)
+            run.keep(trace)
+            if on_cycle is not None:
+                on_cycle(trace, run)
+    finally:
+        for model in (target, draft):
+            if hasattr(model, "aclose"):
+                await model.aclose()
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
                             mode="lr-stepwise", stats=stats)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -68,6 +69,7 @@ class TokenLogprob:
     logprob: float
     top: tuple[tuple[str, float], ...] = ()
     id: int | None = None
+    bytes: bytes | None = None  # the token's exact bytes, where the engine gives them (llama.cpp)
 
 
 @dataclass
@@ -141,7 +143,8 @@ def _logprobs_of(choice: dict) -> list[TokenLogprob] | None:
     if isinstance(lp.get("content"), list):
         return [TokenLogprob(e.get("token", ""), float(e.get("logprob", float("nan"))),
                              tuple((t.get("token", ""), float(t.get("logprob", float("nan"))))
-                                   for t in e.get("top_logprobs") or ()), e.get("id")) for e in lp["content"]]
+                                   for t in e.get("top_logprobs") or ()), e.get("id"),
+                             bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else None) for e in lp["content"]]
     tokens, values, tops = lp.get("tokens") or [], lp.get("token_logprobs") or [], lp.get("top_logprobs") or []
     return [TokenLogprob(tok, float("nan") if v is None else float(v),
                          tuple(sorted(((k, float(x)) for k, x in (top or {}).items()), key=lambda kv: -kv[1])))
@@ -175,7 +178,7 @@ class EngineClient:
         self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
         self._headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         self._sync: httpx.Client | None = None
-        self._async: dict[int, httpx.AsyncClient] = {}  # one per event loop
+        self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
 
     def __repr__(self) -> str:
         return f"EngineClient({self.endpoint.url!r})"
@@ -191,7 +194,7 @@ class EngineClient:
         return self._sync
 
     def _aclient(self) -> httpx.AsyncClient:
-        loop = id(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
         if loop not in self._async:
             self._async[loop] = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers,
                                                   limits=httpx.Limits(max_connections=64))
@@ -313,7 +316,7 @@ class EngineClient:
             return False
 
     async def aclose(self) -> None:
-        client = self._async.pop(id(asyncio.get_running_loop()), None)
+        client = self._async.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
 

@@ -1,0 +1,207 @@
+"""Benchmark modes over serving engines, interleaved per problem, resumable, optionally under load.
+
+Modes (the URLs come from :class:`EngineURLs`):
+
+=================  =====================================================================
+``ar``             one completion from the plain target (the engine's own decoding)
+``sd``             one completion from a target started with the engine's draft-model SD
+``ngram``          one completion from a target started with the engine's n-gram SD
+``lr@kN``          Lookahead Reasoning, N drafted steps, sync schedule (``-async``: async)
+``lr-sd@kN``       the same with the SD target writing the rows (the reference's layout)
+``auto``           every cycle planned by :class:`~.planning.EnginePlanner`
+=================  =====================================================================
+
+Each finished (problem, mode) is one JSON line, synced before the next starts; a rerun skips what the
+file holds, and refuses a file written against other endpoints' models. ``concurrency`` C > 1 runs C
+problems of one mode at once (the engine serves them together): each record then carries the wall
+time the batch took, for throughput under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bench.datasets import Problem, load_dataset
+from ..bench.grading import grade
+from ..bench.results import append_record, check_writable, done_pairs
+from ..decoding.results import GenerationResult
+from ..decoding.stepwise import fixed_plan
+from ..errors import ConfigError, require
+from ..prompts import math_messages
+from .pair import EnginePair, EngineSettings
+from .planning import EnginePlanner, ameasure
+
+_MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
+
+
+def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
+    """(base, k, schedule) of an engine mode name; ConfigError naming the valid forms."""
+    match = _MODE.match(mode.strip())
+    require(match is not None, f"unknown engine mode {mode!r}: use ar, sd, ngram, auto, lr@kN, lr-sd@kN "
+                               f"(append -async to an lr mode for the async schedule)")
+    base, k, asyn = match.group(1), match.group(2), match.group(3)
+    require(k is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take @kN")
+    require(asyn is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take -async")
+    return base, int(k) if k else (2 if base.startswith("lr") else None), "async" if asyn else "sync"
+
+
+@dataclass(frozen=True)
+class EngineURLs:
+    """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD."""
+
+    target: str
+    draft: str | None = None
+    sd: str | None = None
+    ngram: str | None = None
+
+    def needed(self, modes: tuple[str, ...]) -> None:
+        for mode in modes:
+            base = parse_engine_mode(mode)[0]
+            if base in ("lr", "lr-sd", "auto"):
+                require(self.draft is not None, f"engine mode {mode} needs --draft-url")
+            if base in ("sd", "lr-sd"):
+                require(self.sd is not None, f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
+            if base == "ngram":
+                require(self.ngram is not None, f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
+
+
+@dataclass
+class EngineBench:
+    """What to run (see the module docstring)."""
+
+    dataset: str
+    out: str
+    urls: EngineURLs
+    modes: tuple[str, ...] = ("ar", "auto")
+    limit: int | None = None
+    offset: int = 0
+    max_new_tokens: int = 1024
+    concurrency: int = 1
+    verifier: Any = "exact"
+    settings: EngineSettings = field(default_factory=EngineSettings)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.modes, str):
+            self.modes = tuple(m.strip() for m in self.modes.split(",") if m.strip())
+        require(len(self.modes) > 0, "--modes: no mode given")
+        require(len(set(self.modes)) == len(self.modes), f"--modes: a mode is listed twice in {','.join(self.modes)}")
+        for mode in self.modes:
+            parse_engine_mode(mode)
+        self.urls.needed(self.modes)
+        require(isinstance(self.concurrency, int) and self.concurrency >= 1,
+                f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
+
+
+class EngineRunner:
+    """The pairs a benchmark's modes need, the planner ``auto`` keeps across problems, one run each."""
+
+    def __init__(self, bench: EngineBench):
+        from ..verifiers.registry import make_verifier
+
+        self.bench, urls = bench, bench.urls
+        self.verifier = make_verifier(bench.verifier) if isinstance(bench.verifier, str) else bench.verifier
+        self.pairs: dict[str, EnginePair] = {}
+        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings)
+        if urls.sd:
+            self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings)
+        if urls.ngram:
+            self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings)
+        self.planner: EnginePlanner | None = None
+        self.models = {"target": self.pairs["plain"].target.client.model_name(),
+                       "draft": self.pairs["plain"].draft.client.model_name() if urls.draft else None}
+
+    async def _planner(self, prompt: list[int]) -> EnginePlanner:
+        if self.planner is None:
+            pair = self.pairs["plain"]
+            self.planner = EnginePlanner(await ameasure(pair.target, pair.draft, prompt))
+        return self.planner
+
+    async def run(self, problem: Problem, mode: str) -> tuple[GenerationResult, dict[str, Any]]:
+        base, k, schedule = parse_engine_mode(mode)
+        messages, n = math_messages(problem.question), self.bench.max_new_tokens
+        if base in ("ar", "sd", "ngram"):
+            pair = self.pairs["plain" if base == "ar" else base]
+            return await asyncio.to_thread(pair.ar, messages, n), {}
+        pair = self.pairs["sd" if base == "lr-sd" else "plain"]
+        if base == "auto":
+            planner = await self._planner(pair.prompt_ids(messages))
+            result = await pair.alr(messages, self.verifier, planner, n, planner.learn)
+            return result, {"plans": result.stats.plan_counts()}
+        return await pair.alr(messages, self.verifier, fixed_plan(k, 1, schedule), n), {}
+
+    def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],
+               batch_s: float | None) -> dict[str, Any]:
+        g = grade(result.text, problem.answer)
+        summary = result.summary()
+        summary["mode"] = mode
+        return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
+                "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
+                "engine": True, **self.models, "verifier": getattr(self.verifier, "name", "?"),
+                "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
+                "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def _check_same_models(path: Path, models: dict[str, Any]) -> None:
+    import json
+
+    if not path.exists():
+        return
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        differ = [f for f in ("target", "draft") if rec.get(f) not in (None, models[f]) and models[f] is not None]
+        if differ:
+            raise ConfigError(f"{path} holds results of other models ({', '.join(f'{f} {rec[f]!r}' for f in differ)}; "
+                              f"these endpoints serve {', '.join(f'{f} {models[f]!r}' for f in differ)}): give another --out")
+
+
+async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
+    """Run every (problem, mode) not yet in ``bench.out``; modes rotate per problem, C problems at once."""
+    from tqdm import tqdm
+
+    path = Path(bench.out)
+    check_writable(path)
+    problems = load_dataset(bench.dataset, limit=bench.limit, offset=bench.offset)
+    runner = EngineRunner(bench)
+    _check_same_models(path, runner.models)
+    done = done_pairs(path)
+    order = [(p, m) for i, p in enumerate(problems) for m in bench.modes[i % len(bench.modes):] + bench.modes[:i % len(bench.modes)]
+             if (p.id, m, 0) not in done]
+    if bench.concurrency > 1:  # C problems of one mode at a time
+        order = sorted(order, key=lambda pm: bench.modes.index(pm[1]))
+    bar = tqdm(total=len(order), disable=not progress, desc="engine bench")
+    for batch in _batches(order, bench.concurrency):
+        began = time.perf_counter()
+        results = await asyncio.gather(*(runner.run(p, m) for p, m in batch))
+        batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
+        for (problem, mode), (result, extra) in zip(batch, results):
+            append_record(path, runner.record(problem, mode, result, extra, batch_s))
+            bar.update(1)
+    bar.close()
+    return path
+
+
+def _batches(order: list[tuple[Problem, str]], size: int) -> list[list[tuple[Problem, str]]]:
+    """Consecutive runs of one mode, at most ``size`` long."""
+    out: list[list[tuple[Problem, str]]] = []
+    for item in order:
+        if out and len(out[-1]) < size and out[-1][0][1] == item[1]:
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
+
+
+def run_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
+    return asyncio.run(arun_engine_bench(bench, progress))
+
+
+__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "parse_engine_mode", "run_engine_bench"]

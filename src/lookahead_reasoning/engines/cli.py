@@ -1,0 +1,137 @@
+"""Command-line verbs for engines: ``serve-engine`` (build and start llama.cpp servers) and the
+``--target-url``/``--draft-url`` side of ``lr`` and ``bench``.
+
+``serve-engine`` starts, on loopback ports, the target (plain), the draft, and with ``--with-sd``
+the target twice more with the engine's own token-level speculation (draft model, n-gram), prints
+their URLs and the commands that use them, and stops them all on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+
+from ..errors import require
+from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET
+
+
+def add_url_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("serving engines (OpenAI-compatible: llama.cpp's llama-server, vLLM, SGLang)")
+    g.add_argument("--target-url", help="run over the engine at this URL instead of this process's PyTorch loops")
+    g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
+    g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")
+    g.add_argument("--draft-model", help="the draft's model name on its engine")
+    g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
+    g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
+    g.add_argument("--engine-timeout", type=float, default=300.0, help="seconds one engine request may take")
+    g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve-engine", help="build llama.cpp's server once and serve the offline models on loopback")
+    s.add_argument("--target", default=DEFAULT_TARGET, help="offline name or .gguf file")
+    s.add_argument("--draft", default=DEFAULT_DRAFT, help="offline name or .gguf file ('none': no draft server)")
+    s.add_argument("--with-sd", action="store_true",
+                   help="also start the target with the engine's own draft-model SD and with its n-gram SD")
+    s.add_argument("--parallel", type=int, default=4, help="slots per server: requests served at once")
+    s.add_argument("--context", type=int, default=16384, help="KV cache tokens per server, shared by its slots")
+    s.add_argument("--threads", type=int, default=None, help="CPU threads per server (default: all cores)")
+    s.add_argument("--port", type=int, default=None, help="the target's port (others: free ports)")
+    s.add_argument("--build-only", action="store_true", help="build llama-server and join the GGUF files, then exit")
+    s.set_defaults(func=cmd_serve)
+
+
+def _configs(args: argparse.Namespace) -> dict:
+    from .llamacpp import ServerConfig
+
+    common = dict(parallel=args.parallel, context=args.context, threads=args.threads)
+    configs = {"target": ServerConfig(args.target, port=args.port, **common)}
+    if args.draft != "none":
+        configs["draft"] = ServerConfig(args.draft, **common)
+        if args.with_sd:
+            configs["sd"] = ServerConfig(args.target, draft=args.draft, spec="draft", **common)
+            configs["ngram"] = ServerConfig(args.target, spec="ngram", **common)
+    return configs
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .build import llama_server_binary
+    from .llamacpp import LlamaServer, gguf_path
+
+    require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
+    configs = _configs(args)  # checks every number before anything is built
+    start = time.perf_counter()
+    print(f"llama-server: {llama_server_binary()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    for name in {args.target, args.draft} - {"none"}:
+        print(f"model: {gguf_path(name)}", file=sys.stderr)
+    if args.build_only:
+        return 0
+    with contextlib.ExitStack() as stack:
+        urls = {role: stack.enter_context(LlamaServer(cfg)).url for role, cfg in configs.items()}
+        print(json.dumps(urls))
+        flags = " ".join(f"--{'target' if r == 'target' else r}-url {u}" for r, u in urls.items())
+        print(f"serving on loopback; try:\n  lookahead-reasoning lr {flags}\n(Ctrl-C stops the servers)",
+              file=sys.stderr, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping the servers", file=sys.stderr)
+    return 0
+
+
+def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> int:
+    """``lr --target-url``: the mode over the engine, with the engine's plain decoding for the speedup."""
+    import asyncio
+
+    from ..decoding.stepwise import fixed_plan
+    from ..verifiers.registry import make_verifier
+    from .pair import EnginePair, EngineSettings
+    from .planning import EnginePlanner, ameasure
+
+    settings = EngineSettings(timeout_s=args.engine_timeout, seed=args.seed)
+    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
+                      settings=settings)
+    verifier = make_verifier(args.verifier or "exact")
+    mode = args.mode or "auto"
+    if mode == "auto":
+        planner = EnginePlanner(asyncio.run(ameasure(pair.target, pair.draft, pair.prompt_ids(prompt))))
+        result = asyncio.run(pair.alr(prompt, verifier, planner, args.max_new_tokens, planner.learn))
+    else:
+        require(mode in ("lr", "lr-async"), f"over an engine --mode must be auto, lr or lr-async, got {mode!r}")
+        plan = fixed_plan(args.k or 2, 1, "async" if mode == "lr-async" else "sync")
+        result = pair.lr(prompt, verifier, plan, args.max_new_tokens, on_text=lambda t: print(t, end="", flush=True))
+    print()
+    out = {"mode": f"engine-{mode}", **result.summary()}
+    if not args.no_compare:
+        ar = pair.ar(prompt, args.max_new_tokens)
+        out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3), speedup=round(result.tokens_per_s / ar.tokens_per_s, 3),
+                   same_text_as_ar=ar.text == result.text)
+    if gold is not None:
+        from ..bench.grading import grade
+
+        out.update(gold=gold, correct=grade(result.text, gold).correct)
+    print(json.dumps(out, indent=1))
+    pair.close()
+    return 0
+
+
+def run_bench_over_engine(args: argparse.Namespace) -> int:
+    """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
+    from .bench import EngineBench, EngineURLs, run_engine_bench
+    from .pair import EngineSettings
+
+    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url)
+    bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
+                        max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                        verifier=args.verifier or "exact",
+                        settings=EngineSettings(timeout_s=args.engine_timeout, seed=args.seed))
+    path = run_engine_bench(bench)
+    print(f"results: {path} (`lookahead-reasoning report {path}`)")
+    return 0
+
+
+__all__ = ["add_serve_command", "add_url_options", "cmd_serve", "run_bench_over_engine", "run_lr_over_engine"]

@@ -1,0 +1,223 @@
+"""Mode ``auto`` over engines: measure what the endpoints cost, learn the pair's step rates as the run
+goes, and run each cycle with the plan priced fastest.
+
+Costs (:class:`EngineCosts`). One step request of n tokens, R of them at once after a shared,
+cached prefix, costs ``T_t(R, n) = a_R + b_R n`` seconds on the target's endpoint (a fixed part:
+the request, the prefix lookup, the first forward; a part per token, which grows with R where the
+engine's batch is not free, as on a CPU). :func:`measure` times R = 1..``rows`` requests of two
+lengths each (``ignore_eos``, no stop) and fits a_R, b_R; the draft's endpoint the same for R = 1.
+The fit is updated online: every finished cycle's rows are a measurement of ``T_t(R, L)``.
+
+Rates (:class:`StepRates`). alpha1 (a Beta posterior over the judged pairs, counting each cycle up to
+its first rejection, as ``LRStats.alpha1`` does), the mean tokens of a target step L_t and of a
+drafted step L_d, and the verifier's seconds per pair.
+
+Prices (``theory``-style, pure): a cycle with k drafted steps keeps m ~ truncated geometric(alpha1)
+drafts and one target step, ``E[tokens] = E[m] L_d + L_t``;
+
+* sync:  ``k T_d(1, L_d) + T_t(k + 1, L_t)`` (draft everything, then all rows at once);
+* async: row j starts when drafted step j exists, ``j T_d``; the cycle ends when the row that decides
+  it (row m) finishes, ``E[m T_d] + T_t(R, L_t)`` with R the rows in flight together, at most k + 1;
+* ar (k = 0): ``T_t(1, L_t)`` per step.
+
+A measured calibration factor per plan kind (realised over predicted seconds, weighted by time)
+corrects what the model leaves out (draft and target sharing one machine's cores, HTTP, judging).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..decoding.results import CycleTrace, PlanNote
+from ..decoding.stepwise import CyclePlan
+from ..errors import require
+from .client import Sampling
+from .steps import EngineSteps
+
+PROBE_TOKENS = (8, 40)  # the two lengths measure() times per row count
+
+
+@dataclass
+class Line:
+    """``a + b n`` fitted by least squares over (n, seconds) points, with a floor on both terms."""
+
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, n: float, seconds: float) -> None:
+        self.points.append((float(n), float(seconds)))
+        del self.points[:-64]  # the latest points: the engine's load may change
+
+    def coefficients(self) -> tuple[float, float]:
+        if not self.points:
+            return float("nan"), float("nan")
+        n, s = np.array(self.points).T
+        if len(set(n)) < 2:
+            return 0.0, float(s.sum() / max(n.sum(), 1.0))
+        b, a = np.polyfit(n, s, 1)
+        return max(a, 0.0), max(b, 1e-6)
+
+    def __call__(self, n: float) -> float:
+        a, b = self.coefficients()
+        return a + b * n
+
+
+@dataclass
+class EngineCosts:
+    """``T_t(R, n)`` of the target's endpoint per row count R, and ``T_d(n)`` of the draft's."""
+
+    target: dict[int, Line] = field(default_factory=dict)
+    draft: Line = field(default_factory=Line)
+
+    def target_s(self, rows: int, n: float) -> float:
+        """Seconds of ``rows`` concurrent step requests of ``n`` tokens; beyond the measured rows, the
+        widest measured R scaled by its per-row slope (rows are never cheaper than that)."""
+        known = sorted(self.target)
+        require(bool(known), "the engine's costs have not been measured")
+        if rows in self.target:
+            return self.target[rows](n)
+        top = known[-1]
+        per_row = (self.target[top](n) - self.target[known[0]](n)) / max(top - known[0], 1)
+        return self.target[top](n) + per_row * (rows - top)
+
+    def record_rows(self, rows: int, n: float, seconds: float) -> None:
+        self.target.setdefault(rows, Line()).add(n, seconds)
+
+
+async def _timed(steps: EngineSteps, context: list[int], rows: int, n: int) -> tuple[int, float]:
+    """(tokens of the longest row, seconds) of ``rows`` concurrent greedy requests of ``n`` tokens."""
+    start = time.perf_counter()
+    done = await asyncio.gather(*(steps.client.acomplete(context, n, (), Sampling()) for _ in range(rows)))
+    return max(d.completion_tokens or n for d in done), time.perf_counter() - start
+
+
+async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list[int], rows: int = 4,
+                   repeats: int = 2) -> EngineCosts:
+    """Time R = 1..``rows`` concurrent requests of each :data:`PROBE_TOKENS` length after ``context``
+    (a warm-up request caches the prefix first); the median of ``repeats`` tries per point."""
+    costs = EngineCosts()
+    await target.client.acomplete(context, 1, ())
+    for r in range(1, rows + 1):
+        for n in PROBE_TOKENS:
+            for got, seconds in [await _timed(target, context, r, n) for _ in range(repeats)]:
+                costs.record_rows(r, got, seconds)
+    if draft is not None:
+        await draft.client.acomplete(context, 1, ())
+        for n in PROBE_TOKENS:
+            for got, seconds in [await _timed(draft, context, 1, n) for _ in range(repeats)]:
+                costs.draft.add(got, seconds)
+    return costs
+
+
+@dataclass
+class StepRates:
+    """What the pair's cycles showed so far (module docstring); starts from weak priors."""
+
+    accepted: float = 1.0  # Beta(accepted, rejected) over alpha1
+    rejected: float = 1.0
+    target_tokens: float = 40.0
+    draft_tokens: float = 40.0
+    verify_s: float = 0.0
+    seen: int = 0
+
+    @property
+    def alpha1(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def learn(self, trace: CycleTrace) -> None:
+        looked = trace.verdicts[:trace.accepted + 1]
+        self.accepted += sum(v.accepted for v in looked)
+        self.rejected += sum(not v.accepted for v in looked)
+        lengths = [len(s.ids) for s in trace.target if s.complete and s.ids]
+        drafted = [len(s.ids) for s in trace.drafted if s.ids]
+        w = 0.2
+        for value in lengths:
+            self.target_tokens += w * (value - self.target_tokens)
+        for value in drafted:
+            self.draft_tokens += w * (value - self.draft_tokens)
+        if trace.verdicts:
+            self.verify_s += w * (trace.verify_s / len(trace.verdicts) - self.verify_s)
+        self.seen += 1
+
+
+def kept_pmf(k: int, alpha1: float) -> np.ndarray:
+    """P(m drafted steps kept), m = 0..k: ``alpha1^m (1 - alpha1)`` below k, ``alpha1^k`` at k."""
+    m = np.arange(k + 1)
+    pmf = alpha1 ** m * (1 - alpha1)
+    pmf[k] = alpha1 ** k
+    return pmf
+
+
+def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of one cycle of ``plan`` (module docstring)."""
+    lt, ld = rates.target_tokens, rates.draft_tokens
+    if plan.k == 0:
+        return lt, costs.target_s(1, lt)
+    pmf = kept_pmf(plan.k, rates.alpha1)
+    m = np.arange(plan.k + 1)
+    tokens = float(pmf @ (m * ld)) + lt
+    td = costs.draft(ld) if costs.draft.points else 0.0
+    judged = float(pmf @ np.minimum(m + 1, plan.k))
+    if plan.schedule == "sync":
+        seconds = plan.k * td + costs.target_s(plan.k + 1, lt)
+    else:
+        row = costs.target_s(1, lt)
+        in_flight = min(plan.k + 1, 1 + (math.ceil(row / td) if td > 0 else plan.k))
+        seconds = float(pmf @ (np.minimum(m, plan.k) * td)) + costs.target_s(in_flight, lt)
+    return tokens, seconds + judged * rates.verify_s
+
+
+@dataclass
+class EnginePlanner:
+    """Picks each cycle's plan among ``ar`` and LR with k = 1..``max_k`` in both schedules (the
+    ``Planner`` of :func:`~lookahead_reasoning.decoding.stepwise.agenerate_stepwise`), and learns from
+    each finished cycle (:meth:`learn`, the run's ``on_cycle``)."""
+
+    costs: EngineCosts
+    rates: StepRates = field(default_factory=StepRates)
+    max_k: int = 3
+    schedules: tuple[str, ...] = ("sync", "async")
+    calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
+    last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
+
+    def candidates(self, at_boundary: bool) -> list[CyclePlan]:
+        plans = [CyclePlan(0)]
+        if at_boundary:
+            plans += [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]
+        return plans
+
+    def factor(self, plan: CyclePlan) -> float:
+        realised, predicted = self.calibration.get(self._kind(plan), (0.0, 0.0))
+        return realised / predicted if predicted > 0 and realised > 0 else 1.0
+
+    @staticmethod
+    def _kind(plan: CyclePlan) -> str:
+        return "ar" if plan.k == 0 else plan.schedule
+
+    def rate(self, plan: CyclePlan) -> float:
+        tokens, seconds = price(plan, self.costs, self.rates)
+        return tokens / (seconds * self.factor(plan)) if seconds > 0 else 0.0
+
+    def __call__(self, generated: int, at_boundary: bool) -> CyclePlan:
+        best = max(self.candidates(at_boundary), key=self.rate)
+        self.last = (best, price(best, self.costs, self.rates)[1], self.rate(best))
+        return best
+
+    def learn(self, trace: CycleTrace, run=None) -> None:
+        """Fold one finished cycle into the rates, the cost fit and the calibration; note its plan."""
+        plan, seconds, rate = self.last
+        trace.plan = PlanNote(plan.label, rate, trace.target_rows)
+        self.rates.learn(trace)
+        complete = [s for s in trace.target if s.ids]
+        if plan.schedule == "sync" and complete and trace.target_s > 0:
+            self.costs.record_rows(trace.target_rows, max(len(s.ids) for s in complete), trace.target_s)
+        entry = self.calibration.setdefault(self._kind(plan), [0.0, 0.0])
+        entry[0] += trace.wall_s
+        entry[1] += seconds
+
+
+__all__ = ["EngineCosts", "EnginePlanner", "Line", "StepRates", "ameasure", "kept_pmf", "price"]

@@ -1,0 +1,205 @@
+"""The engine client and EngineSteps against a loopback server that misbehaves on purpose.
+
+No model runs here: a small HTTP server on 127.0.0.1 answers /v1/completions as llama.cpp, vLLM or a
+plain OpenAI server would, or fails as told (an HTTP status, JSON that is not a completion, bytes that
+are not JSON, a reply that never comes). Every fault must come back as one EngineError naming the
+endpoint and the cause, after bounded retries where a retry is safe, and nothing may hang.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lookahead_reasoning.decoding.steps import StepConfig
+from lookahead_reasoning.decoding.stepwise import StepRequest
+from lookahead_reasoning.engines.client import Endpoint, EngineClient, parse_completion, request_body, Sampling
+from lookahead_reasoning.engines.llamacpp import free_port
+from lookahead_reasoning.engines.pair import EnginePair
+from lookahead_reasoning.engines.steps import EngineSteps
+from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismatchError
+
+
+class FakeEngine:
+    """A loopback server whose answers a test scripts: ``script`` is a list of actions, one per
+    completion request (the last repeats): "ok", "500", "400", "notjson", "notcompletion", "hang"."""
+
+    def __init__(self, script=("ok",), flavour="llama.cpp", text="Step one.", stop="\n\n", tokens=None):
+        self.script, self.flavour, self.text, self.stop = list(script), flavour, text, stop
+        self.tokens = tokens or {}  # text -> ids for /tokenize
+        self.requests: list[dict] = []
+        self.port = free_port()
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (the timeout test)
+                    pass
+
+            def do_GET(self):
+                self._send(200, b'{"status": "ok", "data": [{"id": "fake"}]}')
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                if self.path == "/tokenize":
+                    text = body.get("content", "")
+                    ids = engine.tokens.get(text, [ord(c) for c in text])
+                    return self._send(200, json.dumps({"tokens": ids}).encode())
+                if self.path == "/detokenize":
+                    return self._send(200, json.dumps({"content": "".join(map(chr, body["tokens"]))}).encode())
+                engine.requests.append(body)
+                action = engine.script[min(len(engine.requests) - 1, len(engine.script) - 1)]
+                if action == "hang":
+                    time.sleep(5)
+                    return self._send(200, b"{}")
+                if action in ("500", "400"):
+                    return self._send(int(action), b'{"error": {"message": "scripted failure"}}')
+                if action == "notjson":
+                    return self._send(200, b"<html>proxy error</html>")
+                if action == "notcompletion":
+                    return self._send(200, b'{"object": "error"}')
+                self._send(200, json.dumps(engine.reply()).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def reply(self) -> dict:
+        choice = {"text": self.text, "index": 0, "finish_reason": "stop"}
+        data = {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": len(self.text)}}
+        ids = [ord(c) for c in self.text + (self.stop or "")]
+        if self.flavour == "llama.cpp":
+            data["__verbose"] = {"stop_type": "word" if self.stop else "eos", "stopping_word": self.stop or "",
+                                 "tokens": ids}
+        elif self.flavour == "vllm":
+            choice["stop_reason"] = self.stop
+            choice["token_ids"] = ids
+        return data
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _client(url: str, **kw) -> EngineClient:
+    return EngineClient(Endpoint(url, **{"timeout_s": 2.0, "retries": 2, "backoff_s": 0.01, **kw}))
+
+
+def test_a_stop_string_is_put_back_and_the_engines_ids_kept():
+    for flavour in ("llama.cpp", "vllm"):
+        with FakeEngine(flavour=flavour) as engine:
+            steps = EngineSteps(_client(engine.url), StepConfig(("\n\n",), 50))
+            [step] = steps.write([StepRequest((1, 2, 3), 20)])
+            assert step.text == "Step one.\n\n" and step.end == "stop_string" and step.boundary
+            assert step.ids == [ord(c) for c in "Step one.\n\n"]
+            sent = engine.requests[0]
+            assert sent["prompt"] == [1, 2, 3] and sent["stop"] == ["\n\n"] and sent["max_tokens"] == 20
+
+
+def test_end_of_sequence_is_told_apart_from_a_stop_string():
+    with FakeEngine(stop=None, text="The answer is 4.") as engine:
+        [step] = EngineSteps(_client(engine.url)).write([StepRequest((1,), 20)])
+        assert step.end == "eos" and step.text == "The answer is 4." and not step.boundary
+    with FakeEngine(flavour="vllm", stop=None, text="Done.") as engine:
+        [step] = EngineSteps(_client(engine.url)).write([StepRequest((1,), 20)])
+        assert step.end == "eos"
+
+
+def test_a_plain_openai_server_without_ids_is_tokenized_through_the_endpoint():
+    with FakeEngine(flavour="openai", text="Add them.", tokens={"Add them.\n\n": [7, 8, 9]}) as engine:
+        [step] = EngineSteps(_client(engine.url)).write([StepRequest((1,), 20)])
+        assert step.ids == [7, 8, 9] and step.text == "Add them.\n\n"
+
+
+def test_a_server_error_is_retried_and_then_succeeds():
+    with FakeEngine(script=["500", "500", "ok"]) as engine:
+        done = _client(engine.url).complete([1], 5)
+        assert done.text == "Step one." and len(engine.requests) == 3
+
+
+@pytest.mark.parametrize("script, cause", [
+    (["500"], "HTTP 500"),
+    (["400"], "HTTP 400"),
+    (["notjson"], "not JSON"),
+    (["notcompletion"], "not a completion"),
+])
+def test_faults_end_in_one_clear_error_naming_the_endpoint(script, cause):
+    with FakeEngine(script=script) as engine:
+        client = _client(engine.url)
+        with pytest.raises(EngineError, match=cause) as err:
+            client.complete([1], 5)
+        assert engine.url in str(err.value)
+        assert len(engine.requests) == (3 if script == ["500"] else 1)  # only a 5xx is retried
+
+
+def test_a_reply_that_never_comes_times_out_without_hanging():
+    with FakeEngine(script=["hang"]) as engine:
+        start = time.monotonic()
+        with pytest.raises(EngineError, match="did not answer within 0.5 s"):
+            _client(engine.url, timeout_s=0.5, retries=1).complete([1], 5)
+        assert time.monotonic() - start < 4
+
+
+def test_no_server_is_a_clear_error_saying_how_to_start_one():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(EngineError, match="cannot connect .*serve-engine"):
+        _client(url, retries=1).complete([1], 5)
+    with pytest.raises(EngineError, match="cannot connect"):
+        EnginePair(url, url)
+
+
+def test_async_requests_fail_the_same_way():
+    import asyncio
+
+    with FakeEngine(script=["400"]) as engine:
+        client = _client(engine.url)
+        with pytest.raises(EngineError, match="HTTP 400"):
+            asyncio.run(client.acomplete([1], 5))
+
+
+def test_a_draft_with_another_tokenizer_is_refused():
+    with FakeEngine() as target, FakeEngine(tokens={}) as draft:
+        probe = "x"
+        target.tokens[probe] = [1, 2]
+        draft.tokens[probe] = [1, 3]
+        from lookahead_reasoning.engines.steps import check_same_tokenizer
+        with pytest.raises(TokenizerMismatchError, match="tokenize text differently"):
+            check_same_tokenizer(EngineSteps(_client(target.url)), EngineSteps(_client(draft.url)), probe)
+
+
+def test_endpoint_and_request_are_checked():
+    with pytest.raises(ConfigError, match="http"):
+        Endpoint("localhost:8080")
+    with pytest.raises(ConfigError, match="timeout"):
+        Endpoint("http://127.0.0.1:1", timeout_s=0)
+    with pytest.raises(ConfigError, match="max_tokens"):
+        request_body(Endpoint("http://127.0.0.1:1"), [1], 0, (), Sampling())
+    assert Endpoint("http://127.0.0.1:8080/v1/").url == "http://127.0.0.1:8080"
+
+
+def test_openai_completion_logprobs_are_read():
+    data = {"choices": [{"text": "ab", "finish_reason": "length", "logprobs": {
+        "tokens": ["a", "b"], "token_logprobs": [-0.1, -0.2], "top_logprobs": [{"a": -0.1, "c": -2.0}, {"b": -0.2}]}}]}
+    done = parse_completion(data, "here")
+    assert done.end == "budget" and [t.token for t in done.logprobs] == ["a", "b"]
+    assert done.logprobs[0].top[0] == ("a", -0.1)

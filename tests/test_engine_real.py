@@ -1,0 +1,146 @@
+"""Lookahead Reasoning over a real llama.cpp server (``engine`` tests; .ci/run builds the server first).
+
+Two ``llama-server`` processes on loopback ports serve the offline GGUF files as they ship (Q4_K_M):
+the 1.5B target and the 0.5B draft, four slots each. With greedy decoding and the exact verifier every
+step LR keeps is the target's own, so LR over the engine must write the engine's own greedy text.
+One caveat, stated here as the test checks it: the engine batches the concurrent rows of a cycle,
+and a batched forward can round differently from a single one, so a near-tie may flip. The texts must
+then agree up to a first difference where the engine's own top-2 log probabilities were within
+:data:`NEAR_TIE` nats and LR's token is the second of them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from lookahead_reasoning.bench.datasets import load_dataset
+from lookahead_reasoning.decoding.stepwise import fixed_plan
+from lookahead_reasoning.errors import EngineError
+from lookahead_reasoning.prompts import math_messages
+from lookahead_reasoning.verifiers.registry import make_verifier
+
+from conftest import USER_CACHE
+
+pytestmark = [pytest.mark.engine, pytest.mark.real]
+
+NEAR_TIE = 0.5  # nats between the engine's first and second choice where batched rounding may flip them
+TOKENS = 128
+GSM8K = "../shared/data/gsm8k/train.jsonl"
+
+
+def _binary():
+    from lookahead_reasoning.engines.build import build_dir
+
+    binary = build_dir(USER_CACHE) / "bin" / "llama-server"
+    if not binary.is_file():
+        pytest.skip("llama-server is not built: `lookahead-reasoning serve-engine --build-only` builds it (~8 min)")
+    return binary
+
+
+def _server(model: str):
+    from lookahead_reasoning.engines.llamacpp import LlamaServer, ServerConfig
+    from lookahead_reasoning.models.offline import offline_spec
+
+    _binary()
+    spec = offline_spec(model)
+    gguf = USER_CACHE / spec.name / spec.gguf_file
+    if not gguf.is_file():
+        pytest.skip(f"{gguf} is not joined: `lookahead-reasoning serve-engine --build-only` joins it")
+    return LlamaServer(ServerConfig(str(gguf), parallel=4, context=8192, threads=2, cache_dir=USER_CACHE))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from lookahead_reasoning.engines.pair import EnginePair
+
+    with _server("qwen2.5-coder-1.5b") as target, _server("qwen2.5-coder-0.5b") as draft:
+        engines = EnginePair(target.url, draft.url)
+        yield engines
+        engines.close()
+
+
+@pytest.fixture(scope="module")
+def problems():
+    try:
+        return load_dataset(GSM8K, limit=3, offset=400)
+    except Exception as exc:  # the shared data set is not beside the checkout
+        pytest.skip(f"no GSM8K file: {exc}")
+
+
+def _engine_greedy(pair, messages) -> tuple[list[int], list]:
+    done = pair.target.client.complete(pair.prompt_ids(messages), TOKENS, (), logprobs=2)
+    return done.token_ids, done.logprobs
+
+
+def assert_engine_text(ids: list[int], reference: list[int], logprobs) -> None:
+    """``ids`` equal ``reference``, or first differ where the reference's top-2 were a near-tie."""
+    if ids == reference:
+        return
+    i = next((j for j, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
+    assert i < min(len(ids), len(reference)), f"one text is a prefix of the other (lengths {len(ids)}, {len(reference)})"
+    top = logprobs[i].top
+    gap = top[0][1] - top[1][1]
+    assert gap <= NEAR_TIE, f"first difference at token {i}, where the engine's top-2 are {gap:.3f} nats apart"
+
+
+def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
+    exact = make_verifier("exact")
+    for problem in problems:
+        messages = math_messages(problem.question)
+        reference, logprobs = _engine_greedy(pair, messages)
+        lr = pair.lr(messages, exact, fixed_plan(2), TOKENS)
+        assert_engine_text(lr.token_ids, reference, logprobs)
+        assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
+
+
+def test_async_and_sync_schedules_agree(pair, problems):
+    exact = make_verifier("exact")
+    messages = math_messages(problems[0].question)
+    reference, logprobs = _engine_greedy(pair, messages)
+    sync = pair.lr(messages, exact, fixed_plan(2, 1, "sync"), TOKENS)
+    asyn = pair.lr(messages, exact, fixed_plan(2, 1, "async"), TOKENS)
+    assert_engine_text(asyn.token_ids, reference, logprobs)
+    assert_engine_text(sync.token_ids, reference, logprobs)
+    assert any(c.target_rows > 1 for c in asyn.stats.cycles)
+
+
+def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
+    import asyncio
+
+    from lookahead_reasoning.engines.planning import EnginePlanner, ameasure
+
+    messages = math_messages(problems[1].question)
+    prompt = pair.prompt_ids(messages)
+    costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
+    assert costs.target_s(3, 40) > costs.target_s(1, 40) > costs.target_s(1, 8) > 0
+    planner = EnginePlanner(costs, max_k=2)
+    auto = asyncio.run(pair.alr(messages, make_verifier("exact"), planner, TOKENS, planner.learn))
+    reference, logprobs = _engine_greedy(pair, messages)
+    assert_engine_text(auto.token_ids, reference, logprobs)
+    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles)
+    assert auto.stats.predicted_tok_s() > 0
+
+
+def test_a_server_killed_mid_run_is_a_clear_error(problems):
+    """Kill the target's server after the first cycle: the run ends at once with an EngineError
+    naming the endpoint, not a hang and not a traceback from deep inside."""
+    from lookahead_reasoning.engines.pair import EnginePair
+
+    with _server("qwen2.5-coder-0.5b") as server:
+        pair = EnginePair(server.url, server.url)
+        killed = threading.Event()
+
+        def kill_after_first(trace, run) -> None:
+            if not killed.is_set():
+                server.kill()
+                killed.set()
+
+        import asyncio
+
+        with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
+            asyncio.run(pair.alr(math_messages(problems[0].question), make_verifier("exact"), fixed_plan(1), TOKENS,
+                                 kill_after_first))
+        assert killed.is_set()
