@@ -438,8 +438,8 @@ def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
     used = []
     built = ModelRows.__call__
 
-    def spy(self, state, n_rows):
-        drafter = built(self, state, n_rows)
+    def spy(self, state, n_rows, stop):
+        drafter = built(self, state, n_rows, stop)
         used.append(drafter.stop_below)
         return drafter
 

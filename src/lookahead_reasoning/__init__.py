@@ -5,7 +5,7 @@ The front door is :class:`LookaheadGenerator`; the decoding loops live in
 the speedup formulas in :mod:`lookahead_reasoning.theory`.
 """
 
-from .decoding.cycle import TokenSD
+from .decoding.settings import Settings, TokenSD
 from .decoding.results import GenerationResult, LRStats, SDStats
 from .decoding.steps import StepConfig
 from .errors import ConfigError, LookaheadError, ModelLoadError, PromptError, TokenizerMismatchError, VerifierError
@@ -17,6 +17,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "GenerationResult", "LM", "LRStats", "LookaheadError", "LookaheadGenerator",
-    "ModelLoadError", "PromptError", "SDStats", "SamplingConfig", "StepConfig", "TokenSD",
+    "ModelLoadError", "PromptError", "SDStats", "SamplingConfig", "Settings", "StepConfig", "TokenSD",
     "TokenizerMismatchError", "VerifierError", "__version__",
 ]

@@ -10,28 +10,41 @@ One object holds the target, the draft, the verifier and the settings, and runs 
 same loaded models so that their speeds can be compared in one process. It only loads, checks and
 dispatches: the loops themselves live in :mod:`lookahead_reasoning.decoding` (``ar``, ``sd``,
 ``sd-ngram``, ``lr``, ``lr-sd``) and :mod:`lookahead_reasoning.planning` (``auto``); the modes and
-their defaults in :mod:`lookahead_reasoning.presets`.
+their defaults in :mod:`lookahead_reasoning.presets`; the knobs in one
+:class:`~lookahead_reasoning.decoding.settings.Settings`.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
+import warnings
 from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
-from .decoding.drafters import NGramDrafter, check_same_vocabulary, check_stop_below
-from .decoding.cycle import TokenSD
-from .decoding.lookahead import generate_lr
+from .decoding.driver import generate_lr
+from .decoding.drafters import NGramDrafter
 from .decoding.results import GenerationResult
+from .decoding.settings import Settings, TokenSD
 from .decoding.speculative import generate_sd
-from .decoding.steps import StepConfig
-from .errors import ConfigError, TokenizerMismatchError, require
-from .lm import LM
-from .presets import (DEFAULT_MODE, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, STEP_MODES, check_mode, mode_gamma,
-                      mode_k)
-from .sampling import SamplingConfig
+from .errors import ConfigError, require
+from .kernels import quantize_draft_int8
+from .models import load_model
+from .planning import Planning, PlannerConfig, generate_auto
+from .precision import normalize_precision
+from .presets import DEFAULT_MODE, DEFAULT_VERIFIER, LR_SD_TOKEN_SD, STEP_MODES, check_mode, mode_gamma, mode_k
+from .prompts import math_messages
+from .runtime.lm import LM
+from .runtime.pair import check_same_vocabulary, model_pair
+from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
+from .verifiers.registry import check_verifier_spec, make_verifier
 
 log = logging.getLogger(__name__)
+
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
+_OWN_OPTIONS = ("verifier_kwargs", "planner", "draft_quantize")
+DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
 
 def as_lm(model: Any, **load_kwargs: Any) -> LM:
@@ -40,8 +53,6 @@ def as_lm(model: Any, **load_kwargs: Any) -> LM:
     if isinstance(model, LM):
         return model
     if isinstance(model, str):
-        from .models import load_model
-
         return LM.from_loaded(load_model(model, **load_kwargs))
     if isinstance(model, tuple) and len(model) == 2:
         return LM(model[0], model[1])
@@ -49,6 +60,27 @@ def as_lm(model: Any, **load_kwargs: Any) -> LM:
         return LM.from_loaded(model)
     raise ConfigError(f"cannot use {type(model).__name__} as a model: give a name, a path, a LoadedModel, "
                       "an LM or a (model, tokenizer) pair")
+
+
+def split_precision(precision: Any, draft_quantize: Any) -> tuple[str | None, str | None]:
+    """(the target's precision, the draft's) from ``precision`` (a name or a {"target", "draft"}
+    mapping) and the deprecated ``draft_quantize`` ("int8" is the draft's "int8-dynamic")."""
+    if isinstance(precision, dict):
+        unknown = sorted(set(precision) - {"target", "draft"})
+        require(not unknown, f"precision keys must be 'target' and 'draft', got {', '.join(map(str, unknown))}")
+        target, draft = precision.get("target"), precision.get("draft", "auto")
+    else:
+        target, draft = precision, "auto"
+    if draft_quantize != "auto":
+        warnings.warn("draft_quantize is deprecated: pass precision={'draft': 'int8-dynamic'} (or None, 'auto')",
+                      DeprecationWarning, stacklevel=3)
+        require(draft_quantize in (None, "none", "int8"),
+                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
+        draft = "int8-dynamic" if draft_quantize == "int8" else None
+    require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
+    if target is not None:
+        normalize_precision(target)
+    return target, None if draft == "none" else draft
 
 
 class LookaheadGenerator:
@@ -61,6 +93,8 @@ class LookaheadGenerator:
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
             (what the command line builds; checked before any model loads).
+        settings: a :class:`~lookahead_reasoning.decoding.settings.Settings` with every knob below
+            from ``k`` to ``draft_stop_below`` (keywords given beside it change its fields).
         mode: the mode ``generate`` runs when it is not given one (see :mod:`lookahead_reasoning.presets`).
             Mode ``auto`` supports one draft per position (``width=1``).
         k: drafted steps per cycle (k >= 1) for the step modes; None takes each mode's preset (in
@@ -75,87 +109,69 @@ class LookaheadGenerator:
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
         gamma: drafted tokens per iteration for modes "sd", "sd-ngram" and "lr-sd"; None takes each
             mode's preset.
-        draft_quantize: "auto" (default), "int8" or None. "int8" turns a CPU draft's linear layers
-            into dynamic int8 ones (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to
-            a third of the draft's cost per token, at a somewhat lower acceptance rate; token-level SD
-            output is unchanged (the target checks every drafted token). "auto" does it when the
-            draft is a CPU model this generator loaded itself (a model object you pass in is never
-            changed); None leaves the draft as loaded.
+        draft_quantize: deprecated, use ``precision={"draft": ...}`` ("int8" is "int8-dynamic").
         draft_stop_below: the draft model stops drafting after a token it gave less than this
             probability (modes "sd" and "lr-sd" inside the target's branches); with it a large gamma
             pays. None drafts gamma tokens every time. Mode "auto" treats it as one candidate among
             ``PlannerConfig.stops`` and picks the stop each cycle from what the target accepted of
             drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
-        precision: the target's weight precision when it is loaded by name (None: as loaded; "int8":
-            weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
-            activations too, per token; see
-            :mod:`lookahead_reasoning.precision`). The draft keeps ``draft_quantize``.
-        load_kwargs: passed to load_model for names (dtype=, device=, cpu_linear=, ...).
+        precision: the weight precision per model, a name (the target's) or ``{"target": ...,
+            "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;
+            "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
+            activations too, per token; see :mod:`lookahead_reasoning.precision`). The draft's:
+            "int8-dynamic" turns a CPU draft's linear layers into dynamic int8 ones
+            (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to a third of the
+            draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
+            unchanged (the target checks every drafted token). "auto" (default) does it when the
+            draft is a CPU model this generator loaded itself (a model object you pass in is never
+            changed); None leaves the draft as loaded.
+        options: the keywords above that are not parameters (``k``, ``width``, ``steps``, ``token_sd``,
+            ``sampling``, ``gamma``, ``alt_temperature``, ``draft_stop_below``, ``verifier_kwargs``,
+            ``planner``, ``draft_quantize``); the rest is passed to load_model for names (dtype=,
+            device=, cpu_linear=, ...).
     """
 
-    def __init__(
-        self,
-        target: Any,
-        draft: Any = None,
-        verifier: Any = DEFAULT_VERIFIER,
-        *,
-        mode: str = DEFAULT_MODE,
-        k: int | None = None,
-        width: int = 1,
-        steps: StepConfig | None = None,
-        token_sd: TokenSD | None = None,
-        sampling: SamplingConfig | None = None,
-        gamma: int | None = None,
-        verifier_kwargs: dict | None = None,
-        alt_temperature: float = 0.7,
-        draft_quantize: str | None = "auto",
-        draft_stop_below: float | None = DRAFT_STOP_BELOW,
-        planner: Any = None,
-        precision: str | None = None,
-        **load_kwargs: Any,
-    ):
+    def __init__(self, target: Any, draft: Any = None, verifier: Any = DEFAULT_VERIFIER,
+                 settings: Settings | None = None, *, mode: str = DEFAULT_MODE, precision: Any = None,
+                 **options: Any):
+        own = {name: options.pop(name) for name in _OWN_OPTIONS if name in options}
+        knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
+        load_kwargs = options
         self.mode = check_mode(mode)
-        self.k, self.width, self.gamma, self.alt_temperature = k, width, gamma, alt_temperature
-        self.draft_stop_below, self.planner, self._planning = draft_stop_below, planner, None
-        self.steps = steps or StepConfig()
-        self.token_sd = token_sd or TokenSD(target="draft", draft="ngram")
-        self.sampling = sampling or SamplingConfig()
-        self._check_settings(verifier, verifier_kwargs, draft_quantize, precision)  # before any model loads
-        self.target = as_lm(target, **load_kwargs, **({"precision": precision} if precision is not None else {}))
-        self.draft = self.target if draft is None else as_lm(draft, **load_kwargs)
-        self.draft_quantize = self._quantize_draft(draft_quantize, owned=isinstance(draft, str))
-        if self.draft is self.target:  # separate counters for the two roles
-            self.draft = LM(self.target.model, self.target.tokenizer, self.target.name)
-        try:
-            check_same_vocabulary(self.draft, self.target)
-            self.same_vocab = True
-        except TokenizerMismatchError:
-            self.same_vocab = False
+        self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
+        if self.settings.token_sd is None:
+            self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
+        self.planner, self._planning = own.get("planner"), None
+        target_precision, draft_precision = split_precision(precision, own.get("draft_quantize", "auto"))
+        self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
+        pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
+                                                          if target_precision is not None else {})),
+                          None if draft is None else as_lm(draft, **load_kwargs))
+        self.target, self.draft, self.same_vocab = pair.target, pair.draft, pair.same_vocab
+        self.draft_quantize = self._quantize_draft(draft_precision, owned=isinstance(draft, str))
+        if not self.same_vocab:
             log.warning("draft and target tokenizers differ: steps are passed as text, and token-level "
                         "SD with the draft model is off for this pair (n-gram SD still works)")
-        self.verifier = self._build_verifier(verifier, verifier_kwargs, load_kwargs.get("device"))
+        self.verifier = self._build_verifier(verifier, own.get("verifier_kwargs"), load_kwargs.get("device"))
 
-    def _check_settings(self, verifier: Any, verifier_kwargs: dict | None, draft_quantize: str | None,
-                        precision: str | None) -> None:
+    # ------------------------------------------------------------------ settings, read as attributes
+    def __getattr__(self, name: str) -> Any:
+        """``gen.k``, ``gen.width``, ``gen.sampling``, ...: the fields of :attr:`settings`."""
+        if name in _SETTING_NAMES and "settings" in self.__dict__:
+            return getattr(self.__dict__["settings"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SETTING_NAMES and "settings" in self.__dict__:
+            value = self.__dict__["settings"].with_overrides(**{name: value})
+            name = "settings"
+        object.__setattr__(self, name, value)
+
+    def _check_settings(self, verifier: Any, verifier_kwargs: dict | None) -> None:
         """Every setting that can be checked without a model, so that a mistake costs no loading."""
-        from .verifiers import VerifierSettings, check_verifier_settings, check_verifier_spec
-
-        if self.k is not None:
-            mode_k("lr", self.k)
-        if self.gamma is not None:
-            mode_gamma("sd", self.gamma)
-        require(isinstance(self.width, int) and self.width >= 1,
-                f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
         require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
                 "prices one draft per position); use mode lr or lr-sd for several drafts per position")
-        require(draft_quantize in (None, "none", "int8", "auto"),
-                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
-        check_stop_below(self.draft_stop_below)
-        if precision is not None:
-            from .precision import normalize_precision
-
-            normalize_precision(precision)
         if isinstance(verifier, str):
             check_verifier_spec(verifier, **(verifier_kwargs or {}))
         elif isinstance(verifier, VerifierSettings):
@@ -167,8 +183,6 @@ class LookaheadGenerator:
 
     def _build_verifier(self, verifier: Any, verifier_kwargs: dict | None, device: Any) -> Any:
         """The verifier object: built from a name or settings (some need the target, e.g. target-score)."""
-        from .verifiers import VerifierSettings, build_verifier, make_verifier
-
         if isinstance(verifier, str):
             return make_verifier(verifier, **(verifier_kwargs or {}))
         if isinstance(verifier, VerifierSettings):
@@ -176,25 +190,21 @@ class LookaheadGenerator:
         return verifier
 
     def _quantize_draft(self, choice: str | None, owned: bool) -> str | None:
-        """Apply ``draft_quantize``; returns what was done ("int8" or None)."""
-        own_model = self.draft is not self.target and self.draft.model is not self.target.model
+        """Apply the draft's precision; returns what was done ("int8" or None)."""
+        own_model = self.draft.model is not self.target.model
         if choice == "auto":
             param = next(self.draft.model.parameters(), None)
             fits = param is not None and param.device.type == "cpu" and param.is_floating_point()
-            choice = "int8" if own_model and owned and fits else None
-        if choice != "int8":
+            choice = "int8-dynamic" if own_model and owned and fits else None
+        if choice != "int8-dynamic":
             return None
         require(own_model, "draft_quantize='int8' needs a draft model of its own (the draft is the target here)")
-        from .kernels import quantize_draft_int8
-
         quantize_draft_int8(self.draft.model)
         return "int8"
 
     def planning(self):
         """Mode ``auto``'s cost tables and learned rates for this pair (measured or read on first use)."""
         if self._planning is None:
-            from .planning import Planning, PlannerConfig
-
             self._planning = Planning.load(self.target, self.draft, getattr(self.verifier, "name", "verifier"),
                                            self.planner or PlannerConfig())
         return self._planning
@@ -218,8 +228,6 @@ class LookaheadGenerator:
         verifier call loads its model: both are several times slower than later calls. Timing a
         mode without this charges it for the process's start-up, not for its decoding.
         """
-        from .prompts import math_messages
-
         probe = math_messages("What is 2 + 3?")
         for mode in modes:
             self.generate(probe, mode=mode, max_new_tokens=tokens, learn=False)
@@ -228,63 +236,50 @@ class LookaheadGenerator:
             self.verifier.verify([("Add 2 and 3 to get 5.", "2 plus 3 is 5.")])
 
     # ------------------------------------------------------------------ generate
-    def generate(
-        self,
-        prompt: str | list[dict[str, str]] | list[int],
-        *,
-        mode: str | None = None,
-        max_new_tokens: int = 512,
-        seed: int | None = 0,
-        raw: bool = False,
-        on_text: Callable[[str], None] | None = None,
-        gamma: int | None = None,
-        k: int | None = None,
-        learn: bool = True,
-    ) -> GenerationResult:
+    def generate(self, prompt: str | list[dict[str, str]] | list[int], *, mode: str | None = None, raw: bool = False,
+                 on_text: Callable[[str], None] | None = None, learn: bool = True,
+                 **overrides: Any) -> GenerationResult:
         """Answer ``prompt``: a question, chat messages, or token ids (used as they are).
 
         ``mode`` defaults to the generator's. ``raw=True`` uses a text prompt as it is, without the
-        chat template. ``gamma`` and ``k`` override the drafted tokens per iteration and drafted steps
-        per cycle for this call (a benchmark sweeps them with the models loaded once); in mode
-        ``auto``, ``k`` caps the drafted steps of a plan and gamma is the planner's to choose.
-        ``learn=False`` (mode ``auto``): plan with what is known, but keep nothing of this call.
+        chat template. ``overrides`` change the settings for this call: ``max_new_tokens`` (default
+        :data:`~lookahead_reasoning.presets.DEFAULT_MAX_NEW_TOKENS`), ``seed`` (0), and ``gamma`` and
+        ``k``, the drafted tokens per iteration and drafted steps per cycle (a benchmark sweeps them
+        with the models loaded once); in mode ``auto``, ``k`` caps the drafted steps of a plan and
+        gamma is the planner's to choose. ``learn=False`` (mode ``auto``): plan with what is known,
+        but keep nothing of this call.
         """
         mode = check_mode(self.mode if mode is None else mode)
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
-                f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        require(mode != "auto" or gamma is None, "mode auto chooses gamma itself every cycle; give gamma to sd, "
-                "sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
-        require(mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
+                "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
+        k = overrides.pop("k", None)
+        overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
+        settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if mode == "auto":
-            return self._generate_auto(prompt, raw, max_new_tokens, seed, on_text, self.k if k is None else k, learn)
-        gamma = mode_gamma(mode, self.gamma if gamma is None else gamma, self.token_sd.target)
+            return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
+        gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)
         k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None
         target_ids, draft_ids = self._prompts(prompt, raw)
-        common = dict(max_new_tokens=max_new_tokens, sampling=self.sampling, seed=seed, on_text=on_text)
         if mode == "ar":
-            return generate_ar(self.target, target_ids, **common)
+            return generate_ar(self.target, target_ids, max_new_tokens=settings.max_new_tokens,
+                               sampling=settings.sampling, seed=settings.seed, on_text=on_text)
         if mode in ("sd", "sd-ngram"):
             if mode == "sd" and not self.same_vocab:
                 check_same_vocabulary(self.draft, self.target)  # raises with the explanation
-            drafter = self.draft if mode == "sd" else NGramDrafter(self.token_sd.ngram_max, self.token_sd.ngram_min)
-            return generate_sd(self.target, target_ids, drafter, gamma=gamma, draft_stop_below=self.draft_stop_below,
-                               **common)
-        token_sd = TokenSD(self.token_sd.target, self.token_sd.draft, gamma, self.token_sd.ngram_max,
-                           self.token_sd.ngram_min) if mode == "lr-sd" else None
-        return generate_lr(self.target, self.draft, target_ids, self.verifier, k=k, token_sd=token_sd,
-                           draft_prompt_ids=draft_ids, steps=self.steps, width=self.width,
-                           alt_temperature=self.alt_temperature, draft_stop_below=self.draft_stop_below,
-                           same_vocab=self.same_vocab, **common)
+            token_sd = settings.token_sd
+            drafter = self.draft if mode == "sd" else NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
+            return generate_sd(self.target, target_ids, drafter, settings.with_overrides(gamma=gamma),
+                               on_text=on_text)
+        token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None
+        return generate_lr(self.target, self.draft, target_ids, self.verifier,
+                           settings.with_overrides(k=k, token_sd=token_sd), draft_prompt_ids=draft_ids,
+                           same_vocab=self.same_vocab, on_text=on_text)
 
-    def _generate_auto(self, prompt, raw: bool, max_new_tokens: int, seed: int | None, on_text, max_k: int | None,
+    def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
-        import copy
-        import dataclasses
-
-        from .planning import PlannerConfig, generate_auto
-
+        require(self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
         if max_k is not None:
             require(isinstance(max_k, int) and not isinstance(max_k, bool) and max_k >= 0,
                     f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {max_k!r}")
@@ -294,7 +289,6 @@ class LookaheadGenerator:
             config = dataclasses.replace(config, learn=False, refine=False)
             planning = copy.deepcopy(planning)
         target_ids, draft_ids = self._prompts(prompt, raw)
-        return generate_auto(self.target, self.draft, target_ids, self.verifier, draft_prompt_ids=draft_ids,
-                             max_k=max_k, config=config, planning=planning, steps=self.steps,
-                             sampling=self.sampling, draft_stop_below=self.draft_stop_below,
-                             same_vocab=self.same_vocab, max_new_tokens=max_new_tokens, seed=seed, on_text=on_text)
+        return generate_auto(self.target, self.draft, target_ids, self.verifier, settings, max_k=max_k,
+                             config=config, planning=planning, draft_prompt_ids=draft_ids,
+                             same_vocab=self.same_vocab, on_text=on_text)

@@ -26,14 +26,18 @@ from .errors import require
 
 MODES = ("auto", "lr", "lr-sd", "ar", "sd", "sd-ngram")
 STEP_MODES = ("auto", "lr", "lr-sd")  # modes that use a verifier
-DRAFT_MODES = ("auto", "lr", "lr-sd", "sd")  # modes that use the draft model
 DEFAULT_MODE = "auto"
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
 DEFAULT_VERIFIER = "exact"  # the only verifier that kept the target's answers in lr (GSM8K 200-229, float32)
 DRAFT_STOP_BELOW = 0.4  # the draft model stops drafting after a token it gave less than this probability
 MAX_STEP_TOKENS = 100
+STEP_DELIMITERS = ("\n\n",)  # a reasoning step ends at a blank line
 DEFAULT_MAX_NEW_TOKENS = 512
+ALT_TEMPERATURE = 0.7  # width > 1 under greedy decoding: the alternative drafts are sampled at this temperature
+TOKEN_GAMMA = 4  # drafted tokens per SD iteration where a mode has no gamma of its own
+LR_SD_TOKEN_SD = {"target": "draft", "draft": "ngram"}  # lr-sd: q drafts tokens for p's rows, prompt lookup for q's steps
+NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup matches the last 3 tokens down to the last 1
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,13 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
     check_mode(mode)
     if gamma is None:
         gamma = NGRAM_GAMMA if mode == "lr-sd" and row_drafter == "ngram" else PRESETS[mode].gamma
-    gamma = 4 if gamma is None else gamma  # modes without gamma: any valid value
+    gamma = TOKEN_GAMMA if gamma is None else gamma  # modes without gamma: any valid value
     require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1,
             f"gamma (drafted tokens per iteration) must be an integer >= 1, got {gamma!r}")
     return gamma
 
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET", "DEFAULT_VERIFIER",
-           "DRAFT_MODES", "DRAFT_STOP_BELOW", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA", "PRESETS",
-           "STEP_MODES", "check_mode", "mode_gamma", "mode_k"]
+__all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
+           "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_mode",
+           "mode_gamma", "mode_k"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .errors import require
+from .presets import DEFAULT_MAX_NEW_TOKENS
 
 # A stop string must fit in this many tokens: the window of text searched at each new token.
 _WINDOW = 32
@@ -23,7 +24,7 @@ class StopCondition:
 
     eos_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
-    max_new_tokens: int = 256
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
 
     def __post_init__(self) -> None:
         require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,

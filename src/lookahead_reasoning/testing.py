@@ -19,12 +19,20 @@ untouched).
 
 from __future__ import annotations
 
+import copy
 import functools
+from typing import Any
 
 import torch
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen2ForCausalLM)
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from .lm import LM
+from .errors import ConfigError, require
 from .models import LoadedModel
+from .runtime.lm import LM
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
@@ -46,9 +54,6 @@ ARCHITECTURES = ("llama", "qwen2", "mistral")
 @functools.cache
 def _tokenizer_json() -> str:
     """The serialised ``tokenizers.Tokenizer`` (built once; each call of tiny_tokenizer gets a fresh copy)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
     byte_char = bytes_to_unicode()  # byte -> printable unicode char, GPT-2's byte-level alphabet
 
     def as_bytes(text: str) -> str:
@@ -59,7 +64,7 @@ def _tokenizer_json() -> str:
     for left, right in MERGES:
         merges.append((as_bytes(left), as_bytes(right)))
         vocab.setdefault(as_bytes(left + right), len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok = Tokenizer(BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return tok.to_str()
@@ -71,9 +76,6 @@ def tiny_tokenizer():
     eos ``<|im_end|>``, pad ``<|endoftext|>``, no bos; ChatML ``chat_template``; no space cleanup,
     so ``decode(encode(text)) == text`` for any string.
     """
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
         pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, additional_special_tokens=[BOS_TOKEN],
@@ -83,58 +85,60 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_model(
-    arch: str = "qwen2",
-    *,
-    vocab_size: int | None = None,
-    seed: int = 0,
-    hidden: int = 64,
-    layers: int = 2,
-    heads: int = 4,
-    kv_heads: int = 2,
-    initializer_range: float = 0.5,
-    dtype: torch.dtype = torch.float32,
-) -> LoadedModel:
+TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "initializer_range": 0.5}
+
+
+def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int = 0,
+               dtype: torch.dtype = torch.float32, **shape: Any) -> LoadedModel:
     """A random-weight causal LM of architecture ``arch`` with :func:`tiny_tokenizer`, as a LoadedModel.
 
     ``vocab_size`` defaults to ``len(tiny_tokenizer())``; a larger one pads the embedding with rows
-    no string maps to (as real checkpoints do), whose output logits are set to 0. eos/pad ids are set
-    in the config and the generation config; attention is ``sdpa``; eval mode, no grads.
+    no string maps to (as real checkpoints do), whose output logits are set to 0. ``shape`` changes
+    :data:`TINY_SHAPE` (``hidden``, ``layers``, ``heads``, ``kv_heads``, ``initializer_range``).
+    eos/pad ids are set in the config and the generation config; attention is ``sdpa``; eval mode,
+    no grads.
     """
-    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM)
-
-    from .errors import ConfigError
-
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-               "mistral": (MistralConfig, MistralForCausalLM)}
-    if arch not in classes:
-        raise ConfigError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
     tokenizer = tiny_tokenizer()
-    n_real = len(tokenizer)
-    vocab_size = n_real if vocab_size is None else vocab_size
-    if vocab_size < n_real:
-        raise ConfigError(f"vocab_size must be at least the tokenizer's {n_real} tokens, got {vocab_size}")
-    if hidden % heads or heads % kv_heads:
-        raise ConfigError(f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
-    config_class, model_class = classes[arch]
-    config = config_class(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
-        initializer_range=initializer_range, tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
-    )
+    config_class, model_class = _classes(arch)
+    config = config_class(**_config_kwargs(tokenizer, vocab_size, {**TINY_SHAPE, **shape}))
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):  # fixed weights, and the caller's RNG stream is untouched
         torch.manual_seed(seed)
         model = model_class(config)
     model.to(dtype)
     with torch.no_grad():
-        model.get_output_embeddings().weight[n_real:] = 0.0
+        model.get_output_embeddings().weight[len(tokenizer):] = 0.0
     gen = model.generation_config
     gen.eos_token_id, gen.pad_token_id, gen.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
     model.eval().requires_grad_(False)
     return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", torch.device("cpu"), dtype, "memory")
+
+
+def _classes(arch: str) -> tuple[Any, Any]:
+    """The (config class, model class) of ``arch``."""
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "mistral": (MistralConfig, MistralForCausalLM)}
+    if arch not in classes:
+        raise ConfigError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
+    return classes[arch]
+
+
+def _config_kwargs(tokenizer: Any, vocab_size: int | None, shape: dict[str, Any]) -> dict[str, Any]:
+    """The model config of a tiny model: its sizes checked, its special ids from the tokenizer."""
+    unknown = sorted(set(shape) - set(TINY_SHAPE))
+    if unknown:
+        raise ConfigError(f"unknown tiny model sizes: {', '.join(unknown)}; known: {', '.join(TINY_SHAPE)}")
+    n_real = len(tokenizer)
+    vocab_size = n_real if vocab_size is None else vocab_size
+    if vocab_size < n_real:
+        raise ConfigError(f"vocab_size must be at least the tokenizer's {n_real} tokens, got {vocab_size}")
+    hidden, heads, kv_heads = shape["hidden"], shape["heads"], shape["kv_heads"]
+    if hidden % heads or heads % kv_heads:
+        raise ConfigError(f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
+    return dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                num_hidden_layers=shape["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
+                max_position_embeddings=4096, initializer_range=shape["initializer_range"], tie_word_embeddings=False,
+                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
 
 
 def perturbed_copy(lm: LM, scale: float, seed: int = 0) -> LM:
@@ -145,10 +149,6 @@ def perturbed_copy(lm: LM, scale: float, seed: int = 0) -> LM:
     the tokenizer. Around 0.2 the copy's greedy token equals the original's most of the time; the
     larger ``scale``, the more they disagree.
     """
-    import copy
-
-    from .errors import require
-
     require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale >= 0,
             f"scale must be a number >= 0, got {scale!r}")
     model = copy.deepcopy(lm.model)

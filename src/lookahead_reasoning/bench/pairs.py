@@ -27,12 +27,32 @@ same steps again), so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import require
+import torch
+
+from ..decoding.drafters import ModelDrafter
+from ..decoding.steps import StepConfig
+from ..decoding.writers import StepWriter, Translator
+from ..errors import LookaheadError, require
+from ..models import load_model
+from ..presets import (DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS,
+                       TOKEN_GAMMA)
+from ..prompts import math_messages
+from ..runtime.lm import LM
+from ..runtime.pair import model_pair
+from ..runtime.session import Session
+from ..sampling import SamplingConfig, make_generator
+from ..stopping import common_prefix
+from ..verifiers.options import add_judge_args
+from ..verifiers.text import normalize_step, step_numbers
+from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import Problem, load_dataset
 from .runner import append_record, check_writable, done_pairs
 
@@ -47,15 +67,15 @@ class PairsConfig:
     out: str
     offset: int = 0
     limit: int | None = None
-    target: str = "qwen2.5-coder-1.5b"
-    draft: str = "qwen2.5-coder-0.5b"
+    target: str = DEFAULT_TARGET
+    draft: str = DEFAULT_DRAFT
     dtype: str = "auto"
     device: str | None = None
-    max_new_tokens: int = 512
-    max_step_tokens: int = 100
-    delimiters: tuple[str, ...] = ("\n\n",)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_step_tokens: int = MAX_STEP_TOKENS
+    delimiters: tuple[str, ...] = STEP_DELIMITERS
     target_sd: bool = True  # token-level SD by the draft model inside the target's steps (same output)
-    gamma: int = 4
+    gamma: int = TOKEN_GAMMA
 
     def __post_init__(self) -> None:
         require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset!r}")
@@ -72,21 +92,10 @@ class PairRecorder:
     """Holds the two models and the decoding pieces; :meth:`follow` records one problem."""
 
     def __init__(self, target: Any, draft: Any, config: PairsConfig):
-        from ..decoding.drafters import check_same_vocabulary
-        from ..decoding.steps import StepConfig
-        from ..errors import TokenizerMismatchError
-        from ..lm import LM
-
-        self.target, self.draft = LM.from_loaded(target), LM.from_loaded(draft)
-        if self.draft is self.target or self.draft.model is self.target.model:  # counters of its own
-            self.draft = LM(self.target.model, self.target.tokenizer, self.target.name)
+        pair = model_pair(target, draft)  # without one vocabulary, steps cross as text and no token-level SD
+        self.target, self.draft, self.same_vocab = pair.target, pair.draft, pair.same_vocab
         self.config = config
         self.steps = StepConfig(tuple(config.delimiters), config.max_step_tokens)
-        try:
-            check_same_vocabulary(self.draft, self.target)
-            self.same_vocab = True
-        except TokenizerMismatchError:
-            self.same_vocab = False  # steps cross as text; no token-level SD with the draft model
 
     def follow(self, problem: Problem, skip_steps: set[int] = frozenset()) -> Iterator[dict[str, Any]]:
         """Yield the pair records of one problem as they are made, then its summary record.
@@ -94,12 +103,6 @@ class PairRecorder:
         ``skip_steps``: step indices whose pair records exist already (they are computed again, to
         reach the later steps, but not yielded).
         """
-        from ..decoding.drafters import ModelDrafter
-        from ..decoding.lookahead import StepWriter, Translator
-        from ..decoding.session import Session
-        from ..prompts import math_messages
-        from ..sampling import SamplingConfig, make_generator
-
         greedy, generator = SamplingConfig(), make_generator(0)
         messages = math_messages(problem.question)
         prompt_t = self.target.prompt_ids(messages)
@@ -135,8 +138,6 @@ class PairRecorder:
     def _pair(self, problem: Problem, index: int, generated: list[int], remaining: int,
               tools: "_Tools") -> tuple[dict[str, Any], Any]:
         """Steps 1-3 of the module docstring at one boundary; returns the record and the target's step."""
-        from ..verifiers.text import normalize_step, step_numbers
-
         prefix, prefix_d = tools.prompt_t + generated, tools.prompt_d + tools.translator.to_draft(generated)
         t0 = time.perf_counter()
         # 1. the draft's next step, and its probabilities of its own tokens
@@ -150,7 +151,7 @@ class PairRecorder:
         # 3. the target's own step, starting with the drafted tokens it agrees with
         tools.t_sess.set_rows([prefix + scored.head])
         [own] = tools.target_writer.write(tools.t_sess, [remaining], starts=[len(prefix)])
-        known = _common_prefix(own.ids, scored.head)
+        known = common_prefix(own.ids, scored.head, len(own.ids))
         target_probs = scored.head_probs[:known] + own_probabilities(tools.t_sess, prefix + own.ids[:known],
                                                                      own.ids[known:])
         t2 = time.perf_counter()
@@ -186,11 +187,11 @@ class PairRecorder:
 class _Tools:
     """The pieces one problem is followed with (two writers, the translator, both sessions and prompts)."""
 
-    draft_writer: Any
-    target_writer: Any
-    translator: Any
-    t_sess: Any
-    d_sess: Any
+    draft_writer: StepWriter
+    target_writer: StepWriter
+    translator: Translator
+    t_sess: Session
+    d_sess: Session
     prompt_t: list[int]
     prompt_d: list[int]
 
@@ -215,8 +216,6 @@ def score_draft(session: Any, prefix: list[int], drafted: list[int]) -> DraftSco
 
     On return the session's row is ``prefix + drafted``, all cached.
     """
-    import torch
-
     session.set_rows([prefix])
     logits = session.logits(extra=[drafted], keep=len(drafted) + 1)[0]  # (n + 1, V)
     probs = torch.softmax(logits.float(), dim=-1)
@@ -236,8 +235,6 @@ def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> lis
     The cache keeps ``prefix`` (what it shares with the row now); on return the row is
     ``prefix + tokens``, all cached.
     """
-    import torch
-
     if not tokens:
         return []
     session.set_rows([prefix])
@@ -246,25 +243,14 @@ def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> lis
     return probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)].tolist()
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def _rounded(values: list[float]) -> list[float]:
     return [round(float(v), PROBABILITY_DIGITS) for v in values]
 
 
 def load_pair_models(config: PairsConfig) -> tuple[Any, Any]:
     """The target and draft LMs named in ``config`` (offline names, hub ids, paths)."""
-    from ..lm import LM
-    from ..models import load_model
-
-    target = LM.from_loaded(load_model(config.target, dtype=config.dtype, device=config.device))
-    draft = LM.from_loaded(load_model(config.draft, dtype=config.dtype, device=config.device))
-    return target, draft
+    return tuple(LM.from_loaded(load_model(name, dtype=config.dtype, device=config.device))
+                 for name in (config.target, config.draft))
 
 
 def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
@@ -275,8 +261,6 @@ def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
 
 def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, progress: bool = True) -> Path:
     """Record the pairs of every problem not finished in ``config.out`` yet; returns the path."""
-    import sys
-
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset)
     path = Path(config.out)
     check_writable(path)
@@ -298,21 +282,18 @@ def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, prog
 
 def add_pairs_commands(sub: Any) -> None:
     """Add the ``pairs`` (record a bank of step pairs) and ``verifiers`` (the offline ablation) commands."""
-    from ..verifiers.options import add_judge_args
-    from .ablation import DEFAULT_ENTRIES
-
     p = sub.add_parser("pairs", help="record (draft step, target step) pairs on real problems (resumable JSONL)")
     p.add_argument("--dataset", required=True, help="GSM8K/AIME-format jsonl path, or a datasets-library name")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", default="results/pairs.jsonl", help="pairs JSONL (rerun with the same path to resume)")
-    p.add_argument("--target", default="qwen2.5-coder-1.5b")
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--draft", default=DEFAULT_DRAFT)
     p.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32, for both models")
     p.add_argument("--device", default=None)
-    p.add_argument("--max-new-tokens", type=int, default=512, help="per problem")
-    p.add_argument("--max-step-tokens", type=int, default=100)
-    p.add_argument("--gamma", type=int, default=4, help="drafted tokens per SD iteration inside the target's steps")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="per problem")
+    p.add_argument("--max-step-tokens", type=int, default=MAX_STEP_TOKENS)
+    p.add_argument("--gamma", type=int, default=TOKEN_GAMMA, help="drafted tokens per SD iteration in the target's steps")
     p.add_argument("--no-target-sd", action="store_true", help="the target writes token by token (same text)")
     p.set_defaults(func=cmd_pairs)
 
@@ -323,8 +304,7 @@ def add_pairs_commands(sub: Any) -> None:
                    help="comma-separated; name@threshold for a threshold, e.g. exact,embedding@0.85,paper-judge,"
                         "target-score@9,random")
     v.add_argument("--limit", type=int, default=None, help="the first N pairs only")
-    v.add_argument("--target", default="qwen2.5-coder-1.5b", help="the target model, for target-score "
-                                                                  "(and --judge-model target)")
+    v.add_argument("--target", default=DEFAULT_TARGET, help="the target, for target-score (and --judge-model target)")
     v.add_argument("--dtype", default="auto", help="dtype of --target")
     v.add_argument("--device", default=None)
     add_judge_args(v)
@@ -342,19 +322,11 @@ def cmd_pairs(args: Any) -> int:
 
 
 def cmd_verifiers(args: Any) -> int:
-    from .ablation import run_ablation_command
-
     return run_ablation_command(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lookahead_reasoning.bench.pairs {pairs,verifiers} ...`` (the same commands as the CLI's)."""
-    import argparse
-    import logging
-    import sys
-
-    from ..errors import LookaheadError
-
     parser = argparse.ArgumentParser(prog="python -m lookahead_reasoning.bench.pairs", description=__doc__.split("\n")[0])
     add_pairs_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -12,11 +12,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..lm import LM
+from ..presets import DEFAULT_MAX_NEW_TOKENS
+from ..runtime.lm import LM
+from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, next_token
 from ..stopping import StopChecker, StopCondition, StopHit
 from .results import GenerationResult
-from .session import Session
 from .streaming import TextStreamer
 
 
@@ -84,7 +85,7 @@ def generate(
     lm: LM,
     prompt_ids: Sequence[int],
     *,
-    max_new_tokens: int = 256,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     sampling: SamplingConfig | None = None,
     stop_strings: Sequence[str] = (),
     seed: int | None = 0,

@@ -15,10 +15,12 @@ from typing import Protocol, Sequence
 
 import torch
 
-from ..errors import TokenizerMismatchError, require
-from ..lm import LM
+from ..errors import require
+from ..runtime.lm import LM
+from ..runtime.pair import check_same_vocabulary  # noqa: F401  (its home before the runtime layer)
+from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
-from .session import Session
+from .settings import check_stop_below
 
 
 @dataclass
@@ -38,13 +40,6 @@ class Drafter(Protocol):
     """Proposes up to gamma tokens for each active row."""
 
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
-
-
-def check_stop_below(stop_below: float | None) -> None:
-    """Raise ConfigError unless ``stop_below`` (the draft confidence to keep drafting) is None or in [0, 1)."""
-    require(stop_below is None or 0.0 <= stop_below < 1.0,
-            f"draft_stop_below / stop_below (draft confidence to keep drafting) must be in [0, 1) or None, "
-            f"got {stop_below!r}")
 
 
 class ModelDrafter:
@@ -142,17 +137,3 @@ class NGramDrafter:
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
         tokens = [self.lookup(r, gamma) if a else [] for r, a in zip(rows, active)]
         return Proposal(tokens, [None] * len(rows))
-
-
-def check_same_vocabulary(draft: LM, target: LM) -> None:
-    """Raise TokenizerMismatchError unless the two tokenizers map the same strings to the same ids."""
-    d_vocab, t_vocab = draft.tokenizer.get_vocab(), target.tokenizer.get_vocab()
-    if d_vocab != t_vocab:
-        only_d = len(set(d_vocab.items()) - set(t_vocab.items()))
-        only_t = len(set(t_vocab.items()) - set(d_vocab.items()))
-        raise TokenizerMismatchError(
-            f"draft {draft.name!r} and target {target.name!r} use different tokenizers "
-            f"(vocab sizes {len(d_vocab)} vs {len(t_vocab)}; {only_d} and {only_t} entries differ). "
-            "Token-level speculative decoding needs one shared vocabulary. Step-level speculation "
-            "(LookaheadGenerator without token SD inside steps) works across tokenizers, since steps are text."
-        )

@@ -30,28 +30,23 @@ Two refinements over the paper's Algorithm 1 (whose plain form is :mod:`.referen
 
 Token-level SD can run inside every step (``TokenSD``): for the draft's steps with an n-gram drafter,
 for the target's rows with an n-gram drafter or with the draft model (forked from the draft's own
-cache of the drafted steps). :func:`generate_lr` is the one-prompt front door, shaped like
-``generate`` and ``generate_sd``.
+cache of the drafted steps). The loop of cycles is :func:`.driver.run_lr`; :func:`.driver.generate_lr`
+is the one-prompt front door, shaped like ``generate`` and ``generate_sd``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
-from ..errors import require
-from ..lm import LM
-from ..sampling import SamplingConfig, make_generator, probs_from_logits
-from .rejection import greedy_accept, speculative_accept
-from .results import CycleTrace, GenerationResult, LRStats
-from .session import Session
-from .cycle import CycleTools, Gate, LRState, TokenSD, make_tools
-from .steps import Step, StepConfig
-from .writers import StepWriter, Translator
-from .streaming import TextStreamer
-from .timing import Laps
-
+from ..runtime.session import Session
+from ..sampling import probs_from_logits
 from ..verifiers.base import Verdict, Verifier
+from .cycle import CyclePlan, CycleTools, Gate, LRState
+from .rejection import greedy_accept, speculative_accept
+from .results import CycleTrace
+from .steps import Step
+from .timing import Laps
+from .writers import StepWriter, Translator
 
 
 @dataclass
@@ -68,22 +63,20 @@ class TargetPass:
     agreements: list[float] = field(default_factory=list)  # per drafted step with a row (see score_chain)
 
 
-def run_cycle(state: LRState, k: int, tools: CycleTools, gamma: int | None = None, gate: Gate | None = None,
-              overshoot: bool = False) -> CycleTrace:
+def run_cycle(state: LRState, plan: CyclePlan | int, tools: CycleTools, gate: Gate | None = None) -> CycleTrace:
     """One synchronous LR cycle, the paper's four steps; updates ``state`` in place.
 
-    ``gamma`` overrides the drafted tokens per SD iteration inside the target's rows for this cycle
-    (0: the rows decode token by token even when ``tools.row_drafter`` is set). ``gate`` may drop
-    rows after the scoring pass (see :data:`Gate`). ``overshoot`` (only when nothing is drafted):
-    an SD iteration that runs past the step's end keeps what it accepted there.
+    ``plan``: what the cycle runs (:class:`~.cycle.CyclePlan`: k, the rows' gamma and the draft's
+    stop), or just k (``tools.plan(k)``). ``gate`` may drop rows after the scoring pass (:data:`Gate`).
     """
+    plan = tools.plan(plan) if isinstance(plan, int) else plan
     laps, before = Laps(), state.generated
     with laps:  # the whole span, bookkeeping included (wall_s)
         with laps("draft"):
-            drafted = draft(state, k, tools)
+            drafted = draft(state, plan.k, tools)
             alternatives = draft_alternatives(state, drafted, tools)
         with laps("target"):
-            written = target(state, drafted, tools, gamma, gate, overshoot and not drafted)
+            written = target(state, drafted, tools, plan, gate)
         with laps("verify"):
             verdicts, m = verify(written)
             alt_verdicts, rescued = rescue(alternatives, verdicts, m, written, tools)
@@ -134,27 +127,33 @@ def draft_alternatives(state: LRState, drafted: list[Step], tools: CycleTools) -
 
 # ---------------------------------------------------------------------------------------- 2. target
 
-def target(state: LRState, drafted: list[Step], tools: CycleTools, gamma: int | None = None,
-           gate: Gate | None = None, overshoot: bool = False) -> TargetPass:
+def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePlan | None = None,
+           gate: Gate | None = None) -> TargetPass:
     """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
 
     One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
     ``gate`` may then keep only the first R rows. Rows are judged as they finish
-    (:class:`EarlyJudge`), so a rejection stops the rows after it.
+    (:class:`EarlyJudge`), so a rejection stops the rows after it. ``plan`` (default
+    ``tools.plan(len(drafted))``) gives the rows' gamma (0: token by token), the draft's stop, and
+    whether an SD iteration may run past the step's end (only when nothing is drafted).
     """
+    plan = plan or tools.plan(len(drafted))
     rows, budgets = target_rows(state, drafted, tools.translator)
     openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer)
-    keep = len(rows) if gate is None or len(rows) == 1 else max(1, min(len(rows), gate(drafted, agreements)))
+    keep = len(rows)
+    if gate is not None and len(rows) > 1:
+        keep = max(1, min(len(rows), gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
     judged = drafted if keep == len(rows) else drafted[:keep - 1]
     rows, budgets, openings = rows[:keep], budgets[:keep], openings[:keep]
     branches = state.target if len(rows) == 1 else state.target.fork(len(rows))
     starts = [len(row) for row in rows]
     branches.set_rows([row + first for row, first in zip(rows, openings)])
     judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier)
-    use_rows = tools.row_drafter is not None and gamma != 0
-    row_drafter = tools.row_drafter(state, len(rows)) if use_rows else None
+    use_rows = tools.row_drafter is not None and plan.gamma != 0
+    row_drafter = tools.row_drafter(state, len(rows), plan.stop) if use_rows else None
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
-                                      gamma=gamma if use_rows else None, overshoot=overshoot)
+                                      gamma=plan.gamma if use_rows else None,
+                                      overshoot=plan.overshoot and not drafted)
     return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements)
 
 
@@ -288,71 +287,14 @@ def accept(state: LRState, drafted: list[Step], written: TargetPass, m: int, res
     return m, appended
 
 
-# ---------------------------------------------------------------------------------------- front door
-
-def generate_lr(
-    target_lm: LM,
-    draft_lm: LM,
-    prompt_ids: Sequence[int],
-    verifier: Verifier,
-    *,
-    draft_prompt_ids: Sequence[int] | None = None,
-    k: int = 2,
-    steps: StepConfig | None = None,
-    sampling: SamplingConfig | None = None,
-    token_sd: TokenSD | None = None,
-    width: int = 1,
-    alt_temperature: float = 0.7,
-    draft_stop_below: float | None = None,
-    same_vocab: bool = True,
-    max_new_tokens: int = 256,
-    seed: int | None = 0,
-    on_text: Callable[[str], None] | None = None,
-) -> GenerationResult:
-    """Lookahead Reasoning for one prompt: cycles of :func:`run_cycle` until EOS or the budget.
-
-    ``draft_prompt_ids`` is the prompt in the draft's tokenizer (default: ``prompt_ids``, for a
-    shared vocabulary). ``token_sd`` turns on token-level SD inside steps (mode "lr-sd").
-    """
-    require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
-    require(isinstance(width, int) and width >= 1, f"width (drafts per position) must be an integer >= 1, got {width!r}")
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
-            f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    sampling = sampling or SamplingConfig()
-    generator = make_generator(seed)
-    stats = LRStats(k=k)
-    tools = make_tools(target_lm, draft_lm, verifier, steps=steps or StepConfig(), sampling=sampling,
-                       generator=generator, stats=stats, same_vocab=same_vocab, token_sd=token_sd, width=width,
-                       alt_temperature=alt_temperature, draft_stop_below=draft_stop_below)
-    draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
-    state = LRState(Session(target_lm, [list(prompt_ids)]), Session(draft_lm, [draft_ids]),
-                    len(prompt_ids), len(draft_ids), max_new_tokens)
-    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
-    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    with Laps() as wall:
-        while state.done is None and state.remaining > 0:
-            stats.cycles.append(run_cycle(state, k, tools))
-            if streamer:
-                streamer.update(state.target.rows[0][len(prompt_ids):])
-    if state.done is None:
-        state.done = "budget"
-    return finish_lr(state, stats, target_lm, draft_lm, t_before, d_before, wall.total(), streamer,
-                     "lr-sd" if token_sd else "lr")
+__all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "rescue", "run_cycle", "score_chain",
+           "target", "target_rows", "verify"]
 
 
-def finish_lr(state: LRState, stats: LRStats, target_lm: LM, draft_lm: LM, t_before, d_before, wall: float,
-              streamer: TextStreamer | None, mode: str) -> GenerationResult:
-    """The GenerationResult of a step-level run: the forwards of both models in the run's window."""
-    t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
-    if stats.target_sd is not None:
-        stats.target_sd.target_forwards, stats.target_sd.target_seconds = t_used.calls, t_used.seconds
-        stats.target_sd.draft_forwards, stats.target_sd.draft_seconds = d_used.calls, d_used.seconds
-    new = state.target.rows[0][state.prompt_len_target:]
-    if streamer:
-        streamer.finish(new)
-    return GenerationResult(new, target_lm.decode(new), state.target.rows[0][:state.prompt_len_target], state.done,
-                            t_used.calls, wall, mode=mode, stats=stats)
+def __getattr__(name: str):
+    """``generate_lr`` moved to :mod:`.driver`; the old import path keeps working."""
+    if name == "generate_lr":
+        from . import driver
 
-
-__all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "finish_lr", "generate_lr", "rescue",
-           "run_cycle", "score_chain", "target", "target_rows", "verify"]
+        return getattr(driver, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,19 +14,22 @@ target's k+1 branches; ``generate_sd`` is the one-prompt front door.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..errors import require
-from ..lm import LM
+from ..runtime.lm import LM
+from ..runtime.pair import check_same_vocabulary
+from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
 from .autoregressive import OnDone, first_checks, notify_done
-from .drafters import Drafter, ModelDrafter
+from .drafters import Drafter, ModelDrafter, Proposal
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
-from .session import Session
+from .settings import Settings
 from .streaming import TextStreamer
 
 
@@ -52,6 +55,7 @@ def decode_rows_sd(
     require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
     stats = stats if stats is not None else SDStats()
     stats.gamma = max(stats.gamma, gamma)
+    rows = _Rows(starts, checkers, sampling, generator, stats, overshoot)
     hits = first_checks(session, starts, checkers)
     notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     while any(h is None for h in hits):
@@ -64,81 +68,80 @@ def decode_rows_sd(
         keep = max(len(d) for d in drafts) + 1
         # 2. verify all drafts in one target forward
         logits = session.logits(extra=drafts, keep=keep, active=active)
-        new_rows = [list(r) for r in session.rows]
-        finished = []
-        for b in range(session.batch_size):
-            if not active[b]:
-                continue
-            # 3. accept a prefix of the draft, plus one target token
+        new_rows, live = [list(r) for r in session.rows], [b for b in range(session.batch_size) if active[b]]
+        for b in live:  # 3. accept a prefix of the draft, plus one target token
             m = len(drafts[b])
-            row_logits = logits[b, keep - (m + 1):]
-            if sampling.greedy:
-                acc = greedy_accept(drafts[b], row_logits.argmax(dim=-1).tolist())
-            else:
-                p = probs_from_logits(row_logits, sampling)
-                q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
-                acc = speculative_accept(drafts[b], q, p, generator)
-            stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
-                         proposal.confidence[b][:m] if proposal.confidence is not None else None)
-            committed = session.rows[b][:len(session.rows[b]) - m]
-            new = committed + drafts[b][:acc.n_accepted] + [acc.next_token]
-            hit = checkers[b].check(new[starts[b]:])
-            if hit is not None and overshoot and hit.reason == "stop_string":
-                hit = _past_stop(new[starts[b]:], hit, checkers[b])
-            if hit is not None:
-                new = new[:starts[b] + hit.keep]
-                hits[b] = hit
-                finished.append(b)
-            new_rows[b] = new
+            new_rows[b], hits[b] = rows.accept(b, session.rows[b][:len(session.rows[b]) - m], drafts[b],
+                                               logits[b, keep - (m + 1):], proposal)
         # 4. move target (and, on its next call, the drafter) to the accepted text
         session.set_rows(new_rows)
-        if on_token is not None:
-            for b in range(session.batch_size):
-                if active[b]:
-                    on_token(b, session.rows[b][starts[b]:])
-        notify_done(session, starts, hits, finished, on_done)
+        for b in live if on_token is not None else ():
+            on_token(b, session.rows[b][starts[b]:])
+        notify_done(session, starts, hits, [b for b in live if hits[b] is not None], on_done)
     return [h for h in hits if h is not None]
 
 
-def generate_sd(
-    target: LM,
-    prompt_ids: Sequence[int],
-    drafter: Drafter | LM,
-    *,
-    gamma: int = 4,
-    max_new_tokens: int = 256,
-    sampling: SamplingConfig | None = None,
-    stop_strings: Sequence[str] = (),
-    seed: int | None = 0,
-    on_text: Callable[[str], None] | None = None,
-    draft_stop_below: float | None = None,
-) -> GenerationResult:
-    """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter,
-    which stops a draft early after a token it gave less than ``draft_stop_below`` probability)."""
-    from .drafters import check_same_vocabulary
+@dataclass
+class _Rows:
+    """What step 3 needs to know of every row: where its answer starts, when it stops, how to accept."""
 
-    require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-    sampling = sampling or SamplingConfig()
-    generator = make_generator(seed)
+    starts: Sequence[int]
+    checkers: Sequence[StopChecker]
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    stats: SDStats
+    overshoot: bool
+
+    def accept(self, b: int, committed: list[int], draft: list[int], row_logits: torch.Tensor,
+               proposal: Proposal) -> tuple[list[int], StopHit | None]:
+        """Row b's new tokens after one iteration and its stop, if it stops: the accepted prefix of
+        ``draft`` and one target token. ``row_logits``: (m + 1, V), the target at every drafted position."""
+        m = len(draft)
+        if self.sampling.greedy:
+            acc = greedy_accept(draft, row_logits.argmax(dim=-1).tolist())
+        else:
+            p = probs_from_logits(row_logits, self.sampling)
+            q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
+            acc = speculative_accept(draft, q, p, self.generator)
+        self.stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
+                          proposal.confidence[b][:m] if proposal.confidence is not None else None)
+        new = committed + draft[:acc.n_accepted] + [acc.next_token]
+        start, checker = self.starts[b], self.checkers[b]
+        hit = checker.check(new[start:])
+        if hit is not None and self.overshoot and hit.reason == "stop_string":
+            hit = _past_stop(new[start:], hit, checker)
+        return (new if hit is None else new[:start + hit.keep]), hit
+
+
+def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, settings: Settings | None = None, *,
+                stop_strings: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
+                **options: Any) -> GenerationResult:
+    """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter,
+    which stops a draft early after a token it gave less than ``settings.draft_stop_below``
+    probability). ``settings``: gamma (default :data:`~lookahead_reasoning.presets.TOKEN_GAMMA`),
+    sampling, budget, seed and the stop; ``options``: any of its fields to change (``gamma=8``, ...)."""
+    settings = (settings or Settings()).with_overrides(**options)
+    gamma, sampling = settings.token_gamma, settings.sampling
+    generator = make_generator(settings.seed)
     if isinstance(drafter, LM):
         check_same_vocabulary(drafter, target)
-        drafter = ModelDrafter(drafter, sampling, generator, stop_below=draft_stop_below)
+        drafter = ModelDrafter(drafter, sampling, generator, stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
-    checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), max_new_tokens), target.decode)
+    checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None
     session = Session(target, [list(prompt_ids)])
     stats = SDStats(gamma=gamma)
-    t_calls, t_secs = target.stats.calls, target.stats.seconds
-    d_calls, d_secs = (draft_lm.stats.calls, draft_lm.stats.seconds) if draft_lm else (0, 0.0)
+    t_before = target.stats.copy()
+    d_before = draft_lm.stats.copy() if draft_lm is not None else None
     start = time.perf_counter()
     [hit] = decode_rows_sd(session, [len(prompt_ids)], [checker], sampling, drafter, gamma, generator, stats,
                            on_token=(lambda b, new: streamer.update(new)) if streamer else None)
     wall = time.perf_counter() - start
-    stats.target_forwards = target.stats.calls - t_calls
-    stats.target_seconds = target.stats.seconds - t_secs
+    t_used = target.stats.since(t_before)
+    stats.target_forwards, stats.target_seconds = t_used.calls, t_used.seconds
     if draft_lm is not None:
-        stats.draft_forwards = draft_lm.stats.calls - d_calls
-        stats.draft_seconds = draft_lm.stats.seconds - d_secs
+        d_used = draft_lm.stats.since(d_before)
+        stats.draft_forwards, stats.draft_seconds = d_used.calls, d_used.seconds
     new = session.rows[0][len(prompt_ids):]
     if streamer:
         streamer.finish(new)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import require
+from ..presets import MAX_STEP_TOKENS, STEP_DELIMITERS
 from ..stopping import StopCondition
 
 
@@ -19,8 +20,8 @@ from ..stopping import StopCondition
 class StepConfig:
     """The step segmenter: delimiters (stop strings checked on decoded text) and a token cap per step."""
 
-    delimiters: tuple[str, ...] = ("\n\n",)
-    max_step_tokens: int = 100
+    delimiters: tuple[str, ...] = STEP_DELIMITERS
+    max_step_tokens: int = MAX_STEP_TOKENS
 
     def __post_init__(self) -> None:
         delims = (self.delimiters,) if isinstance(self.delimiters, str) else tuple(self.delimiters)
@@ -59,7 +60,7 @@ class Step:
         return self.end == "stop_string"
 
 
-def split_steps(text: str, delimiters: Sequence[str] = ("\n\n",)) -> list[str]:
+def split_steps(text: str, delimiters: Sequence[str] = STEP_DELIMITERS) -> list[str]:
     """Cut finished text into steps, each keeping its delimiter (for traces and analysis)."""
     steps, start, i = [], 0, 0
     while i < len(text):

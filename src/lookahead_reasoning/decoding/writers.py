@@ -7,13 +7,13 @@ from typing import Sequence
 
 import torch
 
-from ..lm import LM
+from ..runtime.lm import LM
+from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..stopping import StopChecker
 from .autoregressive import decode_rows
 from .drafters import Drafter
 from .results import SDStats
-from .session import Session
 from .speculative import decode_rows_sd
 from .steps import Step, StepConfig
 

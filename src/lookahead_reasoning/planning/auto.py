@@ -5,7 +5,7 @@ The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop) with the cost table at the current context length and
               the rates learned so far (the first cycle also pays for feeding the prompt);
-  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.lookahead.run_cycle`):
+  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.run_lr` runs it):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
               whose rows the step gate may cut after the scoring pass;
@@ -27,25 +27,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from ..decoding.cycle import CycleTools, LRState, ModelRows, TokenSD, make_tools
-from ..decoding.lookahead import finish_lr, run_cycle
+from ..decoding.cycle import CyclePlan, Gate, LRState, make_tools
+from ..decoding.driver import run_lr, split_options, start_state
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
-from ..decoding.session import Session
-from ..decoding.steps import StepConfig
-from ..decoding.streaming import TextStreamer
-from ..decoding.timing import Laps
-from ..lm import LM
-from ..presets import DRAFT_STOP_BELOW
-from ..sampling import SamplingConfig, make_generator
+from ..decoding.settings import Settings, TokenSD
+from ..presets import TOKEN_GAMMA
+from ..runtime.lm import LM
+from ..sampling import make_generator
+from ..verifiers.base import Verifier
 from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
 from .estimates import Book, load_book, save_book
 from .planner import Plan, Planner, PlannerConfig, Prefill
-
-from ..verifiers.base import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -97,87 +93,84 @@ class Planning:
             save_book(self.book, path)
 
 
-def generate_auto(
-    target_lm: LM,
-    draft_lm: LM,
-    prompt_ids: Sequence[int],
-    verifier: Verifier,
-    *,
-    draft_prompt_ids: Sequence[int] | None = None,
-    max_k: int | None = None,
-    config: PlannerConfig | None = None,
-    planning: Planning | None = None,
-    steps: StepConfig | None = None,
-    sampling: SamplingConfig | None = None,
-    draft_stop_below: float | None = DRAFT_STOP_BELOW,
-    same_vocab: bool = True,
-    max_new_tokens: int = 256,
-    seed: int | None = 0,
-    on_text: Callable[[str], None] | None = None,
-) -> GenerationResult:
-    """Adaptive speculation for one prompt (module docstring). ``planning`` carries the cost table and
-    book across calls (loaded, or measured, when None); ``max_k`` caps the drafted steps of a plan."""
+class AutoPolicy:
+    """Mode ``auto``'s cycle policy (module docstring): plan by the planner's prices, gate the rows by
+    them, learn from every cycle. ``delimiters``: the step delimiters (an overshooting SD iteration
+    that crossed one wrote the end of one step and the start of the next)."""
+
+    mode = "auto"
+
+    def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
+        self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
+        self.chosen: tuple[Plan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
+        self.before: tuple = ()  # both models' forward counters and the SD iterations when the cycle started
+
+    def start(self, state: LRState, stats: LRStats) -> None:
+        self.lms, self.stats = (state.target.lm, state.draft.lm), stats
+        stats.target_sd.observers.append(self.planner.book.token.record)
+        for grid in (self.planning.costs.target, self.planning.costs.draft):
+            grid.padding = self.config.pad
+        self.planning.costs.attach(*self.lms, refine=self.config.refine)
+
+    def plan(self, state: LRState) -> CyclePlan:
+        """Step 1: the fastest plan priced at this context (the target alone when the text is mid-step)."""
+        context = len(state.target.rows[0])
+        prefill = Prefill(*(len(s.rows[0]) if s.cached[0] == 0 else 0 for s in (state.target, state.draft)))
+        choice = self.planner.choose(context, prefill)
+        plan, rate = choice.plan, choice.rate
+        if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
+            plan, rate = self.planner.best_alone(context, prefill)
+        self.chosen = (plan, rate, context)
+        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), self.stats.target_sd.iterations)
+        return CyclePlan(plan.k, plan.gamma, plan.stop, overshoot=choice.plan.k == 0)
+
+    def gate(self, state: LRState, plan: CyclePlan) -> Gate:
+        chosen, _, context = self.chosen
+
+        def rows(drafted_tokens: list[int], agreements: list[float]) -> int:
+            return self.planner.rows_to_run(chosen, context, drafted_tokens, agreements)
+        return rows
+
+    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None:
+        """Step 3: what the cycle realised against its prediction, and its rates and overheads."""
+        chosen, rate, _ = self.chosen
+        book = self.planner.book
+        trace.plan = PlanNote(chosen.label, rate, trace.target_rows)
+        book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
+        forward_s = self.lms[0].stats.since(self.before[0]).seconds + self.lms[1].stats.since(self.before[1]).seconds
+        _learn(book, trace, self.delimiters, forward_s, self.stats.target_sd.iterations - self.before[2], chosen)
+
+    def finish(self, completed: bool) -> None:
+        self.planning.costs.detach(*self.lms)
+        if completed and self.config.learn:
+            self.planning.save()
+
+
+def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
+                  settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
+                  **options: Any) -> GenerationResult:
+    """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.run_lr`.
+
+    ``options``: ``config`` (:class:`PlannerConfig`), ``planning`` (the cost table and book, carried
+    across calls; loaded, or measured, when None), ``max_k`` (caps the drafted steps of a plan),
+    ``draft_prompt_ids``, ``same_vocab``, or any :class:`~..decoding.settings.Settings` field to change.
+    """
+    config, planning, max_k = options.pop("config", None), options.pop("planning", None), options.pop("max_k", None)
+    settings, pair = split_options(settings or Settings.preset(), options)
     config = config or PlannerConfig()
     if max_k is not None:
-        config = PlannerConfig(**{**vars(config), "max_k": max_k})
+        config = replace(config, max_k=max_k)
     planning = planning or Planning.load(target_lm, draft_lm, getattr(verifier, "name", type(verifier).__name__),
                                          config)
-    sampling = sampling or SamplingConfig()
-    generator = make_generator(seed)
+    settings = settings.with_overrides(width=1, token_sd=TokenSD(target="draft", draft=None,
+                                                                 gamma=max(config.gammas, default=TOKEN_GAMMA)))
     stats = LRStats(k=config.max_k)
-    tools = make_tools(target_lm, draft_lm, verifier, steps=steps or StepConfig(), sampling=sampling,
-                       generator=generator, stats=stats, same_vocab=same_vocab,
-                       token_sd=TokenSD(target="draft", draft=None, gamma=max(config.gammas, default=4)),
-                       width=1, draft_stop_below=draft_stop_below, share_single=True, confidence=True)
-    stats.target_sd.observers.append(planning.book.token.record)
-    draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
-    state = LRState(Session(target_lm, [list(prompt_ids)]), Session(draft_lm, [draft_ids]),
-                    len(prompt_ids), len(draft_ids), max_new_tokens)
+    tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
+                       same_vocab=pair["same_vocab"], share_single=True, confidence=True)
+    state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
-                      stop=draft_stop_below)
-    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
-    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    for grid in (planning.costs.target, planning.costs.draft):
-        grid.padding = config.pad
-    planning.costs.attach(target_lm, draft_lm, refine=config.refine)
-    try:
-        with Laps() as wall:
-            while state.done is None and state.remaining > 0:
-                stats.cycles.append(_cycle(state, planner, tools, target_lm, draft_lm, stats))
-                if streamer:
-                    streamer.update(state.target.rows[0][len(prompt_ids):])
-    finally:
-        planning.costs.detach(target_lm, draft_lm)
-    if state.done is None:
-        state.done = "budget"
-    if config.learn:
-        planning.save()
-    return finish_lr(state, stats, target_lm, draft_lm, t_before, d_before, wall.total(), streamer, "auto")
-
-
-def _cycle(state: LRState, planner: Planner, tools: CycleTools, target_lm: LM, draft_lm: LM,
-           stats: LRStats) -> CycleTrace:
-    """Steps 1-3 of the module docstring for one cycle."""
-    context = len(state.target.rows[0])
-    prefill = Prefill(*(len(s.rows[0]) if s.cached[0] == 0 else 0 for s in (state.target, state.draft)))
-    choice = planner.choose(context, prefill)
-    plan, rate = choice.plan, choice.rate
-    if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
-        plan, rate = planner.best_alone(context, prefill)
-
-    def gate(drafted, agreements):
-        return planner.rows_to_run(plan, context, [len(tools.translator.to_target(s)) for s in drafted], agreements)
-
-    if isinstance(tools.row_drafter, ModelRows):
-        tools.row_drafter.stop_below = plan.stop
-    forwards = target_lm.stats.copy(), draft_lm.stats.copy()
-    iterations = stats.target_sd.iterations
-    trace = run_cycle(state, plan.k, tools, gamma=plan.gamma, gate=gate, overshoot=choice.plan.k == 0)
-    trace.plan = PlanNote(plan.label, rate, trace.target_rows)
-    planner.book.record_cycle(plan.label, trace.tokens, trace.wall_s, rate / planner.book.factor(plan.label))
-    _learn(planner.book, trace, tools.target_writer.steps.delimiters, target_lm.stats.since(forwards[0]).seconds
-           + draft_lm.stats.since(forwards[1]).seconds, stats.target_sd.iterations - iterations, plan)
-    return trace
+                      stop=settings.draft_stop_below)
+    return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
 
 
 def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: float, iterations: int,
@@ -204,4 +197,4 @@ def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: 
         step.cycle_overhead.add(unexplained, 0.5)
 
 
-__all__ = ["Planning", "generate_auto"]
+__all__ = ["AutoPolicy", "Planning", "generate_auto"]

@@ -31,8 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
-from ..lm import LM, ForwardTiming
+from ..kernels import uses_onednn_linear
+from ..models import cache_root
+from ..runtime import hardware
+from ..runtime.lm import LM, ForwardTiming
+from ..runtime.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -200,10 +205,6 @@ def forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int
 def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: int = PREFIX, repeats: int = 1,
             progress: bool = True, label: str = "") -> CostGrid:
     """Time ``lm`` on ``grid`` ({rows: widths}) after a cached prefix; also the cost of a longer context."""
-    from tqdm.auto import tqdm
-
-    from ..decoding.session import Session
-
     vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
     ids = [(7 + 31 * i) % vocab for i in range(LONG_PREFIX)]
     short = Session(lm, [ids[:prefix]])
@@ -271,8 +272,6 @@ def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> se
 
 def cost_key(lm: LM) -> dict[str, Any]:
     """Everything that changes how long ``lm``'s forward takes here (the cache key of its table)."""
-    from ..kernels import uses_onednn_linear
-
     param = next(lm.model.parameters())
     kinds = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
     return {
@@ -294,9 +293,7 @@ def _instruction_caps() -> dict[str, str]:
 
 def _cpu_identity() -> str:
     """The CPU's model name and a digest of its instruction-set flags."""
-    from ..models.placement import cpu_flags
-
-    name, flags = platform.processor() or platform.machine(), " ".join(sorted(cpu_flags() or ()))
+    name, flags = platform.processor() or platform.machine(), " ".join(sorted(hardware.cpu_flags() or ()))
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -311,8 +308,6 @@ def _cpu_identity() -> str:
 
 def cache_path(lm: LM, key: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
     """Where ``lm``'s table lives: beside its converted weights for an offline model, else under costs/."""
-    from ..models import cache_root
-
     base = cache_root(root)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", lm.name).strip("_") or "model"
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import require
-from ..theory.costed import CycleEstimate, iteration_seconds, lr_cycle, step_cycle, tokens_per_iteration
+from ..presets import PRESETS
+from ..theory.costed import CycleEstimate, ScoredChain, gated_cycle, lr_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
 
@@ -65,7 +66,7 @@ class PlannerConfig:
     (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``).
     """
 
-    max_k: int = 2
+    max_k: int = PRESETS["auto"].k
     gammas: tuple[int, ...] = (4, 6, 8, 12, 16, 20, 24)
     row_gammas: tuple[int, ...] = (0, 4, 8, 12)
     stops: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
@@ -209,26 +210,14 @@ class Planner:
         _, r0 = self.best_alone(context)
         target, draft = self._costs_at(context)
         token, step = self.book.token.model(plan.stop), self.book.step.model()
-        per_iteration = tokens_per_iteration(plan.gamma, token) if plan.gamma else 1.0
-        p = [self.book.step.accept_probability(a) for a in agreements]
         need = [0.0 if a >= 1.0 else max(1.0, step.target_tokens - a * n) for a, n in zip(agreements, drafted_tokens)]
-        best_r, best_value = 1, None
-        for rows in range(1, len(agreements) + 2):
-            judged = rows - 1
-            iters = [n / per_iteration for n in need[:judged]] + [
-                (need[judged] if judged < len(need) else step.target_tokens) / per_iteration]
-            reach, tokens, phase, verify = 1.0, step.target_tokens, 0.0, 0.0
-            for j in range(judged):  # the batch stops at row j's end when row j is the first rejection
-                verify += reach * step.verify_s
-                phase += reach * (1 - p[j]) * max(iters[:j + 1])
-                reach *= p[j]
-                tokens += reach * drafted_tokens[j]
-            phase += reach * max(iters)
-            seconds = phase * iteration_seconds(plan.gamma, token, target, draft, rows) + verify
-            value = tokens - r0 * seconds
-            if best_value is None or value > best_value:
-                best_r, best_value = rows, value
-        return best_r
+        scored = ScoredChain(tuple(self.book.step.accept_probability(a) for a in agreements), tuple(drafted_tokens),
+                             tuple(need))
+
+        def value(rows: int) -> float:
+            cycle = gated_cycle(rows, plan.gamma, step, token, scored, target, draft)
+            return cycle.tokens - r0 * cycle.seconds
+        return max(range(1, len(agreements) + 2), key=value)
 
 
 __all__ = ["Choice", "Plan", "Planner", "PlannerConfig", "Prefill"]

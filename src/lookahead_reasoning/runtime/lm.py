@@ -110,13 +110,8 @@ class LM:
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        state: KVState | None = None,
-        new_mask: torch.Tensor | None = None,
-        keep: int = 1,
-    ) -> tuple[torch.Tensor, KVState]:
+    def forward(self, input_ids: torch.Tensor, state: KVState | None = None, new_mask: torch.Tensor | None = None,
+                keep: int = 1) -> tuple[torch.Tensor, KVState]:
         """Run the model on new tokens of B rows, appending them to ``state``'s cache.
 
         Args:
@@ -140,20 +135,12 @@ class LM:
         real_tokens = int(new_mask.sum())
         width = n if self.widths is None else max(n, int(self.widths(bsz, n)))
         if width > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
-            input_ids = torch.cat([input_ids, input_ids[:, -1:].expand(bsz, width - n)], dim=1)
-            new_mask = torch.cat([new_mask.to(device=device, dtype=torch.long),
-                                  torch.ones(bsz, width - n, dtype=torch.long, device=device)], dim=1)
+            input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), width)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
         position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         start = time.perf_counter()
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=full_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=_keep_positions(keep, n, width, device),
-            **{self.cache_arg: state.cache},
-        )
+        out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
+                         logits_to_keep=_keep_positions(keep, n, width, device), **{self.cache_arg: state.cache})
         self.stats.calls += 1
         self.stats.tokens += real_tokens
         returned = getattr(out, "past_key_values", None)
@@ -164,10 +151,8 @@ class LM:
         logits = out.logits.float()
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
-        if self.listeners:
-            timing = ForwardTiming(bsz, width, full_mask.shape[1] - width, seconds)
-            for listener in self.listeners:
-                listener(timing)
+        for listener in self.listeners:
+            listener(ForwardTiming(bsz, width, full_mask.shape[1] - width, seconds))
         return logits, state
 
     # ------------------------------------------------------------------ text
@@ -204,6 +189,15 @@ class LM:
         ids = self.encode(text)
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids
+
+
+def _pad_right(input_ids: torch.Tensor, new_mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, n) ids and mask padded to (B, width) with the last token repeated, counted as real (they
+    are cropped off the cache after the forward)."""
+    bsz, n = input_ids.shape
+    ids = torch.cat([input_ids, input_ids[:, -1:].expand(bsz, width - n)], dim=1)
+    mask = torch.cat([new_mask, torch.ones(bsz, width - n, dtype=torch.long, device=new_mask.device)], dim=1)
+    return ids, mask
 
 
 def cache_argument(model: Any) -> str:

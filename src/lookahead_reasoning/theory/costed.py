@@ -34,13 +34,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import require
-from .formulas import check_count, check_rate
+from .formulas import check_count, check_rate, f_sync_batched
 
 CostFn = Callable[[int, int], float]
 
-__all__ = ["CostFn", "CycleEstimate", "StepModel", "TokenModel", "ar_rate", "drafted_pmf", "expected_accepted",
-           "f_sync_costed", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate", "step_cycle",
-           "tokens_per_iteration"]
+__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepModel", "TokenModel", "ar_rate", "drafted_pmf",
+           "expected_accepted", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
+           "step_cycle", "tokens_per_iteration"]
 
 
 @dataclass(frozen=True)
@@ -203,12 +203,45 @@ def lr_cycle(k: int, gamma: int, step: StepModel, token: TokenModel, target: Cos
     return CycleEstimate(tokens, seconds)
 
 
+@dataclass(frozen=True)
+class ScoredChain:
+    """What a cycle's scoring pass showed of its drafted steps, one entry per drafted step with a row:
+    ``accept`` its acceptance probability p_j, ``drafted_tokens`` its length, ``need`` the tokens its row
+    still has to write after the head start (0: the target would write the drafted step exactly)."""
+
+    accept: tuple[float, ...]
+    drafted_tokens: tuple[int, ...]
+    need: tuple[float, ...]
+
+
+def gated_cycle(rows: int, gamma: int, step: StepModel, token: TokenModel, scored: ScoredChain, target: CostFn,
+                draft: CostFn) -> CycleEstimate:
+    """The rest of a scored cycle when only its first ``rows`` target rows run (rows - 1 judged rows,
+    then a bonus row), with SD at ``gamma`` inside them.
+
+    Tokens: one target step ``L_t``, plus drafted step j's tokens when steps 1..j all pass
+    (``prod p``). Seconds: the batch runs until its first rejected row j is done (probability
+    ``reach_j (1 - p_j)``), else until its longest row is; an iteration costs
+    ``iteration_seconds(gamma, rows=R)``; the verifier judges row j when every row before it passed.
+    """
+    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    judged = rows - 1
+    last = scored.need[judged] if judged < len(scored.need) else step.target_tokens
+    iters = [n / per_iteration for n in scored.need[:judged]] + [last / per_iteration]
+    reach, tokens, phase, verify = 1.0, step.target_tokens, 0.0, 0.0
+    for j in range(judged):  # the batch stops at row j's end when row j is the first rejection
+        verify += reach * step.verify_s
+        phase += reach * (1 - scored.accept[j]) * max(iters[:j + 1])
+        reach *= scored.accept[j]
+        tokens += reach * scored.drafted_tokens[j]
+    phase += reach * max(iters)
+    return CycleEstimate(tokens, phase * iteration_seconds(gamma, token, target, draft, rows) + verify)
+
+
 def f_sync_costed(k1: int, alpha1: float, c1: float, target: CostFn, n: int = 1) -> float:
     """Synchronous LR over the target alone with a measured batched step: ``f_sync_batched`` with
     ``beta = target(k1, n) / target(1, n)``. ``n`` is the width of the rows' forwards (1: token by
     token; ``gamma + 1`` with SD inside the rows). ``k1 = 1`` is the target alone: 1."""
-    from .formulas import f_sync_batched
-
     k1 = int(check_count(k1, "k1"))
     beta = target(k1, n) / target(1, n) if k1 > 1 else 1.0
     return float(f_sync_batched(k1, alpha1, c1, beta))

@@ -20,9 +20,14 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, fields, replace
 from typing import Any, Sequence
 
+import torch
+
 from ..errors import VerifierError, require
+from ..runtime.lm import LM
+from ..runtime.session import Session
 from .base import BaseVerifier, Pair, Verdict, check_pairs, check_unit_threshold, share, with_latency
 
 log = logging.getLogger(__name__)
@@ -69,6 +74,39 @@ def check_judge_options(threshold: float, min_mass: float, yes: str, no: str, ru
             "a judge question must contain the fields {draft} and {target}")
 
 
+@dataclass(frozen=True)
+class JudgeOptions:
+    """How a judge is asked and how its answer is read (module docstring), checked once.
+
+    ``threshold``: the least score that accepts, in [0, 1] (rule "share"); ``answers``: the (yes, no)
+    words; ``min_mass``: below this P(yes) + P(no) the verdict is "unclear" (rule "share");
+    ``question``: the template, with fields {draft}, {target}, {yes}, {no}; ``rule``: "share" or
+    "top"; ``prefill``: text put at the start of the answer, before the answer token.
+    """
+
+    threshold: float = 0.5
+    answers: tuple[str, str] = ("yes", "no")
+    min_mass: float = 1e-4
+    question: str = JUDGE_QUESTION
+    rule: str = "share"
+    prefill: str = ""
+
+    def __post_init__(self) -> None:
+        yes, no = self.answers
+        check_judge_options(self.threshold, self.min_mass, yes, no, self.rule, self.question)
+
+    @classmethod
+    def given(cls, options: "JudgeOptions | float | None", changes: dict[str, Any]) -> "JudgeOptions":
+        """``options`` (a JudgeOptions, a threshold, or None for the defaults) with ``changes`` applied."""
+        if options is None or isinstance(options, (int, float)):
+            changes = {**({} if options is None else {"threshold": options}), **changes}
+            options = cls()
+        return replace(options, **changes) if changes else options
+
+
+JUDGE_OPTION_NAMES = tuple(f.name for f in fields(JudgeOptions))
+
+
 def word_variants(word: str) -> list[str]:
     """Spellings of an answer word a model may start with: as is, capitalised, each with a leading space."""
     forms = dict.fromkeys([word, word.lower(), word.capitalize()])
@@ -99,14 +137,10 @@ def question_prompt(lm: Any, question: str, system: str | None, prefill: str, pl
 def next_token_probs(lm: Any, prompts: Sequence[str]):
     """Float32 (B, V) next-token probabilities after each prompt, from ONE left-padded forward.
 
-    The rows go through a fresh :class:`~lookahead_reasoning.decoding.session.Session`, which
+    The rows go through a fresh :class:`~lookahead_reasoning.runtime.session.Session`, which
     aligns them on the right (pads before the text, positions from the mask) exactly as the
     decoding loops do. Raises whatever the model raises.
     """
-    import torch
-
-    from ..decoding.session import Session
-
     rows = [lm.encode(p) for p in prompts]
     logits = Session(lm, rows).logits(keep=1)  # (B, 1, V)
     return torch.softmax(logits[:, -1, :].float(), dim=-1)
@@ -166,14 +200,10 @@ class LLMJudgeVerifier(BatchedLocalJudge):
 
     Args:
         judge: an :class:`~lookahead_reasoning.lm.LM` (or a LoadedModel: anything with .model/.tokenizer).
-        threshold: minimum score to accept, in [0, 1] (rule "share").
-        answers: the (yes, no) words.
-        prefill: text put at the start of the assistant turn before the answer token.
-        min_mass: below this P(yes) + P(no) the verdict is "unclear" (rule "share").
+        options: a :class:`JudgeOptions` (or its threshold); ``changes`` change its fields
+            (``threshold=``, ``answers=``, ``prefill=``, ``min_mass=``, ``question=``, ``rule=``).
         batch_size: rows per forward pass.
         system: an optional system message for the chat template.
-        question: the question template, with fields {draft}, {target}, {yes}, {no}.
-        rule: "share" or "top".
 
     Measured once (8 hand-made GSM8K-style pairs, bf16, CPU): Qwen2.5-Coder-0.5B-Instruct scored
     0.47-0.59 whether or not the steps matched (useless as a judge); the 1.5B scored 0.90-0.97 on
@@ -181,20 +211,18 @@ class LLMJudgeVerifier(BatchedLocalJudge):
     """
 
     name = "judge"
+    keyword_options = JUDGE_OPTION_NAMES
 
-    def __init__(self, judge: Any, threshold: float = 0.5, answers: tuple[str, str] = ("yes", "no"),
-                 prefill: str = "", min_mass: float = 1e-4, batch_size: int = 16, system: str | None = None,
-                 question: str = JUDGE_QUESTION, rule: str = "share"):
-        from ..lm import LM
-
+    def __init__(self, judge: Any, options: JudgeOptions | float | None = None, *, batch_size: int = 16,
+                 system: str | None = None, **changes: Any):
         require(judge is not None, "the judge verifier needs judge=LM(...) (a loaded chat model)", VerifierError)
-        yes, no = answers
-        check_judge_options(threshold, min_mass, yes, no, rule, question)
+        options = JudgeOptions.given(options, changes)
+        yes, no = options.answers
         require(isinstance(batch_size, int) and batch_size >= 1, f"batch_size must be >= 1, got {batch_size!r}")
         self.judge = judge if hasattr(judge, "forward") and hasattr(judge, "encode") else LM.from_loaded(judge)
-        self.threshold, self.min_mass, self.batch_size = float(threshold), float(min_mass), batch_size
-        self.answers, self.prefill, self.system = (yes, no), prefill, system
-        self.question, self.rule = question, rule
+        self.threshold, self.min_mass, self.batch_size = float(options.threshold), float(options.min_mass), batch_size
+        self.answers, self.prefill, self.system = (yes, no), options.prefill, system
+        self.question, self.rule = options.question, options.rule
         self.yes_ids, self.no_ids = first_token_ids(self.judge, yes), first_token_ids(self.judge, no)
         shared = self.yes_ids & self.no_ids
         self.yes_ids, self.no_ids = self.yes_ids - shared, self.no_ids - shared
@@ -205,10 +233,6 @@ class LLMJudgeVerifier(BatchedLocalJudge):
         """The full text the judge continues; its next token is the answer."""
         question = judge_question(draft, target, *self.answers, template=self.question)
         return question_prompt(self.judge, question, self.system, self.prefill, "\nAnswer:")
-
-    def answer_probabilities(self, pairs: Sequence[Pair]) -> list[tuple[float, float]]:
-        """(P(yes), P(no)) of the judge's next token for each pair, from one left-padded forward."""
-        return [(y, n) for y, n, _ in self._read(pairs)]
 
     def _read(self, pairs: Sequence[Pair]) -> list[tuple[float, float, str | None]]:
         """(P(yes), P(no), the word the argmax token starts or None) per pair."""
@@ -223,5 +247,5 @@ class LLMJudgeVerifier(BatchedLocalJudge):
         return [decide(self, y, n, w) for y, n, w in self._read(pairs)]
 
 
-__all__ = ["ALIGNED_ANSWERS", "ALIGNED_PREFILL", "ALIGNED_QUESTION", "JUDGE_QUESTION", "LLMJudgeVerifier",
-           "judge_question"]
+__all__ = ["ALIGNED_ANSWERS", "ALIGNED_PREFILL", "ALIGNED_QUESTION", "JUDGE_OPTION_NAMES", "JUDGE_QUESTION",
+           "JudgeOptions", "LLMJudgeVerifier", "judge_question"]

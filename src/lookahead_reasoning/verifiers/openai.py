@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import VerifierError, require
 from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
-from .judge import JUDGE_QUESTION, check_judge_options, decide, judge_question
+from .judge import JUDGE_OPTION_NAMES, JudgeOptions, decide, judge_question
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +43,23 @@ class OpenAIJudgeVerifier(BaseVerifier):
             it serves (VerifierError when it serves none or several).
         api_key: sent as ``Authorization: Bearer <key>`` when given.
         timeout: seconds per request.
-        threshold, answers, min_mass, question, rule: as for ``LLMJudgeVerifier``.
+        options: a :class:`~.judge.JudgeOptions` (or its threshold); ``changes`` change its fields
+            (``threshold=``, ``answers=``, ``min_mass=``, ``question=``, ``rule=``, ``prefill=``)
+            and give ``top_logprobs`` and ``check_connection``.
         format_prompt: turns the question into the text sent, e.g. a chat template applied locally
             (``lambda q: lm.chat_prompt(q)``); default: the plain question followed by "\\nAnswer:".
-        prefill: appended after ``format_prompt``'s text (e.g. "[").
         top_logprobs: how many alternatives the server returns for the answer token.
         check_connection: GET ``{base_url}/models`` now; raise VerifierError if it cannot be reached,
             refuses the key, or does not list ``model``.
     """
 
     name = "openai-judge"
+    keyword_options = (*JUDGE_OPTION_NAMES, "top_logprobs", "check_connection")
 
-    def __init__(self, base_url: str, model: str | None, api_key: str | None = None, timeout: float = 10.0,
-                 threshold: float = 0.5, answers: tuple[str, str] = ("yes", "no"), min_mass: float = 1e-4,
-                 format_prompt: Callable[[str], str] | None = None, top_logprobs: int = 5,
-                 check_connection: bool = False, question: str = JUDGE_QUESTION, rule: str = "share",
-                 prefill: str = ""):
+    def __init__(self, base_url: str, model: str | None, options: JudgeOptions | float | None = None, *,
+                 api_key: str | None = None, timeout: float = 10.0,
+                 format_prompt: Callable[[str], str] | None = None, **changes: Any):
+        top_logprobs, check_connection = changes.pop("top_logprobs", 5), changes.pop("check_connection", False)
         require(isinstance(base_url, str) and base_url.startswith(("http://", "https://")),
                 f"base_url must be an http(s) URL such as 'http://localhost:8000/v1', got {base_url!r}", VerifierError)
         require(model is None or (isinstance(model, str) and model.strip() != ""),
@@ -67,12 +68,12 @@ class OpenAIJudgeVerifier(BaseVerifier):
                 f"timeout must be > 0 seconds, got {timeout!r}")
         require(isinstance(top_logprobs, int) and 1 <= top_logprobs <= 20,
                 f"top_logprobs must be in 1..20, got {top_logprobs!r}")
-        yes, no = answers
-        check_judge_options(threshold, min_mass, yes, no, rule, question)
+        options = JudgeOptions.given(options, changes)
+        yes, no = options.answers
         self.base_url, self.model, self.api_key = base_url.rstrip("/"), model, api_key
-        self.timeout, self.threshold, self.min_mass = float(timeout), float(threshold), float(min_mass)
+        self.timeout, self.threshold, self.min_mass = float(timeout), float(options.threshold), float(options.min_mass)
         self.answers, self.top_logprobs = (yes.strip().lower(), no.strip().lower()), top_logprobs
-        self.question, self.rule, self.prefill = question, rule, prefill
+        self.question, self.rule, self.prefill = options.question, options.rule, options.prefill
         self.format_prompt = format_prompt or (lambda text: f"{text}\nAnswer:")
         if model is None:
             self.model = self._only_served_model()

@@ -15,9 +15,8 @@ from .score import TargetScoreVerifier
 from .text import ExactMatchVerifier
 
 
-def paper_judge(judge: Any = None, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                timeout: float = 10.0, threshold: float | None = None, batch_size: int = 16,
-                format_prompt: Callable[[str], str] | None = None) -> CascadeVerifier:
+def paper_judge(judge: Any = None, base_url: str | None = None, *, threshold: float | None = None,
+                batch_size: int = 16, **remote: Any) -> CascadeVerifier:
     """The paper's verifier: exact match first, then an LLM judge asked whether the steps are aligned.
 
     Stage 1 accepts steps that are equal after lower-casing and removing whitespace. Stage 2 asks a
@@ -26,7 +25,11 @@ def paper_judge(judge: Any = None, base_url: str | None = None, model: str | Non
     and reads ONE token: the judge's most likely token must start "aligned"; one that starts
     "unaligned" rejects, anything else is unclear and rejects (counted in ``failures``). Given a
     ``threshold``, stage 2 accepts when P(aligned) / (P(aligned) + P(unaligned)) >= threshold instead.
+    ``remote``: the server's ``model``, ``api_key``, ``timeout`` and ``format_prompt`` (as for
+    :class:`OpenAIJudgeVerifier`).
     """
+    unknown = sorted(set(remote) - set(paper_judge.keyword_options))
+    require(not unknown, f"paper_judge takes no option(s) {unknown}", VerifierError)
     require((judge is None) != (base_url is None),
             "the paper-judge verifier needs exactly one judge: judge=LM(...) (a local chat model) or "
             "base_url='http://host:port/v1' (an OpenAI-compatible server)", VerifierError)
@@ -36,9 +39,13 @@ def paper_judge(judge: Any = None, base_url: str | None = None, model: str | Non
     if judge is not None:
         stage = LLMJudgeVerifier(judge, batch_size=batch_size, **options)
     else:
-        stage = OpenAIJudgeVerifier(base_url, model, api_key=api_key, timeout=timeout,
-                                    format_prompt=format_prompt or (lambda q: f"{q}\nAnswer: "), **options)
+        format_prompt = remote.pop("format_prompt", None) or (lambda q: f"{q}\nAnswer: ")
+        stage = OpenAIJudgeVerifier(base_url, remote.pop("model", None), format_prompt=format_prompt, **remote,
+                                    **options)
     return CascadeVerifier(ExactMatchVerifier(), stage, name="paper-judge")
+
+
+paper_judge.keyword_options = ("model", "api_key", "timeout", "format_prompt")
 
 
 _FACTORIES: dict[str, Callable[..., Verifier]] = {
@@ -60,8 +67,11 @@ KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (
 
 
 def options_of(factory: Callable) -> set[str]:
-    """The keyword options a verifier class or factory function takes."""
-    return set(inspect.signature(factory).parameters)
+    """The keyword options a verifier class or factory function takes: its named parameters and the
+    ones it reads from ``**`` (its ``keyword_options``)."""
+    named = {name for name, p in inspect.signature(factory).parameters.items()
+             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return named | set(getattr(factory, "keyword_options", ()))
 
 
 def canonical_name(name: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import VerifierError, require
+from ..runtime.lm import LM
 from .base import Pair, Verdict
 from .judge import BatchedLocalJudge, first_token_ids, judge_question, next_token_probs, question_prompt
 
@@ -46,8 +47,6 @@ class TargetScoreVerifier(BatchedLocalJudge):
 
     def __init__(self, target: Any, threshold: int = 9, min_mass: float = 1e-4, batch_size: int = 8,
                  question: str = SCORE_QUESTION, system: str | None = None):
-        from ..lm import LM
-
         require(target is not None, "the target-score verifier needs the target's LM (target=...)", VerifierError)
         require(isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
                 and float(threshold).is_integer() and 0 <= threshold <= 9,

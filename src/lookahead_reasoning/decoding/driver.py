@@ -1,0 +1,141 @@
+"""One driver for the step-level modes: :func:`run_lr` runs cycles until EOS or the budget, each cycle
+the plan a :class:`CyclePolicy` gives.
+
+  1. plan    ``policy.plan(state)``: what the next cycle runs (:class:`~.cycle.CyclePlan`: k drafted
+             steps, gamma drafted tokens per SD iteration in the target's rows, the draft's stop);
+  2. run     :func:`~.lookahead.run_cycle`; ``policy.gate(state, plan)`` may drop target rows after
+             the scoring pass;
+  3. learn   ``policy.learn(state, plan, trace)`` sees the finished cycle.
+
+Fixed-k Lookahead Reasoning (:class:`FixedK`, modes ``lr`` and ``lr-sd``) plans the same cycle every
+time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.auto.AutoPolicy`) prices
+every plan before each cycle and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt
+front door.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+from ..runtime.lm import LM
+from ..runtime.session import Session
+from ..sampling import make_generator
+from ..verifiers.base import Verifier
+from .cycle import CyclePlan, CycleTools, Gate, LRState, make_tools
+from .lookahead import run_cycle
+from .results import CycleTrace, GenerationResult, LRStats
+from .settings import Settings
+from .streaming import TextStreamer
+from .timing import Laps
+
+
+class CyclePolicy(Protocol):
+    """Decides what every cycle of a step-level run does, and learns from what it did."""
+
+    mode: str  # the mode the result reports ("lr", "lr-sd", "auto")
+
+    def start(self, state: LRState, stats: LRStats) -> None: ...
+
+    def plan(self, state: LRState) -> CyclePlan: ...
+
+    def gate(self, state: LRState, plan: CyclePlan) -> Gate | None: ...
+
+    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None: ...
+
+    def finish(self, completed: bool) -> None: ...
+
+
+class FixedK:
+    """Every cycle drafts ``k`` steps; the target's rows use the writers' own gamma and the draft
+    stops below ``stop``. No gate, nothing learned."""
+
+    def __init__(self, k: int, stop: float | None = None, mode: str = "lr"):
+        self.k, self.stop, self.mode = k, stop, mode
+
+    def start(self, state: LRState, stats: LRStats) -> None:
+        pass
+
+    def plan(self, state: LRState) -> CyclePlan:
+        return CyclePlan(self.k, stop=self.stop)
+
+    def gate(self, state: LRState, plan: CyclePlan) -> Gate | None:
+        return None
+
+    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None:
+        pass
+
+    def finish(self, completed: bool) -> None:
+        pass
+
+
+def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
+           on_text: Callable[[str], None] | None = None) -> GenerationResult:
+    """Cycles of ``policy``'s plans from ``state`` until EOS or the budget (module docstring); the
+    cycles' traces go to ``stats``, the accepted text to ``on_text`` as it grows."""
+    target_lm, draft_lm = state.target.lm, state.draft.lm
+    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
+    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
+    policy.start(state, stats)
+    completed = False
+    try:
+        with Laps() as wall:
+            while state.done is None and state.remaining > 0:
+                plan = policy.plan(state)
+                trace = run_cycle(state, plan, tools, policy.gate(state, plan))
+                policy.learn(state, plan, trace)
+                stats.cycles.append(trace)
+                if streamer:
+                    streamer.update(state.target.rows[0][state.prompt_len_target:])
+        completed = True
+    finally:
+        policy.finish(completed)
+    if state.done is None:
+        state.done = "budget"
+    t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
+    if stats.target_sd is not None:
+        stats.target_sd.target_forwards, stats.target_sd.target_seconds = t_used.calls, t_used.seconds
+        stats.target_sd.draft_forwards, stats.target_sd.draft_seconds = d_used.calls, d_used.seconds
+    new = state.target.rows[0][state.prompt_len_target:]
+    if streamer:
+        streamer.finish(new)
+    return GenerationResult(new, target_lm.decode(new), state.target.rows[0][:state.prompt_len_target], state.done,
+                            t_used.calls, wall.total(), mode=policy.mode, stats=stats)
+
+
+def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_prompt_ids: Sequence[int] | None,
+                max_new_tokens: int) -> LRState:
+    """Both sessions at the prompt (``draft_prompt_ids``: the prompt in the draft's tokenizer; None:
+    ``prompt_ids``, for a shared vocabulary)."""
+    draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
+    return LRState(Session(target_lm, [list(prompt_ids)]), Session(draft_lm, [draft_ids]), len(prompt_ids),
+                   len(draft_ids), max_new_tokens)
+
+
+def split_options(settings: Settings | None, options: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
+    """``options`` of a front door: the pair's (``draft_prompt_ids``, ``same_vocab``) apart, the rest
+    applied to ``settings`` (a :class:`~.settings.Settings` field each)."""
+    pair = {"draft_prompt_ids": options.pop("draft_prompt_ids", None), "same_vocab": options.pop("same_vocab", True)}
+    return (settings or Settings()).with_overrides(**options), pair
+
+
+def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
+                settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
+                **options: Any) -> GenerationResult:
+    """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
+
+    ``settings`` (:class:`~.settings.Settings`; its k, width, steps, sampling, ``token_sd``, stop,
+    budget and seed); ``options``: ``draft_prompt_ids`` (the prompt in the draft's tokenizer; default
+    ``prompt_ids``, for a shared vocabulary), ``same_vocab`` (default True), or any settings field
+    to change (``k=3``, ``max_new_tokens=64``, ...). ``settings.token_sd`` turns on token-level SD
+    inside steps (mode "lr-sd").
+    """
+    settings, pair = split_options(settings, options)
+    stats = LRStats(k=settings.drafted_steps)
+    tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
+                       same_vocab=pair["same_vocab"])
+    state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
+    policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr")
+    return run_lr(state, tools, policy, stats, on_text)
+
+
+__all__ = ["CyclePolicy", "FixedK", "generate_lr", "run_lr", "split_options", "start_state"]

@@ -1,0 +1,115 @@
+"""What a generation runs with, in one frozen object: :class:`Settings` (and :class:`TokenSD`, token-level
+SD inside steps).
+
+The generator, the step-level driver, :func:`~.cycle.make_tools` and the token-level loops all read
+their knobs from a ``Settings``; it is checked once, when it is made, and its defaults are the ones in
+:mod:`lookahead_reasoning.presets`. A loop that is called with single keywords (``k=3``,
+``max_new_tokens=64``, ...) turns them into a ``Settings`` with :meth:`Settings.with_overrides`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..errors import require
+from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, NGRAM_MAX, NGRAM_MIN,
+                       TOKEN_GAMMA, mode_k)
+from ..sampling import SamplingConfig
+from .steps import StepConfig
+
+
+def check_stop_below(stop_below: float | None) -> None:
+    """Raise ConfigError unless ``stop_below`` (the draft confidence to keep drafting) is None or in [0, 1)."""
+    require(stop_below is None or 0.0 <= stop_below < 1.0,
+            f"draft_stop_below / stop_below (draft confidence to keep drafting) must be in [0, 1) or None, "
+            f"got {stop_below!r}")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class TokenSD:
+    """Token-level SD inside steps. ``target``: None | "ngram" | "draft"; ``draft``: None | "ngram"."""
+
+    target: str | None = None
+    draft: str | None = None
+    gamma: int = TOKEN_GAMMA
+    ngram_max: int = NGRAM_MAX
+    ngram_min: int = NGRAM_MIN
+
+    def __post_init__(self) -> None:
+        require(self.target in (None, "ngram", "draft"), "TokenSD target (who drafts tokens for the target's rows) "
+                f"must be None, 'ngram' or 'draft', got {self.target!r}")
+        require(self.draft in (None, "ngram"), "TokenSD draft (who drafts tokens inside the draft's steps) must be "
+                f"None or 'ngram', got {self.draft!r}")
+        require(isinstance(self.gamma, int) and self.gamma >= 1,
+                f"TokenSD gamma must be an integer >= 1, got {self.gamma!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of one generation (p = target, q = draft).
+
+    ``k``: drafted steps per cycle (None: the mode's preset); ``gamma``: drafted tokens per SD
+    iteration (None: the mode's preset); ``width``: drafts per position W (W - 1 alternatives, sampled
+    at ``alt_temperature`` when decoding is greedy); ``steps``: the step segmenter; ``sampling``:
+    temperature / top-k / top-p (0: greedy); ``token_sd``: token-level SD inside steps (None: off);
+    ``draft_stop_below``: the draft stops drafting after a token it gave less than this probability
+    (None, in a bare ``Settings``: never; :meth:`preset`, which the generator and mode ``auto`` start
+    from, takes :data:`~lookahead_reasoning.presets.DRAFT_STOP_BELOW`); ``max_new_tokens``: the
+    answer's budget; ``seed``: of the run's ``torch.Generator``.
+    """
+
+    k: int | None = None
+    gamma: int | None = None
+    width: int = 1
+    steps: StepConfig = field(default_factory=StepConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    token_sd: TokenSD | None = None
+    alt_temperature: float = ALT_TEMPERATURE
+    draft_stop_below: float | None = None
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        require(self.k is None or _positive_int(self.k),
+                f"k (drafted steps per cycle) must be an integer >= 1, got {self.k!r}")
+        require(self.gamma is None or _positive_int(self.gamma),
+                f"gamma (drafted tokens per iteration) must be an integer >= 1, got {self.gamma!r}")
+        require(_positive_int(self.width), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
+        require(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
+                and self.max_new_tokens >= 0, f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,
+                f"alt_temperature must be a number > 0, got {self.alt_temperature!r}")
+        check_stop_below(self.draft_stop_below)
+
+    @classmethod
+    def preset(cls, **fields_: Any) -> "Settings":
+        """The settings the generator and mode ``auto`` start from: the presets' stop for the draft."""
+        return cls(**{"draft_stop_below": DRAFT_STOP_BELOW, **fields_})
+
+    @property
+    def drafted_steps(self) -> int:
+        """k for a fixed-k LR run: the given one, else the preset of mode ``lr``."""
+        return mode_k("lr", self.k)
+
+    @property
+    def token_gamma(self) -> int:
+        """gamma for a token-level loop: the given one, else :data:`~lookahead_reasoning.presets.TOKEN_GAMMA`."""
+        return TOKEN_GAMMA if self.gamma is None else self.gamma
+
+    def with_overrides(self, **changes: Any) -> "Settings":
+        """A copy with the given fields changed (None keeps the field unless None is a value it can
+        take: ``draft_stop_below``, ``token_sd``, ``seed``, ``k``, ``gamma``); unknown names raise."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        require(not unknown, f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        keep_none = {"draft_stop_below", "token_sd", "seed", "k", "gamma"}
+        changes = {name: value for name, value in changes.items() if value is not None or name in keep_none}
+        return replace(self, **changes) if changes else self
+
+
+__all__ = ["Settings", "TokenSD", "check_stop_below"]

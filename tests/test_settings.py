@@ -1,0 +1,97 @@
+"""One settings object for every loop; one driver for fixed-k LR and mode auto; the old arguments still work."""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+import pytest
+
+from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
+from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
+from lookahead_reasoning.decoding.cycle import CyclePlan, make_tools
+from lookahead_reasoning.decoding.driver import start_state
+from lookahead_reasoning.decoding.results import LRStats
+from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
+from lookahead_reasoning.sampling import make_generator
+
+from conftest import tiny_lm
+from lr_helpers import exact
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "lookahead_reasoning"
+
+
+def test_settings_are_checked_once_when_made():
+    assert Settings().max_new_tokens == DEFAULT_MAX_NEW_TOKENS and Settings().draft_stop_below is None
+    assert Settings.preset().draft_stop_below == DRAFT_STOP_BELOW
+    for bad in ({"k": 0}, {"gamma": 0}, {"width": 0}, {"max_new_tokens": -1}, {"draft_stop_below": 1.0},
+                {"alt_temperature": 0.0}):
+        with pytest.raises(ConfigError):
+            Settings(**bad)
+    with pytest.raises(ConfigError, match="unknown setting"):
+        Settings().with_overrides(gamm=3)
+    assert Settings(k=3).with_overrides(k=None).k is None  # None is a value k can take (the preset)
+    assert Settings(width=2).with_overrides(width=None).width == 2  # None keeps a field that needs a value
+
+
+def test_run_lr_with_fixed_k_is_generate_lr():
+    target, draft, prompt = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1), [5, 6, 7, 8]
+    settings = Settings(k=2, max_new_tokens=24)
+    expected = generate_lr(target, draft, prompt, exact(), settings)
+    stats = LRStats(k=2)
+    tools = make_tools(target, draft, exact(), settings, generator=make_generator(0), stats=stats)
+    state = start_state(target, draft, prompt, None, settings.max_new_tokens)
+    result = run_lr(state, tools, FixedK(2), stats)
+    assert result.token_ids == expected.token_ids and result.mode == "lr"
+    assert len(result.stats.cycles) == len(expected.stats.cycles)
+
+
+def test_loop_keywords_still_work_beside_settings():
+    target, draft, prompt = tiny_lm("qwen2", 0), tiny_lm("qwen2", 0), [9, 8, 7]
+    ar = generate(target, prompt, max_new_tokens=20).token_ids
+    by_keywords = generate_lr(target, draft, prompt, exact(), k=3, max_new_tokens=20)
+    by_settings = generate_lr(target, draft, prompt, exact(), Settings(k=3, max_new_tokens=20))
+    assert by_keywords.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
+
+
+def test_a_cycle_plan_carries_the_drafts_stop():
+    """The stop of a plan reaches the drafter the cycle builds; the tools themselves are not changed."""
+    target, draft = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)
+    settings = Settings(token_sd=TokenSD(target="draft"), draft_stop_below=0.3)
+    tools = make_tools(target, draft, exact(), settings, generator=make_generator(0), stats=LRStats(k=1))
+    assert tools.plan(1) == CyclePlan(1, stop=0.3)
+    state = start_state(target, draft, [5, 6, 7], None, 16)
+    assert tools.row_drafter(state, 1, 0.6).stop_below == 0.6
+    assert tools.row_drafter(state, 1, None).stop_below is None
+
+
+def test_auto_reaches_into_no_decoding_object():
+    tree = ast.parse((SRC / "planning" / "auto.py").read_text())
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert "ModelRows" not in names
+    assert "run_lr" in names  # the one LR driver
+
+
+def test_draft_quantize_still_works_and_says_what_replaces_it():
+    target, draft = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)
+    with pytest.warns(DeprecationWarning, match="precision"):
+        gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), draft_quantize=None)
+    assert gen.draft_quantize is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        same = LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": None})
+    assert same.draft_quantize is None
+    with pytest.raises(ConfigError, match="precision keys"):
+        LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"drafts": "int8"})
+
+
+def test_generator_settings_read_and_set_as_attributes():
+    gen = LookaheadGenerator(target=tiny_lm("qwen2", 0), draft=tiny_lm("qwen2", 1), verifier=exact(), mode="lr",
+                             k=3, gamma=5)
+    assert (gen.k, gen.gamma, gen.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
+    assert gen.settings.k == 3 and gen.token_sd == TokenSD(target="draft", draft="ngram")
+    gen.width = 2
+    assert gen.settings.width == 2
+    with pytest.raises(ConfigError, match="width"):
+        gen.width = 0
