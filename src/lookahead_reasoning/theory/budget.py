@@ -79,11 +79,6 @@ class BudgetSplit:
     def regime(self) -> Regime:
         return self.best.regime
 
-    @property
-    def gain_over_single(self) -> float:
-        """Best speedup over the better single-layer speedup (>= 1)."""
-        return self.best.speedup / max(self.sd_only.speedup, self.lr_only.speedup)
-
 
 def _check(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: str) -> tuple:
     check_mode(mode)
