@@ -58,6 +58,8 @@ class FakeEngine:
                     text = body.get("content", "")
                     ids = engine.tokens.get(text, [ord(c) for c in text])
                     return self._send(200, json.dumps({"tokens": ids}).encode())
+                if self.path == "/apply-template":
+                    return self._send(200, json.dumps({"prompt": body["messages"][-1]["content"]}).encode())
                 if self.path == "/detokenize":
                     return self._send(200, json.dumps({"content": "".join(map(chr, body["tokens"]))}).encode())
                 engine.requests.append(body)
@@ -203,3 +205,42 @@ def test_openai_completion_logprobs_are_read():
     done = parse_completion(data, "here")
     assert done.end == "budget" and [t.token for t in done.logprobs] == ["a", "b"]
     assert done.logprobs[0].top[0] == ("a", -0.1)
+
+
+def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_path):
+    """The engine fails on the third problem: the two finished records stay on disk, the error names
+    the endpoint, and a second run does only what is missing."""
+    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+                            for i in range(3)))
+    out = tmp_path / "results.jsonl"
+    with FakeEngine(script=["ok", "ok", "400"], text="2 \\boxed{2}") as engine:
+        bench = EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16)
+        with pytest.raises(EngineError, match=f"{engine.url}.*HTTP 400"):
+            run_engine_bench(bench, progress=False)
+    first = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in first] == [0, 1]
+    with FakeEngine(text="4 \\boxed{4}") as engine:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16),
+                         progress=False)
+        assert len(engine.requests) == 1  # only the missing problem
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["index"] for r in records) == [0, 1, 2] and records[2]["engine"] is True
+
+
+def test_engine_bench_modes_and_urls_are_checked(tmp_path):
+    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, parse_engine_mode
+
+    assert parse_engine_mode("lr@k3-async") == ("lr", 3, "async")
+    assert parse_engine_mode("auto") == ("auto", None, "sync")
+    for bad in ("lr@x", "ar@k2", "auto-async", "magic"):
+        with pytest.raises(ConfigError, match="engine mode"):
+            parse_engine_mode(bad)
+    with pytest.raises(ConfigError, match="needs --draft-url"):
+        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("lr@k2",))
+    with pytest.raises(ConfigError, match="needs --sd-url"):
+        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1", "http://127.0.0.1:2"), modes=("sd",))
+    with pytest.raises(ConfigError, match="listed twice"):
+        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("ar", "ar"))

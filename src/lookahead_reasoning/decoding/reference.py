@@ -1,7 +1,10 @@
 """The paper's Algorithm 1, written plainly: one synchronous Lookahead Reasoning cycle with no tricks.
 
-This is the slow reference that :func:`.lookahead.run_cycle` is checked against. From an accepted
-prefix x (token ids, prompt included), with the target p and the draft q sharing one tokenizer:
+This is the slow reference that :func:`.lookahead.run_cycle` is checked against. It talks to the
+models only through the step-writer seam (:class:`~.stepwise.StepModel`): :class:`LocalSteps` is this
+library's PyTorch implementation of it (a fresh session per step), and an engine's
+(``lookahead_reasoning.engines.EngineSteps``) plugs in the same way. From an accepted prefix x
+(token ids, prompt included), with the target p and the draft q sharing one tokenizer:
 
   1. draft:  q writes k steps one after another, s^_1 from x, s^_2 from x + s^_1, ...;
   2. target: p writes its own step s_j on each row context x + s^_1..s^_{j-1}, j = 1..k+1, every
@@ -39,12 +42,11 @@ distribution, not token for token.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from ..errors import require
-from ..lm import LM
 from ..sampling import SamplingConfig, make_generator
 from ..stopping import StopChecker
 from ..verifiers.base import Verdict, Verifier
@@ -53,37 +55,80 @@ from .drafters import check_same_vocabulary
 from .results import CycleTrace, GenerationResult, LRStats
 from .session import Session
 from .steps import Step, StepConfig
+from .stepwise import StepModel, StepRequest
 from .timing import Laps
 
 
-def write_step(lm: LM, context: Sequence[int], steps: StepConfig, budget: int, sampling: SamplingConfig,
+class LocalSteps:
+    """:class:`~.stepwise.StepModel` over this library's PyTorch loops: every step on a fresh
+    :class:`Session` (a prefill of the whole prefix, then token by token), no cache from anywhere else.
+
+    ``sampling`` is the run's; alternative drafts (``StepRequest.alternative`` > 0) sample at
+    ``alt_temperature`` when the run is greedy. ``generator``: share one between models (default: own,
+    from ``seed``).
+    """
+
+    def __init__(self, lm, steps: StepConfig | None = None, sampling: SamplingConfig | None = None,
+                 seed: int | None = 0, generator: torch.Generator | None = None, alt_temperature: float = 0.7):
+        self.lm, self.steps = lm, steps or StepConfig()
+        self.sampling = sampling or SamplingConfig()
+        self.alt_sampling = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=alt_temperature)
+        self.generator = generator if generator is not None else make_generator(seed)
+        self.name = getattr(lm, "name", "local")
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.lm.decode(list(ids))
+
+    def write_one(self, request: StepRequest) -> Step:
+        """One step after ``request.context``, at most ``request.budget`` tokens."""
+        context = list(request.context)
+        session = Session(self.lm, [context])
+        checker = StopChecker(self.steps.stop_condition(self.lm.eos_ids, request.budget), self.lm.decode)
+        sampling = self.alt_sampling if request.alternative else self.sampling
+        [hit] = decode_rows(session, [len(context)], [checker], sampling, self.generator)
+        ids = session.rows[0][len(context):]
+        return Step(ids, self.lm.decode(ids), hit.reason)
+
+    def write(self, requests: Sequence[StepRequest]) -> list[Step]:
+        return [self.write_one(r) for r in requests]
+
+    async def awrite(self, request: StepRequest) -> Step:
+        return self.write_one(request)
+
+
+def write_step(lm, context: Sequence[int], steps: StepConfig, budget: int, sampling: SamplingConfig,
                generator: torch.Generator | None = None, author: str = "target") -> Step:
-    """One step of ``lm`` after ``context`` (token ids), alone and from scratch: a fresh Session, no
-    cache from anywhere else. It ends at a delimiter, EOS, the step cap or ``budget`` new tokens."""
-    session = Session(lm, [list(context)])
-    checker = StopChecker(steps.stop_condition(lm.eos_ids, budget), lm.decode)
-    [hit] = decode_rows(session, [len(context)], [checker], sampling, generator)
-    ids = session.rows[0][len(context):]
-    return Step(ids, lm.decode(ids), hit.reason, author)
+    """One step of ``lm`` after ``context`` (token ids), alone and from scratch (:class:`LocalSteps`)."""
+    step = LocalSteps(lm, steps, sampling, generator=generator).write_one(StepRequest(tuple(context), budget))
+    step.author = author
+    return step
 
 
-def lr_cycle_reference(target_lm: LM, draft_lm: LM, x: Sequence[int], verifier: Verifier, *, k: int,
-                       steps: StepConfig, budget: int, at_boundary: bool = True,
-                       sampling: SamplingConfig | None = None,
-                       generator: torch.Generator | None = None) -> CycleTrace:
+def _local(model, local: dict[str, Any]) -> StepModel:
+    """A step model as it is, or an LM wrapped in :class:`LocalSteps` with ``local``'s options."""
+    if hasattr(model, "write_one") or hasattr(model, "awrite"):
+        return model
+    return LocalSteps(model, local.get("steps"), local.get("sampling"), generator=local.get("generator"))
+
+
+def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k: int, budget: int,
+                       **local: Any) -> CycleTrace:
     """One cycle of Algorithm 1 from the accepted prefix ``x`` (prompt + text so far, token ids).
 
-    ``budget``: new tokens the generation may still add (> 0); ``at_boundary``: whether x ends on a
-    step delimiter (if not, nothing is drafted and the target writes the next step alone). Returns the
-    cycle's :class:`CycleTrace`; its ``kept_steps`` are what the cycle adds to the text.
+    ``target`` and ``draft`` are step models (or LMs, wrapped in :class:`LocalSteps` with ``steps``,
+    ``sampling`` and ``generator`` from ``local``). ``budget``: new tokens the generation may still add
+    (> 0); ``at_boundary`` (in ``local``, default True): whether x ends on a step delimiter (if not,
+    nothing is drafted and the target writes the next step alone). Returns the cycle's
+    :class:`CycleTrace`; its ``kept_steps`` are what the cycle adds to the text.
     """
-    sampling, laps = sampling or SamplingConfig(), Laps()
+    target, draft, at_boundary, laps = _local(target, local), _local(draft, local), local.get("at_boundary", True), Laps()
+    write = lambda model, context, used: model.write_one(StepRequest(tuple(context), budget - used))  # noqa: E731
     drafted: list[Step] = []  # 1. draft: s^_1 .. s^_k, each continuing x + the steps before it
     with laps("draft"):
         context = list(x)
         while at_boundary and len(drafted) < k and len(context) - len(x) < budget:
-            step = write_step(draft_lm, context, steps, budget - (len(context) - len(x)), sampling, generator,
-                              author="draft")
+            step = write(draft, context, len(context) - len(x))
+            step.author = "draft"
             drafted.append(step)
             context += step.ids
             if not step.boundary:  # an EOS or a cut-off step: what would follow does not start a step
@@ -94,8 +139,7 @@ def lr_cycle_reference(target_lm: LM, draft_lm: LM, x: Sequence[int], verifier: 
             break
         rows.append(rows[-1] + step.ids)
     with laps("target"):
-        written = [write_step(target_lm, row, steps, budget - (len(row) - len(x)), sampling, generator)
-                   for row in rows]
+        written = [write(target, row, len(row) - len(x)) for row in rows]
     verdicts: list[Verdict] = []  # 3. verify: the pairs in order, until the first rejection
     with laps("verify"):
         for mine, theirs in zip(drafted, written):
@@ -112,29 +156,30 @@ def lr_cycle_reference(target_lm: LM, draft_lm: LM, x: Sequence[int], verifier: 
                       len(rows), tokens=sum(len(s.ids) for s in kept), wall_s=laps.total())
 
 
-def generate_lr_reference(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier, *,
-                          k: int = 2, steps: StepConfig | None = None, max_new_tokens: int = 256,
-                          sampling: SamplingConfig | None = None, seed: int | None = 0) -> GenerationResult:
+def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifier: Verifier, *, k: int = 2,
+                          max_new_tokens: int = 256, **local: Any) -> GenerationResult:
     """Lookahead Reasoning for one prompt by :func:`lr_cycle_reference`, cycle after cycle.
 
-    The arguments mean what they mean for :func:`.lookahead.generate_lr`, which has more (this loop needs
-    one shared tokenizer and has no width, no token-level SD, no streaming).
-    Returns the new token ids and text with ``mode="lr-reference"`` and an :class:`LRStats` of the cycles;
-    with greedy decoding they equal ``generate_lr``'s.
+    ``local`` may hold ``steps`` (a :class:`StepConfig`), ``sampling`` and ``seed``; the arguments mean
+    what they mean for :func:`.lookahead.generate_lr`, which has more (this loop needs one shared
+    tokenizer and has no width, no token-level SD, no streaming). Returns the new token ids and text
+    with ``mode="lr-reference"`` and an :class:`LRStats` of the cycles; with greedy decoding they
+    equal ``generate_lr``'s.
     """
     require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
             f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     check_same_vocabulary(draft_lm, target_lm)
-    steps, sampling, generator = steps or StepConfig(), sampling or SamplingConfig(), make_generator(seed)
+    generator = make_generator(local.get("seed", 0))
+    target, draft = (LocalSteps(lm, local.get("steps"), local.get("sampling"), generator=generator)
+                     for lm in (target_lm, draft_lm))
     stats, new, at_boundary, reason = LRStats(k=k), [], True, None
     calls_before = target_lm.stats.calls
     with Laps() as wall:
         while reason is None and len(new) < max_new_tokens:
-            cycle = lr_cycle_reference(target_lm, draft_lm, list(prompt_ids) + new, verifier, k=k, steps=steps,
-                                       budget=max_new_tokens - len(new), at_boundary=at_boundary,
-                                       sampling=sampling, generator=generator)
+            cycle = lr_cycle_reference(target, draft, list(prompt_ids) + new, verifier, k=k,
+                                       budget=max_new_tokens - len(new), at_boundary=at_boundary)
             stats.cycles.append(cycle)
             last = cycle.kept_steps[-1]
             new += [t for step in cycle.kept_steps for t in step.ids]
@@ -143,4 +188,4 @@ def generate_lr_reference(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int]
                             target_lm.stats.calls - calls_before, wall.total(), mode="lr-reference", stats=stats)
 
 
-__all__ = ["generate_lr_reference", "lr_cycle_reference", "write_step"]
+__all__ = ["LocalSteps", "generate_lr_reference", "lr_cycle_reference", "write_step"]

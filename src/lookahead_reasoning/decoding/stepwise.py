@@ -2,8 +2,8 @@
 
 The cycle here needs one thing of a model: *write one step after each of these prefixes* (token ids),
 ending at a delimiter, EOS or a token cap. :class:`StepModel` is that protocol. Two runtimes implement
-it: :class:`LocalSteps` (this library's PyTorch loops, one fresh session per prefix, the plain form of
-the paper's Algorithm 1) and ``lookahead_reasoning.engines.EngineSteps`` (an OpenAI-compatible
+it: ``decoding.reference.LocalSteps`` (this library's PyTorch loops, one fresh session per prefix, the
+plain form of the paper's Algorithm 1) and ``lookahead_reasoning.engines.EngineSteps`` (an OpenAI-compatible
 server: the prefixes go out as concurrent requests that the engine batches over its prefix cache).
 
 One cycle from the accepted prefix x builds a *tree* of drafted steps, ``k`` deep and ``width`` wide
@@ -35,16 +35,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-import torch
-
 from ..errors import require
-from ..sampling import SamplingConfig, make_generator
-from ..stopping import StopChecker
 from ..verifiers.base import Verdict, Verifier
-from .autoregressive import decode_rows
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
-from .session import Session
-from .steps import Step, StepConfig
+from .steps import Step
 from .streaming import TextStreamer
 
 SCHEDULES = ("sync", "async")
@@ -75,40 +69,6 @@ class StepModel(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str:
         ...
-
-
-class LocalSteps:
-    """:class:`StepModel` over this library's PyTorch loops: every request on a fresh
-    :class:`Session` (a prefill of the whole prefix, then token by token), nothing shared.
-
-    ``sampling`` is the run's; alternatives sample at ``alt_temperature`` when the run is greedy.
-    """
-
-    def __init__(self, lm, steps: StepConfig | None = None, sampling: SamplingConfig | None = None,
-                 seed: int | None = 0, alt_temperature: float = 0.7):
-        self.lm, self.steps = lm, steps or StepConfig()
-        self.sampling = sampling or SamplingConfig()
-        self.alt_sampling = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=alt_temperature)
-        self.generator = make_generator(seed)
-        self.name = getattr(lm, "name", "local")
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.lm.decode(list(ids))
-
-    def write_one(self, request: StepRequest) -> Step:
-        context = list(request.context)
-        session = Session(self.lm, [context])
-        checker = StopChecker(self.steps.stop_condition(self.lm.eos_ids, request.budget), self.lm.decode)
-        sampling = self.alt_sampling if request.alternative else self.sampling
-        [hit] = decode_rows(session, [len(context)], [checker], sampling, self.generator)
-        ids = session.rows[0][len(context):]
-        return Step(ids, self.lm.decode(ids), hit.reason)
-
-    def write(self, requests: Sequence[StepRequest]) -> list[Step]:
-        return [self.write_one(r) for r in requests]
-
-    async def awrite(self, request: StepRequest) -> Step:
-        return self.write_one(request)
 
 
 # ---------------------------------------------------------------------------------------- the tree
@@ -376,5 +336,5 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["Cycle", "CyclePlan", "LocalSteps", "Node", "SCHEDULES", "StepModel", "StepRequest", "StepwiseRun",
+__all__ = ["Cycle", "CyclePlan", "Node", "SCHEDULES", "StepModel", "StepRequest", "StepwiseRun",
            "fixed_plan", "generate_stepwise", "agenerate_stepwise", "run_cycle_over"]

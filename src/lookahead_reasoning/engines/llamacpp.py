@@ -43,6 +43,17 @@ def gguf_path(model: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM the server when the process that started it dies
+    (a test run or a benchmark killed outright leaves no server behind). A no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -116,7 +127,7 @@ class LlamaServer:
             self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         self._wait_healthy()
         return self
 
