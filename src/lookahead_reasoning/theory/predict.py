@@ -47,6 +47,15 @@ def _field(stats: Any, name: str) -> Any:
     return value
 
 
+def _token_fields(stats: Any) -> tuple[Any, Any, Any]:
+    """(alpha, gamma, c) of ``stats``, each from its ``target_sd`` field where ``stats`` lacks it."""
+    values = [_field(stats, name) for name in ("alpha", "gamma", "c")]
+    inner = _field(stats, "target_sd")
+    if inner is not None:
+        values = [v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c"))]
+    return tuple(values)
+
+
 def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Prediction:
     """Predicted speedups from measured statistics (a mapping or any object with attributes).
 
@@ -76,19 +85,13 @@ def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Pre
     Out-of-range values raise :class:`~lookahead_reasoning.errors.ConfigError` (for instance a measured
     acceptance rate of exactly 1, where the formulas have no finite geometric series).
     """
-    alpha, gamma, c = _field(stats, "alpha"), _field(stats, "gamma"), _field(stats, "c")
-    inner = _field(stats, "target_sd")
-    if inner is not None:
-        alpha = alpha if alpha is not None else _field(inner, "alpha")
-        gamma = gamma if gamma is not None else _field(inner, "gamma")
-        c = c if c is not None else _field(inner, "c")
+    alpha, gamma, c = _token_fields(stats)
     alpha1, c1 = _field(stats, "alpha1"), _field(stats, "c1")
     k1, k = _field(stats, "k1"), _field(stats, "k")
     if k1 is None and k is not None:
         require(isinstance(k, int) and not isinstance(k, bool) and k >= 0,
                 f"k (drafted steps per cycle) must be an integer >= 0; got {k!r}")
         k1 = k + 1
-
     sd = None if None in (alpha, gamma, c) else float(sd_speedup(alpha, gamma, c))
     lr_sync = lr_async = lr_sd = None
     if None not in (alpha1, c1, k1):

@@ -181,10 +181,16 @@ def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[
     return steps, now
 
 
-def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, *,
-                   mode: Mode = "async", cycles: int = 100_000, seed: int = 0,
-                   step_tokens: int | None = 40) -> SimResult:
-    """LR with token SD inside every step.
+def play_options(play: dict, **defaults: object) -> tuple:
+    """A simulator's keyword options in the order of ``defaults``, ``play`` over them; an unknown one raises."""
+    unknown = sorted(set(play) - set(defaults))
+    require(not unknown, f"unknown option(s) {', '.join(unknown)}; known: {', '.join(defaults)}")
+    return tuple({**defaults, **play}[name] for name in defaults)
+
+
+def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, **play: object) -> SimResult:
+    """LR with token SD inside every step. ``play``: ``mode`` ("async"), ``cycles`` (100_000), ``seed``
+    (0), ``step_tokens`` (40).
 
     ``mode="sync"`` plays the *joint* process: every target step is ``step_tokens`` tokens written by
     SD iterations (``gamma = k2 - 1`` drafted tokens, the leading ones accepted with ``alpha2``, one
@@ -201,13 +207,14 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
     (:func:`simulate_lr_sync` / :func:`simulate_lr_async`) is played with steps of that length.
     Asynchronous target steps run on their own, not as one batch, so they wait for no slowest row.
     """
+    mode, cycles, seed, step_tokens = play_options(play, mode="async", cycles=100_000, seed=0, step_tokens=40)
     check_mode(mode)
     k1, k2 = int(check_count(k1, "k1")), int(check_count(k2, "k2"))
     n = int(check_count(cycles, "cycles"))
     if mode == "sync" and step_tokens is not None:
-        return _joint_lr_sd(k1, k2, float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1")),
-                            float(check_rate(alpha2, "alpha2")), float(check_cost(c2, "c2")), n, seed,
-                            int(check_count(step_tokens, "step_tokens")))
+        rates = (float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1")), float(check_rate(alpha2, "alpha2")),
+                 float(check_cost(c2, "c2")))
+        return _joint_lr_sd(k1, k2, rates, n, seed, int(check_count(step_tokens, "step_tokens")))
     s_tok, s_step = np.random.SeedSequence(seed).spawn(2)
     token = simulate_sd(alpha2, k2 - 1, c2, cycles=n, seed=s_tok)
     run = simulate_lr_sync if mode == "sync" else simulate_lr_async
@@ -228,9 +235,11 @@ def _step_iterations(rng: np.random.Generator, rows: int, gamma: int, alpha: flo
     return np.argmax(np.cumsum(gains, axis=1) >= tokens, axis=1) + 1
 
 
-def _joint_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, cycles: int, seed,
+def _joint_lr_sd(k1: int, k2: int, rates: tuple[float, float, float, float], cycles: int, seed,
                  step_tokens: int) -> SimResult:
-    """The sync joint process of :func:`simulate_lr_sd` (plain target pass = 1, output in tokens)."""
+    """The sync joint process of :func:`simulate_lr_sd` (plain target pass = 1, output in tokens);
+    ``rates``: (alpha1, c1, alpha2, c2)."""
+    alpha1, c1, alpha2, c2 = rates
     rng = _rng(seed)
     gamma = k2 - 1
     iteration = 1 + gamma * c2

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import require
 from .costed import CostFn, StepModel, TokenModel
 from .formulas import check_count
-from .simulate import SimResult, _ratio, _rng
+from .simulate import SimResult, _ratio, _rng, play_options
 
 __all__ = ["simulate_costed_lr", "simulate_costed_sd"]
 
@@ -88,13 +88,15 @@ def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[boo
     return seconds
 
 
-def simulate_costed_lr(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn, *,
-                       cycles: int = 20_000, seed: int = 0, overhead: float = 0.0) -> SimResult:
+def simulate_costed_lr(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+                       **play: object) -> SimResult:
     """Synchronous LR cycles priced by ``target``/``draft``; the rows played jointly (module docstring).
+    ``play``: ``cycles`` (20_000), ``seed`` (0), ``overhead`` (0.0 seconds per cycle).
 
     The fixed parts of a cycle are priced as :func:`.costed.lr_cycle` prices them (the draft's
     catch-up and k steps, the scoring pass, the verifier per judged pair up to the first rejection).
     """
+    cycles, seed, overhead = play_options(play, cycles=20_000, seed=0, overhead=0.0)
     k = int(check_count(k, "k"))
     gamma = int(check_count(gamma, "gamma", 0))
     n = int(check_count(cycles, "cycles"))
