@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .steps import Step
 
@@ -40,15 +40,13 @@ class SDStats:
     target_seconds: float = 0.0
     draft_forwards: int = 0
     draft_seconds: float = 0.0
-    # called after every iteration with (sureness of each drafted token or None, drafted, accepted,
-    # the draft's top probability of each drafted token or None)
-    observers: list[Callable[[list[bool] | None, int, int, list[float] | None], None]] = field(
-        default_factory=list, repr=False)
+    # every iteration, in order: (sureness of each drafted token or None, drafted, accepted, the draft's
+    # top probability of each drafted token or None); what a learner reads after a cycle
+    log: list[tuple[list[bool] | None, int, int, list[float] | None]] = field(default_factory=list, repr=False)
 
     def record(self, drafted: int, accepted: int, sure: list[bool] | None = None,
                confidence: list[float] | None = None) -> None:
-        for observe in self.observers:
-            observe(sure, drafted, accepted, confidence)
+        self.log.append((sure, drafted, accepted, confidence))
         self.drafted += drafted
         self.accepted += accepted
         self.iterations += 1

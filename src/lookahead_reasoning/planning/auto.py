@@ -103,11 +103,10 @@ class AutoPolicy:
     def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
         self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
         self.chosen: tuple[Plan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
-        self.before: tuple = ()  # both models' forward counters and the SD iterations when the cycle started
+        self.before: tuple = ()  # both models' forward counters, the SD iterations and log length at the cycle's start
 
     def start(self, state: LRState, stats: LRStats) -> None:
         self.lms, self.stats = (state.target.lm, state.draft.lm), stats
-        stats.target_sd.observers.append(self.planner.book.token.record)
         for grid in (self.planning.costs.target, self.planning.costs.draft):
             grid.padding = self.config.pad
         self.planning.costs.attach(*self.lms, refine=self.config.refine)
@@ -121,7 +120,8 @@ class AutoPolicy:
         if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
             plan, rate = self.planner.best_alone(context, prefill)
         self.chosen = (plan, rate, context)
-        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), self.stats.target_sd.iterations)
+        sd = self.stats.target_sd
+        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), sd.iterations, len(sd.log))
         return CyclePlan(plan.k, plan.gamma, plan.stop, overshoot=choice.plan.k == 0)
 
     def gate(self, state: LRState, plan: CyclePlan) -> Gate:
@@ -135,6 +135,8 @@ class AutoPolicy:
         """Step 3: what the cycle realised against its prediction, and its rates and overheads."""
         chosen, rate, _ = self.chosen
         book = self.planner.book
+        for sure, drafted, accepted, confidence in self.stats.target_sd.log[self.before[3]:]:
+            book.token.record(sure, drafted, accepted, confidence)  # the token rates of the cycle's SD iterations
         trace.plan = PlanNote(chosen.label, rate, trace.target_rows)
         book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
         forward_s = self.lms[0].stats.since(self.before[0]).seconds + self.lms[1].stats.since(self.before[1]).seconds
