@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
@@ -43,7 +44,7 @@ class StepWriter:
     """Writes steps for one model: plain AR, or token-level SD inside the step."""
 
     def __init__(self, lm: LM, steps: StepConfig, sampling: SamplingConfig, generator: torch.Generator,
-                 sd_drafter: Drafter | None = None, gamma: int = 4, sd_stats: SDStats | None = None):
+                 sd_drafter: Drafter | None = None, gamma: int = TOKEN_GAMMA, sd_stats: SDStats | None = None):
         self.lm, self.steps, self.sampling, self.generator = lm, steps, sampling, generator
         self.sd_drafter, self.gamma, self.sd_stats = sd_drafter, gamma, sd_stats
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import require
+from ..presets import DRAFT_STOP_BELOW
 from ..theory import StepModel, TokenModel
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class TokenBook:
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
 
     @classmethod
-    def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float, stop: float = 0.4,
+    def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float, stop: float = DRAFT_STOP_BELOW,
                    weight: float = 50.0) -> "TokenBook":
         """A book whose :meth:`model` at ``stop`` is exactly (sigma, alpha_sure, alpha_unsure), worth
         ``weight`` tokens on each side of the stop (uniform over the bins of each side)."""
