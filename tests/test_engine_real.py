@@ -27,7 +27,7 @@ from conftest import USER_CACHE
 pytestmark = [pytest.mark.engine, pytest.mark.real]
 
 NEAR_TIE = 0.5  # nats between the engine's first and second choice where batched rounding may flip them
-TOKENS = 128
+TOKENS = 96
 GSM8K = "../shared/data/gsm8k/train.jsonl"
 
 

@@ -28,6 +28,30 @@ def add_url_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
     g.add_argument("--engine-timeout", type=float, default=300.0, help="seconds one engine request may take")
     g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
+    g.add_argument("--schedule", default="sync", choices=["sync", "async"],
+                   help="lr over an engine: draft every step then send the rows (sync), or send each row as soon "
+                        "as its drafted prefix exists (async)")
+
+
+def engine_settings(args: argparse.Namespace):
+    """The engine-side settings the shared options describe (steps, sampling, seed, timeout)."""
+    from ..decoding.steps import StepConfig
+    from ..sampling import SamplingConfig
+    from .pair import EngineSettings
+
+    steps = StepConfig(tuple(getattr(args, "delimiter", None) or ["\n\n"]), args.max_step_tokens)
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    return EngineSettings(steps, sampling, args.seed, args.engine_timeout)
+
+
+def engine_verifier(args: argparse.Namespace):
+    """The verifier the options name (a judge over HTTP works; one that needs the target's weights does not)."""
+    from ..verifiers.options import build_verifier, verifier_settings_from_args
+
+    settings = verifier_settings_from_args(args)
+    require(settings.name != "target-score", "the target-score verifier reads the target's weights, which an "
+                                             "engine does not share: pick another --verifier over engines")
+    return build_verifier(settings)
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
@@ -88,22 +112,23 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
     import asyncio
 
     from ..decoding.stepwise import fixed_plan
-    from ..verifiers.registry import make_verifier
-    from .pair import EnginePair, EngineSettings
+    from .pair import EnginePair
     from .planning import EnginePlanner, ameasure
 
-    settings = EngineSettings(timeout_s=args.engine_timeout, seed=args.seed)
-    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
-                      settings=settings)
-    verifier = make_verifier(args.verifier or "exact")
     mode = args.mode or "auto"
+    require(mode in ("auto", "lr", "ar"), f"over an engine --mode must be auto, lr or ar, got {mode!r}")
+    verifier = engine_verifier(args)
+    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
+                      settings=engine_settings(args))
+    show = lambda text: print(text, end="", flush=True)  # noqa: E731
     if mode == "auto":
         planner = EnginePlanner(asyncio.run(ameasure(pair.target, pair.draft, pair.prompt_ids(prompt))))
-        result = asyncio.run(pair.alr(prompt, verifier, planner, args.max_new_tokens, planner.learn))
+        result = pair.lr(prompt, verifier, planner, args.max_new_tokens, on_text=show, on_cycle=planner.learn)
+    elif mode == "lr":
+        result = pair.lr(prompt, verifier, fixed_plan(args.k or 2, args.width, args.schedule), args.max_new_tokens,
+                         on_text=show)
     else:
-        require(mode in ("lr", "lr-async"), f"over an engine --mode must be auto, lr or lr-async, got {mode!r}")
-        plan = fixed_plan(args.k or 2, 1, "async" if mode == "lr-async" else "sync")
-        result = pair.lr(prompt, verifier, plan, args.max_new_tokens, on_text=lambda t: print(t, end="", flush=True))
+        result = pair.ar(prompt, args.max_new_tokens, on_text=show)
     print()
     out = {"mode": f"engine-{mode}", **result.summary()}
     if not args.no_compare:
@@ -122,16 +147,15 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
     from .bench import EngineBench, EngineURLs, run_engine_bench
-    from .pair import EngineSettings
 
     urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url)
     bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                        verifier=args.verifier or "exact",
-                        settings=EngineSettings(timeout_s=args.engine_timeout, seed=args.seed))
+                        verifier=engine_verifier(args), settings=engine_settings(args))
     path = run_engine_bench(bench)
     print(f"results: {path} (`lookahead-reasoning report {path}`)")
     return 0
 
 
-__all__ = ["add_serve_command", "add_url_options", "cmd_serve", "run_bench_over_engine", "run_lr_over_engine"]
+__all__ = ["add_serve_command", "add_url_options", "cmd_serve", "engine_settings", "engine_verifier", "run_bench_over_engine",
+           "run_lr_over_engine"]

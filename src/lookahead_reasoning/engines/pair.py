@@ -123,13 +123,17 @@ class EnginePair:
         return result
 
     def lr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
-           max_new_tokens: int = 512, on_text: Callable[[str], None] | None = None) -> GenerationResult:
-        """:meth:`alr` for synchronous callers; ``on_text`` receives the text as cycles finish."""
-        def on_cycle(trace, run) -> None:
-            for step in trace.kept_steps:
+           max_new_tokens: int = 512, on_text: Callable[[str], None] | None = None,
+           on_cycle: Callable | None = None) -> GenerationResult:
+        """:meth:`alr` for synchronous callers; ``on_text`` receives the kept text as each cycle ends,
+        ``on_cycle(trace, run)`` each cycle (a planner's ``learn``)."""
+        def each(trace, run) -> None:
+            if on_cycle is not None:
+                on_cycle(trace, run)
+            for step in trace.kept_steps if on_text else ():
                 on_text(step.text)
 
-        return asyncio.run(self.alr(prompt, verifier, planner, max_new_tokens, on_cycle if on_text else None))
+        return asyncio.run(self.alr(prompt, verifier, planner, max_new_tokens, each))
 
     def close(self) -> None:
         for steps in (self.target, self.draft):
