@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.driver import generate_lr
-from .decoding.drafters import NGramDrafter
+from .decoding.drafters import make_drafter
 from .decoding.results import GenerationResult
 from .decoding.settings import Settings, TokenSD
 from .decoding.speculative import generate_sd
@@ -267,7 +267,8 @@ class LookaheadGenerator:
             if mode == "sd" and not self.same_vocab:
                 check_same_vocabulary(self.draft, self.target)  # raises with the explanation
             token_sd = settings.token_sd
-            drafter = self.draft if mode == "sd" else NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
+            drafter = self.draft if mode == "sd" else make_drafter("ngram", max_n=token_sd.ngram_max,
+                                                                   min_n=token_sd.ngram_min)
             return generate_sd(self.target, target_ids, drafter, settings.with_overrides(gamma=gamma),
                                on_text=on_text)
         token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None

@@ -13,7 +13,7 @@ from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
-from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .drafters import Drafter, make_drafter
 from .results import LRStats, SDStats
 from .settings import Settings, TokenSD
 from .writers import StepWriter, Translator
@@ -105,7 +105,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
     gamma = token_sd.gamma if token_sd is not None else TokenSD().gamma  # without token SD, no writer drafts
     if token_sd is not None:
         stats.target_sd, stats.draft_sd = SDStats(gamma=token_sd.gamma), SDStats(gamma=token_sd.gamma)
-        ngram = NGramDrafter(token_sd.ngram_max, token_sd.ngram_min)
+        ngram = make_drafter("ngram", max_n=token_sd.ngram_max, min_n=token_sd.ngram_min)
         draft_drafter = ngram if token_sd.draft == "ngram" else None
         if token_sd.target == "ngram":
             target_drafter = ngram
@@ -137,8 +137,8 @@ class ModelRows:
         self.share_single, self.confidence = share_single, confidence
 
     def __call__(self, state: LRState, n_rows: int, stop: float | None) -> Drafter:
-        drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, stop_below=stop,
-                               confidence=self.confidence)
+        drafter = make_drafter("draft", lm=self.draft_lm, sampling=self.sampling, generator=self.generator,
+                               stop_below=stop, confidence=self.confidence)
         drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

@@ -1,6 +1,7 @@
 """Drafters: who proposes the gamma tokens that the target checks in one pass.
 
-A drafter is anything with ``propose(rows, gamma, active) -> Proposal``. It sees the committed
+A drafter is anything with ``propose(rows, gamma, active) -> Proposal``; :func:`make_drafter` builds
+the ones registered by name in :data:`DRAFTERS`. It sees the committed
 token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per row,
 with their draft probabilities q when it has them. It keeps whatever state it wants in step with
 the rows by itself: the model drafter syncs its KV cache to the rows on every call (keeping the
@@ -11,11 +12,12 @@ dropped), the n-gram drafter keeps none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
 from ..errors import require
+from ..presets import NGRAM_MAX, NGRAM_MIN
 from ..runtime.lm import LM
 from ..runtime.pair import check_same_vocabulary  # noqa: F401  (its home before the runtime layer)
 from ..runtime.session import Session
@@ -118,7 +120,7 @@ class NGramDrafter:
     Tries n = max_n down to min_n; the most recent earlier match wins. q is one-hot (None).
     """
 
-    def __init__(self, max_n: int = 3, min_n: int = 1):
+    def __init__(self, max_n: int = NGRAM_MAX, min_n: int = NGRAM_MIN):
         require(isinstance(min_n, int) and min_n >= 1, f"n-gram min_n must be >= 1, got {min_n!r}")
         require(isinstance(max_n, int) and max_n >= min_n,
                 f"n-gram sizes need min_n <= max_n, got min_n={min_n}, max_n={max_n}")
@@ -137,3 +139,19 @@ class NGramDrafter:
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
         tokens = [self.lookup(r, gamma) if a else [] for r, a in zip(rows, active)]
         return Proposal(tokens, [None] * len(rows))
+
+
+DRAFTERS: dict[str, Callable[..., Drafter]] = {
+    "ngram": lambda lm=None, sampling=None, generator=None, max_n=NGRAM_MAX, min_n=NGRAM_MIN: NGramDrafter(
+        max_n, min_n),
+    "draft": lambda lm, sampling, generator=None, **options: ModelDrafter(lm, sampling, generator, **options),
+}
+
+
+def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | None = None,
+                 generator: torch.Generator | None = None, **options: Any) -> Drafter:
+    """The drafter registered as ``name`` in :data:`DRAFTERS`: "ngram" (prompt lookup; options
+    ``max_n``, ``min_n``) or "draft" (the draft model ``lm`` with the target's ``sampling``; options
+    ``stop_below``, ``confidence``)."""
+    require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

@@ -26,7 +26,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
 from .autoregressive import OnDone, first_checks, notify_done
-from .drafters import Drafter, ModelDrafter, Proposal
+from .drafters import Drafter, Proposal, make_drafter
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
 from .settings import Settings
@@ -125,7 +125,8 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     generator = make_generator(settings.seed)
     if isinstance(drafter, LM):
         check_same_vocabulary(drafter, target)
-        drafter = ModelDrafter(drafter, sampling, generator, stop_below=settings.draft_stop_below)
+        drafter = make_drafter("draft", lm=drafter, sampling=sampling, generator=generator,
+                               stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None
