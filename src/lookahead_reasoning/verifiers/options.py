@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, VerifierError, require
+from ..models import load_model
 from ..presets import DEFAULT_VERIFIER
+from ..runtime.lm import LM
+from .registry import make_verifier, stage_names
 
 DEFAULT_JUDGE_TIMEOUT = 10.0
 _JUDGES = {"judge", "paper-judge"}  # stages that can run a local judge model
@@ -98,8 +101,6 @@ def check_verifier_settings(settings: VerifierSettings) -> list[str]:
     its ``--judge-model`` / ``--judge-url``, judge options given to a verifier that uses no judge,
     a malformed URL, a ``--judge-timeout`` that is not a positive number of seconds.
     """
-    from .registry import stage_names
-
     require(isinstance(settings.name, str) and settings.name.strip() != "", "--verifier must name a verifier")
     try:
         stages = stage_names(settings.name)
@@ -167,8 +168,6 @@ def build_verifier(settings: VerifierSettings, target_lm: Any = None, *, judge_l
         judge_lm: an already-loaded judge LM to use instead of loading ``judge_model``.
         device: where a judge model loaded here goes (default: load_model's choice).
     """
-    from .registry import make_verifier
-
     stages = check_verifier_settings(settings)
     kw: dict[str, Any] = {}
     if settings.threshold is not None:  # random reads it as its accept probability
@@ -192,15 +191,11 @@ def build_verifier(settings: VerifierSettings, target_lm: Any = None, *, judge_l
 
 def load_judge(settings: VerifierSettings, target_lm: Any = None, device: str | None = None) -> Any:
     """The judge's LM: the target's weights when ``judge_model`` names the target, else load_model's."""
-    from ..lm import LM
-
     name = settings.judge_model
     if target_lm is not None and name.strip().lower() in ("target", str(getattr(target_lm, "name", "")).lower()):
         base = LM.from_loaded(target_lm)
         return LM(base.model, base.tokenizer, name=f"{base.name} (judge)")
     require(name.strip().lower() != "target", "--judge-model target needs the target model (pass target_lm=)")
-    from ..models import load_model
-
     return LM.from_loaded(load_model(name, dtype=settings.judge_dtype, device=device))
 
 
