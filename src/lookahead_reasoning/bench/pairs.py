@@ -54,6 +54,7 @@ from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import Problem, load_dataset
+from .grading import grade
 from .runner import append_record, check_writable, done_pairs
 
 PROBABILITY_DIGITS = 6  # probabilities are stored rounded to this many decimals
@@ -172,8 +173,6 @@ class PairRecorder:
 
     def _summary(self, problem: Problem, generated: list[int], steps: int, pairs: int, stop: str,
                  wall: float) -> dict[str, Any]:
-        from .grading import grade
-
         text = self.target.decode(generated)
         g = grade(text, problem.answer)
         return {"kind": "problem", "problem_id": problem.id, "index": problem.index, "mode": "problem",
