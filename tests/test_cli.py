@@ -263,8 +263,8 @@ def test_bad_datasets_are_refused_naming_file_and_line(no_loading, bad_datasets,
 
 
 @pytest.mark.parametrize("value, message", [
-    ("0", "--max-new-tokens must be at least 1 (with 0 nothing is generated"),
-    ("-5", "--max-new-tokens must be at least 1"),
+    ("0", "--max-new-tokens must be at least 1 (the tokens to write; with none there is nothing to time or grade), got 0"),
+    ("-5", "--max-new-tokens must be at least 1 (the tokens to write; with none there is nothing to time or grade), got -5"),
     ("1000000000", "--max-new-tokens 1000000000 is more than any model here can hold in its context: give at most 131072"),
 ])
 def test_max_new_tokens_out_of_range_is_refused_before_loading(no_loading, dataset, tmp_path, capsys, value, message):

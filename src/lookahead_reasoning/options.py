@@ -116,8 +116,8 @@ MAX_NEW_TOKENS_LIMIT = 131072
 def check_max_new_tokens(value: Any) -> None:
     """``--max-new-tokens`` is a whole number from 1 to :data:`MAX_NEW_TOKENS_LIMIT`. Loads nothing."""
     require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"--max-new-tokens must be at least 1 (with {value!r} nothing is generated, so there is nothing to "
-            f"time or grade), got {value!r}")
+            f"--max-new-tokens must be at least 1 (the tokens to write; with none there is nothing to time or "
+            f"grade), got {value!r}")
     require(value <= MAX_NEW_TOKENS_LIMIT, f"--max-new-tokens {value} is more than any model here can hold in its "
                                            f"context: give at most {MAX_NEW_TOKENS_LIMIT}")
 
