@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..decoding.drafters import ModelDrafter
+from ..decoding.drafters import make_drafter
 from ..decoding.steps import StepConfig
 from ..decoding.writers import StepWriter, Translator
 from ..errors import LookaheadError, require
@@ -111,7 +111,7 @@ class PairRecorder:
         t_sess, d_sess = Session(self.target, [prompt_t]), Session(self.draft, [prompt_d])
         drafter = None
         if self.config.target_sd and self.same_vocab:
-            drafter = ModelDrafter(self.draft, greedy, generator)
+            drafter = make_drafter("draft", lm=self.draft, sampling=greedy, generator=generator)
             drafter.attach(d_sess)  # one draft cache, for its own steps and for drafting the target's tokens
         tools = _Tools(StepWriter(self.draft, self.steps, greedy, generator),
                        StepWriter(self.target, self.steps, greedy, generator, drafter, self.config.gamma),
