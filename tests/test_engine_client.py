@@ -244,3 +244,20 @@ def test_engine_bench_modes_and_urls_are_checked(tmp_path):
         EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1", "http://127.0.0.1:2"), modes=("sd",))
     with pytest.raises(ConfigError, match="listed twice"):
         EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("ar", "ar"))
+
+
+def test_lookahead_generator_with_engine_urls_runs_the_engine_modes():
+    from lookahead_reasoning import LookaheadGenerator
+    from lookahead_reasoning.engines.generator import EngineGenerator
+
+    with FakeEngine() as engine:
+        gen = LookaheadGenerator(target=engine.url, draft=engine.url, verifier="exact")
+        assert isinstance(gen, EngineGenerator)
+        ar = gen.generate("What is 2 + 2?", mode="ar", max_new_tokens=16)
+        assert ar.text == "Step one." and ar.mode == "engine-ar"
+        lr = gen.generate("What is 2 + 2?", mode="lr", k=2, schedule="async", max_new_tokens=30)
+        assert lr.num_tokens == 30 and lr.stop_reason == "budget"
+        assert all(c.accepted == len(c.drafted) for c in lr.stats.cycles)  # the fake's draft equals its target
+        with pytest.raises(ConfigError, match="mode must be one of"):
+            gen.generate("x", mode="sd")
+        gen.close()

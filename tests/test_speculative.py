@@ -18,7 +18,7 @@ from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary
 from lookahead_reasoning.decoding.results import SDStats
 from lookahead_reasoning.decoding.session import Session
-from lookahead_reasoning.decoding.speculative import decode_rows_sd, generate_sd
+from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
 from lookahead_reasoning.errors import ConfigError, TokenizerMismatchError
 from lookahead_reasoning.sampling import SamplingConfig, make_generator, probs_from_logits
 from lookahead_reasoning.stopping import StopChecker, StopCondition
@@ -187,7 +187,7 @@ def test_decode_rows_sd_batched_equals_each_row_alone(arch_name):
         session = Session(target, rows)
         checkers = [StopChecker(StopCondition(frozenset(), (), b), target.decode) for b in budgets]
         stats = SDStats()
-        hits = decode_rows_sd(session, [len(r) for r in rows], checkers, SamplingConfig(), drafter, 3, stats=stats)
+        hits = decode_rows_sd(session, [len(r) for r in rows], checkers, TokenSDRun(SamplingConfig(), drafter, 3, stats=stats))
         for b, (row, n) in enumerate(zip(rows, budgets)):
             assert session.rows[b] == row + ar(arch_name, row, n, eos=[]).token_ids, f"row {b}"
             assert (hits[b].keep, hits[b].reason) == (n, "budget")
@@ -237,7 +237,7 @@ def test_sampled_sd_emits_the_target_distribution(stop_below):
         session = Session(target, [prompt] * n_rows)
         checkers = [StopChecker(StopCondition(frozenset(), (), 3), target.decode) for _ in range(n_rows)]
         drafter = ModelDrafter(draft, sampling, generator, stop_below=stop_below)
-        decode_rows_sd(session, [3] * n_rows, checkers, sampling, drafter, 2, generator, stats)
+        decode_rows_sd(session, [3] * n_rows, checkers, TokenSDRun(sampling, drafter, 2, generator, stats))
         for row in session.rows:
             first[row[3]] += 1
             second[row[4]] += 1
@@ -341,7 +341,7 @@ def test_gamma_below_one_raises():
     session = Session(target, [[1, 2]])
     checkers = [StopChecker(StopCondition(frozenset(), (), 4), target.decode)]
     with pytest.raises(ConfigError):
-        decode_rows_sd(session, [2], checkers, SamplingConfig(), NGramDrafter(), 0)
+        decode_rows_sd(session, [2], checkers, TokenSDRun(SamplingConfig(), NGramDrafter(), 0))
 
 
 def test_mismatched_tokenizers_raise():

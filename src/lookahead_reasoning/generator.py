@@ -89,6 +89,8 @@ class LookaheadGenerator:
     Args:
         target, draft: model names (offline short names, hub ids, local dirs, .gguf files),
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
+            URLs of OpenAI-compatible engines (``http://...``) run the engine modes instead
+            (:mod:`lookahead_reasoning.engines.generator`).
         verifier: a Verifier, a name for :func:`lookahead_reasoning.verifiers.make_verifier`
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
@@ -131,6 +133,15 @@ class LookaheadGenerator:
             ``planner``, ``draft_quantize``); the rest is passed to load_model for names (dtype=,
             device=, cpu_linear=, ...).
     """
+
+    def __new__(cls, target: Any = None, *args: Any, **kwargs: Any):
+        """A target given as an engine URL (``http://...``) makes an
+        :class:`~lookahead_reasoning.engines.generator.EngineGenerator` instead (same ``generate``)."""
+        from .engines.generator import EngineGenerator, is_url
+
+        if is_url(target):
+            return EngineGenerator(target, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, target: Any, draft: Any = None, verifier: Any = DEFAULT_VERIFIER,
                  settings: Settings | None = None, *, mode: str = DEFAULT_MODE, precision: Any = None,

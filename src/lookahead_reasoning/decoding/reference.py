@@ -47,6 +47,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import require
+from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
 from ..sampling import SamplingConfig, make_generator
 from ..stopping import StopChecker
 from ..verifiers.base import Verdict, Verifier
@@ -69,7 +70,7 @@ class LocalSteps:
     """
 
     def __init__(self, lm, steps: StepConfig | None = None, sampling: SamplingConfig | None = None,
-                 seed: int | None = 0, generator: torch.Generator | None = None, alt_temperature: float = 0.7):
+                 seed: int | None = 0, generator: torch.Generator | None = None, alt_temperature: float = ALT_TEMPERATURE):
         self.lm, self.steps = lm, steps or StepConfig()
         self.sampling = sampling or SamplingConfig()
         self.alt_sampling = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=alt_temperature)
@@ -157,7 +158,7 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
 
 
 def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifier: Verifier, *, k: int = 2,
-                          max_new_tokens: int = 256, **local: Any) -> GenerationResult:
+                          max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, **local: Any) -> GenerationResult:
     """Lookahead Reasoning for one prompt by :func:`lr_cycle_reference`, cycle after cycle.
 
     ``local`` may hold ``steps`` (a :class:`StepConfig`), ``sampling`` and ``seed``; the arguments mean

@@ -33,29 +33,36 @@ from .settings import Settings
 from .streaming import TextStreamer
 
 
-def decode_rows_sd(
-    session: Session,
-    starts: Sequence[int],
-    checkers: Sequence[StopChecker],
-    sampling: SamplingConfig,
-    drafter: Drafter,
-    gamma: int,
-    generator: torch.Generator | None = None,
-    stats: SDStats | None = None,
-    on_token: Callable[[int, list[int]], None] | None = None,
-    on_done: OnDone | None = None,
-    overshoot: bool = False,
-) -> list[StopHit]:
-    """Like ``decode_rows`` but each target forward checks up to gamma drafted tokens per row.
+@dataclass
+class TokenSDRun:
+    """How :func:`decode_rows_sd` speculates: who drafts, how many tokens per iteration (gamma), how
+    tokens are drawn, where the counters go.
 
     ``overshoot``: when a stop string ends inside an accepted block, keep the block's tokens after it
     too (they are the target's own, verified like the rest); the row then stops with reason
     "overshoot". EOS and the token budget still cut exactly.
     """
-    require(isinstance(gamma, int) and gamma >= 1, f"gamma (drafted tokens per iteration) must be >= 1, got {gamma!r}")
-    stats = stats if stats is not None else SDStats()
-    stats.gamma = max(stats.gamma, gamma)
-    rows = _Rows(starts, checkers, sampling, generator, stats, overshoot)
+
+    sampling: SamplingConfig
+    drafter: Drafter
+    gamma: int
+    generator: torch.Generator | None = None
+    stats: SDStats | None = None
+    overshoot: bool = False
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.gamma, int) and self.gamma >= 1,
+                f"gamma (drafted tokens per iteration) must be >= 1, got {self.gamma!r}")
+        self.stats = self.stats if self.stats is not None else SDStats()
+        self.stats.gamma = max(self.stats.gamma, self.gamma)
+
+
+def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker], run: TokenSDRun,
+                   on_token: Callable[[int, list[int]], None] | None = None,
+                   on_done: OnDone | None = None) -> list[StopHit]:
+    """Like ``decode_rows`` but each target forward checks up to ``run.gamma`` drafted tokens per row."""
+    sampling, drafter, gamma, stats = run.sampling, run.drafter, run.gamma, run.stats
+    rows = _Rows(starts, checkers, sampling, run.generator, stats, run.overshoot)
     hits = first_checks(session, starts, checkers)
     notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     while any(h is None for h in hits):
@@ -135,7 +142,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     t_before = target.stats.copy()
     d_before = draft_lm.stats.copy() if draft_lm is not None else None
     start = time.perf_counter()
-    [hit] = decode_rows_sd(session, [len(prompt_ids)], [checker], sampling, drafter, gamma, generator, stats,
+    [hit] = decode_rows_sd(session, [len(prompt_ids)], [checker], TokenSDRun(sampling, drafter, gamma, generator, stats),
                            on_token=(lambda b, new: streamer.update(new)) if streamer else None)
     wall = time.perf_counter() - start
     t_used = target.stats.since(t_before)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from ..errors import require
+from ..presets import DEFAULT_MAX_NEW_TOKENS
 from ..verifiers.base import Verdict, Verifier
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .steps import Step
@@ -324,7 +325,7 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
 
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
-                      planner: Planner | None = None, max_new_tokens: int = 512,
+                      planner: Planner | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                       on_text: Callable[[str], None] | None = None) -> GenerationResult:
     """:func:`agenerate_stepwise` for synchronous callers (default plan: sync LR with k = 2)."""
     streamer = TextStreamer(target.decode, on_text) if on_text else None

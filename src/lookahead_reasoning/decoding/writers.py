@@ -15,7 +15,7 @@ from ..stopping import StopChecker
 from .autoregressive import decode_rows
 from .drafters import Drafter
 from .results import SDStats
-from .speculative import decode_rows_sd
+from .speculative import TokenSDRun, decode_rows_sd
 from .steps import Step, StepConfig
 
 
@@ -65,7 +65,7 @@ class StepWriter:
         if drafter is None:
             hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_done=on_done)
         else:
-            hits = decode_rows_sd(session, starts, checkers, self.sampling, drafter, gamma or self.gamma,
-                                  self.generator, self.sd_stats, on_done=on_done, overshoot=overshoot)
+            run = TokenSDRun(self.sampling, drafter, gamma or self.gamma, self.generator, self.sd_stats, overshoot)
+            hits = decode_rows_sd(session, starts, checkers, run, on_done=on_done)
         return [Step(session.rows[b][starts[b]:], self.lm.decode(session.rows[b][starts[b]:]), hit.reason)
                 for b, hit in enumerate(hits)]

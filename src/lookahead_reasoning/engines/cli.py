@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..errors import require
-from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET
+from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, STEP_DELIMITERS
 
 
 def add_url_options(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def engine_settings(args: argparse.Namespace):
     from ..sampling import SamplingConfig
     from .pair import EngineSettings
 
-    steps = StepConfig(tuple(getattr(args, "delimiter", None) or ["\n\n"]), args.max_step_tokens)
+    steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS), args.max_step_tokens)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     return EngineSettings(steps, sampling, args.seed, args.engine_timeout)
 

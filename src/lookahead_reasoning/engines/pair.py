@@ -25,6 +25,7 @@ from ..decoding.results import GenerationResult
 from ..decoding.steps import StepConfig
 from ..decoding.stepwise import Planner, agenerate_stepwise, fixed_plan
 from ..errors import EngineError, PromptError, require
+from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
 from ..sampling import SamplingConfig
 from .client import Endpoint, EngineClient, Sampling
 from .steps import EngineSteps, check_same_tokenizer
@@ -41,7 +42,7 @@ class EngineSettings:
     seed: int | None = 0
     timeout_s: float = 300.0
     retries: int = 2
-    alt_temperature: float = 0.7
+    alt_temperature: float = ALT_TEMPERATURE
 
 
 class EnginePair:
@@ -93,7 +94,7 @@ class EnginePair:
         return data["prompt"]
 
     # ------------------------------------------------------------------------------- modes
-    def ar(self, prompt: str | Messages | Sequence[int], max_new_tokens: int = 512,
+    def ar(self, prompt: str | Messages | Sequence[int], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
            on_text: Callable[[str], None] | None = None) -> GenerationResult:
         """Plain decoding by the target's engine: one completion request, no stop string."""
         require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
@@ -111,7 +112,7 @@ class EnginePair:
                                 mode="engine-ar")
 
     async def alr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
-                  max_new_tokens: int = 512, on_cycle=None) -> GenerationResult:
+                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
         """Lookahead Reasoning over the engines, for asyncio (default plan: sync, k = 2)."""
         require(self.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
                 EngineError)
@@ -123,7 +124,7 @@ class EnginePair:
         return result
 
     def lr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
-           max_new_tokens: int = 512, on_text: Callable[[str], None] | None = None,
+           max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
            on_cycle: Callable | None = None) -> GenerationResult:
         """:meth:`alr` for synchronous callers; ``on_text`` receives the kept text as each cycle ends,
         ``on_cycle(trace, run)`` each cycle (a planner's ``learn``)."""

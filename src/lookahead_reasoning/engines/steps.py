@@ -21,6 +21,7 @@ from typing import Sequence
 from ..decoding.stepwise import StepRequest
 from ..decoding.steps import Step, StepConfig
 from ..errors import EngineError, TokenizerMismatchError
+from ..presets import ALT_TEMPERATURE
 from ..sampling import SamplingConfig
 from .client import Completion, EngineClient, Sampling
 
@@ -31,7 +32,7 @@ class EngineSteps:
     """Steps from one engine endpoint (module docstring). ``name`` is the served model's name."""
 
     def __init__(self, client: EngineClient, steps: StepConfig | None = None, sampling: SamplingConfig | None = None,
-                 seed: int | None = 0, alt_temperature: float = 0.7):
+                 seed: int | None = 0, alt_temperature: float = ALT_TEMPERATURE):
         self.client, self.steps = client, steps or StepConfig()
         self.sampling = sampling or SamplingConfig()
         self.alt_temperature, self.seed = alt_temperature, seed
