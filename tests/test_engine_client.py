@@ -261,3 +261,26 @@ def test_lookahead_generator_with_engine_urls_runs_the_engine_modes():
         with pytest.raises(ConfigError, match="mode must be one of"):
             gen.generate("x", mode="sd")
         gen.close()
+
+
+def test_command_line_over_engines_answers_bad_input_in_one_line(capsys):
+    from lookahead_reasoning.cli import main
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["lr", "--target-url", url, "--draft-url", url, "--max-new-tokens", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot connect to the engine at " + url) and "\n" not in err
+    assert main(["bench", "--dataset", "x.jsonl", "--target-url", url, "--modes", "lr@k2"]) == 2
+    assert capsys.readouterr().err.strip() == "error: engine mode lr@k2 needs --draft-url"
+    assert main(["serve-engine", "--parallel", "0", "--build-only"]) == 2
+    assert "--parallel must be >= 1" in capsys.readouterr().err
+
+
+def test_command_line_runs_lr_over_an_engine(capsys):
+    from lookahead_reasoning.cli import main
+
+    with FakeEngine(text="So 2 + 2 = 4, and the answer is \\boxed{4}.") as engine:
+        rc = main(["lr", "--target-url", engine.url, "--draft-url", engine.url, "--mode", "lr", "--schedule", "async",
+                   "--prompt", "What is 2 + 2?", "--max-new-tokens", "30"])
+        out = capsys.readouterr().out
+    assert rc == 0 and '"mode": "engine-lr"' in out and '"speedup"' in out

@@ -1,4 +1,4 @@
-"""Command line: ``lookahead-reasoning {generate,lr,bench,report,pairs,verifiers}`` (also ``python -m lookahead_reasoning``).
+"""Command line: ``lookahead-reasoning {generate,lr,bench,report,pairs,verifiers,serve-engine}`` (also ``python -m lookahead_reasoning``).
 
 * ``generate``: autoregressive generation with one model, streaming the text.
 * ``lr``: one question with a speculative mode (``auto`` by default), with the autoregressive run of
@@ -6,6 +6,8 @@
   and a coloured trace.
 * ``bench`` / ``report``: the benchmark harness (see :mod:`lookahead_reasoning.bench`).
 * ``pairs`` / ``verifiers``: a bank of (drafted step, target step) pairs and an offline verifier ablation.
+* ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``lr`` and
+  ``bench`` with ``--target-url`` run over any OpenAI-compatible engine (:mod:`lookahead_reasoning.engines`).
 
 Every option is checked before any model loads: a bad number, name, path or dataset index fails in
 a second, naming the option.
@@ -90,6 +92,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_lr(args: argparse.Namespace) -> int:
     from .options import check_cache_writable, check_fits_context, generator_settings
     from .render import render_html, render_terminal
+
+    if args.target_url:  # over serving engines (lookahead_reasoning.engines)
+        from .engines.cli import run_lr_over_engine
+
+        _check_prompt_args(args)
+        return run_lr_over_engine(args, *_question(args))
 
     settings = generator_settings(args)
     settings.check()
@@ -188,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--color", action="store_true", help="colour the trace even when not on a terminal")
     o.add_argument("--html", help="write the trace as an HTML page here")
     lr.set_defaults(func=cmd_lr)
+    from .engines.cli import add_serve_command, add_url_options
+
+    add_url_options(lr)
+    add_serve_command(sub)
 
     from .bench.cli import add_bench_commands
     from .bench.pairs import add_pairs_commands
