@@ -263,7 +263,24 @@ def test_greedy_sd_with_int8_target_equals_its_greedy_ar(draft, prompt, gamma, n
                "ngram": lambda: NGramDrafter(max_n=2)}[draft]()
     expected = generate(int8_lm("qwen2"), prompt, max_new_tokens=n)
     result = generate_sd(int8_lm("qwen2"), prompt, drafter, gamma=gamma, max_new_tokens=n)
-    assert result.token_ids == expected.token_ids and result.stop_reason == expected.stop_reason
+    if result.token_ids != expected.token_ids:
+        assert_first_difference_is_a_near_tie(int8_lm("qwen2"), prompt, result.token_ids, expected.token_ids)
+        return
+    assert result.stop_reason == expected.stop_reason
+
+
+def assert_first_difference_is_a_near_tie(lm: LM, prompt, got, expected) -> None:
+    """Two greedy texts of one int8 model may part only where its two best logits are within the
+    batch tolerance (INT8_ATOL, a few bf16 steps: see the top of this file), so that a forward over
+    several tokens and one over a single token can rank them differently; anywhere else the
+    difference is a bug."""
+    i = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+    assert i is not None, f"one text is a prefix of the other: {len(got)} against {len(expected)} tokens"
+    with torch.no_grad():
+        logits = lm.model(torch.tensor([list(prompt) + list(expected[:i])])).logits[0, -1].float()
+    top = logits.topk(2).values
+    assert float(top[0] - top[1]) <= INT8_ATOL, f"the texts part at token {i}, where the best logit leads by {float(top[0] - top[1]):.3f}"
+    assert {got[i], expected[i]} <= set(logits.topk(2).indices.tolist())
 
 
 def test_identical_int8_draft_accepts_every_token():
