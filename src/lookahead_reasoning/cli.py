@@ -206,7 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_commands(sub)
     add_pairs_commands(sub)
+    bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.engines.bench)
+    add_url_options(bench)
+    bench.set_defaults(func=_local_or_engine(bench.get_default("func")))
     return parser
+
+
+def _local_or_engine(local):
+    """``bench``'s command: the engine modes when --target-url is given, else the local ones."""
+    def run(args: argparse.Namespace) -> int:
+        if args.target_url:
+            from .engines.cli import run_bench_over_engine
+
+            return run_bench_over_engine(args)
+        return local(args)
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

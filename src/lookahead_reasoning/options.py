@@ -101,9 +101,9 @@ class GeneratorSettings:
             width=self.width, gamma=self.gamma, steps=StepConfig(self.delimiters, self.max_step_tokens),
             token_sd=TokenSD(target=self.token_sd_target, draft=self.token_sd_draft),
             sampling=SamplingConfig(self.temperature, self.top_k, self.top_p),
-            draft_quantize=self.draft_quantize, draft_stop_below=self.draft_stop_below,
-            planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
-            cpu_linear=self.cpu_linear, precision=self.precision)
+            draft_stop_below=self.draft_stop_below, planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype,
+            device=self.device, cpu_linear=self.cpu_linear,
+            precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
         kwargs.update(overrides)
         return LookaheadGenerator(**kwargs)
 
@@ -197,6 +197,9 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     d.add_argument("--reprofile", action="store_true",
                    help="auto: measure this machine's cost table again even when a cached one matches")
     add_verifier_args(parser, default=DEFAULT_VERIFIER)
+
+
+DRAFT_PRECISION = {"auto": "auto", "int8": "int8-dynamic", None: None}  # --draft-quantize -> the draft's precision
 
 
 def generator_settings(args: argparse.Namespace) -> GeneratorSettings:

