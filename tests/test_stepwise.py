@@ -122,3 +122,38 @@ def test_plan_is_checked():
         CyclePlan(2, 0)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         generate_stepwise(LocalSteps(TARGET), LocalSteps(TARGET), [1, 2], exact(), max_new_tokens=0)
+
+
+def test_chunks_of_plain_decoding_between_cycles_keep_the_greedy_text():
+    """A planner that stands aside in chunks (no delimiter) and comes back to LR at step ends."""
+    prompt = [5, 17, 33, 2, 60]
+    steps = _steps(tuple(prompt))
+    plans = iter([CyclePlan(0, chunk=7), CyclePlan(0), CyclePlan(2), CyclePlan(0, chunk=5)] * 20)
+    result = generate_stepwise(LocalSteps(TARGET, steps), LocalSteps(DRAFTS["close"](), steps), prompt, exact(),
+                               planner=lambda generated, at_boundary: next(plans) if at_boundary else CyclePlan(0),
+                               max_new_tokens=48)
+    assert result.token_ids == generate(TARGET, prompt, max_new_tokens=48).token_ids
+    assert any(c.plan.plan == "ar@c7" for c in result.stats.cycles)
+    with pytest.raises(ConfigError, match="chunk"):
+        CyclePlan(2, chunk=8)
+
+
+def test_the_engine_planner_stands_aside_in_chunks_when_steps_are_rejected():
+    from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner, StepRates
+
+    costs = EngineCosts()
+    for rows in (1, 2, 3, 4):  # a CPU: every row costs nearly a full one more
+        costs.record_rows(rows, 8, 0.05 + 0.03 * 8 * (1 + 0.8 * (rows - 1)))
+        costs.record_rows(rows, 40, 0.05 + 0.03 * 40 * (1 + 0.8 * (rows - 1)))
+    costs.draft.add(8, 0.02 + 0.01 * 8)
+    costs.draft.add(40, 0.02 + 0.01 * 40)
+    hopeless = EnginePlanner(costs, StepRates(accepted=1, rejected=30))
+    assert hopeless(0, True).chunk and hopeless(10, False).chunk
+    free = EngineCosts()  # a GPU-like engine: rows in one batch cost what one does
+    for rows in (1, 2, 3, 4):
+        free.record_rows(rows, 8, 0.05 + 0.03 * 8)
+        free.record_rows(rows, 40, 0.05 + 0.03 * 40)
+    free.draft = costs.draft
+    hopeful = EnginePlanner(free, StepRates(accepted=30, rejected=3))
+    assert hopeful(0, True).k >= 1
+    assert hopeful(10, False) == CyclePlan(0)  # mid-step: one plain step to reach the next boundary

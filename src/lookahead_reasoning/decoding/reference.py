@@ -49,7 +49,7 @@ import torch
 from ..errors import require
 from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
 from ..sampling import SamplingConfig, make_generator
-from ..stopping import StopChecker
+from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
 from .autoregressive import decode_rows
 from .drafters import check_same_vocabulary
@@ -84,7 +84,9 @@ class LocalSteps:
         """One step after ``request.context``, at most ``request.budget`` tokens."""
         context = list(request.context)
         session = Session(self.lm, [context])
-        checker = StopChecker(self.steps.stop_condition(self.lm.eos_ids, request.budget), self.lm.decode)
+        condition = (StopCondition(self.lm.eos_ids, (), request.budget) if request.free
+                     else self.steps.stop_condition(self.lm.eos_ids, request.budget))
+        checker = StopChecker(condition, self.lm.decode)
         sampling = self.alt_sampling if request.alternative else self.sampling
         [hit] = decode_rows(session, [len(context)], [checker], sampling, self.generator)
         ids = session.rows[0][len(context):]

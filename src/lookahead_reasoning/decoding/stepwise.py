@@ -48,11 +48,13 @@ SCHEDULES = ("sync", "async")
 @dataclass(frozen=True)
 class StepRequest:
     """Write one step after ``context`` (token ids), at most ``budget`` tokens. ``alternative`` > 0
-    asks for the alternative draft number ``alternative`` (sampled, with its own seed)."""
+    asks for the alternative draft number ``alternative`` (sampled, with its own seed). ``free``: no
+    delimiter, no step cap: write on until EOS or ``budget`` (a chunk of plain decoding)."""
 
     context: tuple[int, ...]
     budget: int
     alternative: int = 0
+    free: bool = False
 
 
 class StepModel(Protocol):
@@ -97,22 +99,27 @@ class Node:
 @dataclass(frozen=True)
 class CyclePlan:
     """What one cycle runs: ``k`` drafted levels (0: the target writes the next step alone), ``width``
-    drafts per level, and the ``schedule`` ("sync" or "async")."""
+    drafts per level, and the ``schedule`` ("sync" or "async"). ``chunk`` > 0 (with k = 0 only): the
+    target writes up to ``chunk`` tokens of plain decoding in one request, past step ends (where no
+    step speculation pays, fewer requests cost less); the text is then mid-step."""
 
     k: int
     width: int = 1
     schedule: str = "sync"
+    chunk: int = 0
 
     def __post_init__(self) -> None:
         require(isinstance(self.k, int) and self.k >= 0, f"k (drafted steps per cycle) must be an integer >= 0, got {self.k!r}")
         require(isinstance(self.width, int) and self.width >= 1,
                 f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
         require(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
+                f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
 
     @property
     def label(self) -> str:
         if self.k == 0:
-            return "ar"
+            return f"ar@c{self.chunk}" if self.chunk else "ar"
         return f"lr@k{self.k}" + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
 
 
@@ -128,7 +135,9 @@ class Cycle:
 
     def _request_row(self, node: Node) -> None:
         if node.opens(self.budget) and node.row is None:
-            node.row = asyncio.ensure_future(self.target.awrite(StepRequest(node.after, self.budget - node.used)))
+            budget, chunk = self.budget - node.used, self.plan.chunk if node is self.root else 0
+            request = StepRequest(node.after, min(budget, chunk), free=True) if chunk else StepRequest(node.after, budget)
+            node.row = asyncio.ensure_future(self.target.awrite(request))
 
     async def _draft_level(self, level: list[Node]) -> list[Node]:
         """Draft ``width`` children of every open node of ``level`` at once; the next level."""

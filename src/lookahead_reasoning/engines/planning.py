@@ -18,7 +18,9 @@ drafts and one target step, ``E[tokens] = E[m] L_d + L_t``;
 * sync:  ``k T_d(1, L_d) + T_t(k + 1, L_t)`` (draft everything, then all rows at once);
 * async: row j starts when drafted step j exists, ``j T_d``; the cycle ends when the row that decides
   it (row m) finishes, ``E[m T_d] + T_t(R, L_t)`` with R the rows in flight together, at most k + 1;
-* ar (k = 0): ``T_t(1, L_t)`` per step.
+* ar (k = 0): ``T_t(1, L_t)`` per step; a chunk of c tokens in one request ``T_t(1, c)`` (the fixed
+  part paid once: where no step speculation pays, the planner stands aside in chunks and only comes
+  back to a step boundary when an LR plan is priced above the chunk).
 
 A measured calibration factor per plan kind (realised over predicted seconds, weighted by time)
 corrects what the model leaves out (draft and target sharing one machine's cores, HTTP, judging).
@@ -156,7 +158,8 @@ def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates) -> tuple[float,
     """(expected tokens, expected seconds) of one cycle of ``plan`` (module docstring)."""
     lt, ld = rates.target_tokens, rates.draft_tokens
     if plan.k == 0:
-        return lt, costs.target_s(1, lt)
+        n = plan.chunk or lt
+        return n, costs.target_s(1, n)
     pmf = kept_pmf(plan.k, rates.alpha1)
     m = np.arange(plan.k + 1)
     tokens = float(pmf @ (m * ld)) + lt
@@ -181,14 +184,12 @@ class EnginePlanner:
     rates: StepRates = field(default_factory=StepRates)
     max_k: int = 3
     schedules: tuple[str, ...] = ("sync", "async")
+    chunk: int = 256  # tokens of plain decoding one standing-aside request writes (0: never chunk)
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
     last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
 
-    def candidates(self, at_boundary: bool) -> list[CyclePlan]:
-        plans = [CyclePlan(0)]
-        if at_boundary:
-            plans += [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]
-        return plans
+    def speculative(self) -> list[CyclePlan]:
+        return [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]
 
     def factor(self, plan: CyclePlan) -> float:
         realised, predicted = self.calibration.get(self._kind(plan), (0.0, 0.0))
@@ -196,14 +197,23 @@ class EnginePlanner:
 
     @staticmethod
     def _kind(plan: CyclePlan) -> str:
-        return "ar" if plan.k == 0 else plan.schedule
+        return ("chunk" if plan.chunk else "ar") if plan.k == 0 else plan.schedule
 
     def rate(self, plan: CyclePlan) -> float:
         tokens, seconds = price(plan, self.costs, self.rates)
         return tokens / (seconds * self.factor(plan)) if seconds > 0 else 0.0
 
     def __call__(self, generated: int, at_boundary: bool) -> CyclePlan:
-        best = max(self.candidates(at_boundary), key=self.rate)
+        """At a step boundary the fastest of ar, a chunk and every LR plan; mid-step a chunk, unless
+        some LR plan is priced above it (then one plain step, to reach the next boundary)."""
+        alone, chunk = CyclePlan(0), CyclePlan(0, chunk=self.chunk) if self.chunk else None
+        lr_best = max(self.speculative(), key=self.rate, default=None)
+        if at_boundary:
+            best = max([p for p in (alone, chunk, lr_best) if p is not None], key=self.rate)
+        elif chunk is not None and (lr_best is None or self.rate(lr_best) <= self.rate(chunk)):
+            best = chunk
+        else:
+            best = alone
         self.last = (best, price(best, self.costs, self.rates)[1], self.rate(best))
         return best
 

@@ -61,39 +61,54 @@ class EngineSteps:
         return Sampling(temperature, self.sampling.top_p if temperature > 0 else 1.0, seed if temperature > 0 else None)
 
     def _budget(self, request: StepRequest) -> int:
-        return max(1, min(self.steps.max_step_tokens, request.budget))
+        return max(1, request.budget if request.free else min(self.steps.max_step_tokens, request.budget))
 
-    def _step(self, done: Completion) -> Step:
-        """A :class:`Step` from a completion: the delimiter put back, ids the engine's or re-tokenized."""
+    def _end_and_text(self, done: Completion) -> tuple[str, str]:
+        """Why the step ended and its text with the stop string put back."""
         self.requests += 1
         self.completion_tokens += done.completion_tokens
-        end, text = done.end, done.text
-        if end == "stop_string":
-            if done.stop is None and text == "" and done.completion_tokens <= 1:
-                end = "eos"  # an engine that reports only "stop": an empty stop is end-of-sequence
-            else:
-                text += done.stop if done.stop is not None else self.steps.delimiters[0]
+        if done.end != "stop_string":
+            return done.end, done.text
+        if done.stop is None and done.text == "" and done.completion_tokens <= 1:
+            return "eos", ""  # an engine that reports only "stop": an empty stop is end-of-sequence
+        return "stop_string", done.text + (done.stop if done.stop is not None else self.steps.delimiters[0])
+
+    def _ids_text(self, done: Completion) -> str | None:
+        """The text of the engine's ids where the reply itself tells it (logprobs with bytes), else None."""
+        lp = done.logprobs
+        if lp and len(lp) == len(done.token_ids) and all(t.bytes is not None for t in lp):
+            return b"".join(t.bytes for t in lp).decode("utf-8", errors="replace")
+        return None
+
+    async def awrite(self, request: StepRequest) -> Step:
+        """One step (module docstring). A step that stopped at a delimiter is checked against the text
+        of the engine's ids (``/detokenize``, a short request): where the stop string sat inside a
+        token, the token's whole text counts; where the ids say something else, the text is tokenized."""
+        done = await self.client.acomplete(list(request.context), self._budget(request),
+                                           () if request.free else self.steps.delimiters, self._sampling(request))
+        end, text = self._end_and_text(done)
         ids = done.token_ids
         if ids is not None and end == "stop_string":
-            whole = self._text_of_ids(done)
-            if whole.startswith(text):  # a stop string inside a token: the token's whole text counts
+            whole = self._ids_text(done)
+            if whole is None:
+                whole = await self.adecode(ids)
+            if whole.startswith(text):
                 text = whole
             else:
                 ids = None
         if ids is None:
-            ids = self.client.tokenize(text) if text else []
+            ids = await self.aencode(text) if text else []
         return Step(list(ids), text, end)
 
-    def _text_of_ids(self, done: Completion) -> str:
-        """The text of the completion's ids: their bytes where the engine returned them, else ``/detokenize``."""
-        if done.logprobs and len(done.logprobs) == len(done.token_ids) and all(t.bytes is not None for t in done.logprobs):
-            return b"".join(t.bytes for t in done.logprobs).decode("utf-8", errors="replace")
-        return self.decode(done.token_ids)
+    async def adecode(self, ids: Sequence[int]) -> str:
+        data = await self.client.arequest("POST", "/detokenize", {"tokens": [int(t) for t in ids]})
+        text = data.get("content", data.get("prompt")) if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise EngineError(f"{self.client.where}/detokenize answered no text: {str(data)[:200]}")
+        return text
 
-    async def awrite(self, request: StepRequest) -> Step:
-        done = await self.client.acomplete(list(request.context), self._budget(request), self.steps.delimiters,
-                                           self._sampling(request), logprobs=1)
-        return self._step(done)
+    async def aencode(self, text: str) -> list[int]:
+        return await asyncio.to_thread(self.client.tokenize, text)
 
     def write(self, requests: Sequence[StepRequest]) -> list[Step]:
         """The requests sent at once (the engine batches them), answered in order."""
