@@ -187,6 +187,7 @@ class EnginePlanner:
     chunk: int = 256  # tokens of plain decoding one standing-aside request writes (0: never chunk)
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
     last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
+    first: bool = False  # whether the last plan was a run's first cycle
 
     def speculative(self) -> list[CyclePlan]:
         return [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]
@@ -215,6 +216,7 @@ class EnginePlanner:
         else:
             best = alone
         self.last = (best, price(best, self.costs, self.rates)[1], self.rate(best))
+        self.first = generated == 0
         return best
 
     def learn(self, trace: CycleTrace, run=None) -> None:
@@ -225,9 +227,10 @@ class EnginePlanner:
         complete = [s for s in trace.target if s.ids]
         if plan.schedule == "sync" and complete and trace.target_s > 0:
             self.costs.record_rows(trace.target_rows, max(len(s.ids) for s in complete), trace.target_s)
-        entry = self.calibration.setdefault(self._kind(plan), [0.0, 0.0])
-        entry[0] += trace.wall_s
-        entry[1] += seconds
+        if not self.first:  # a run's first cycle also feeds the prompt, which no price holds
+            entry = self.calibration.setdefault(self._kind(plan), [0.0, 0.0])
+            entry[0] += trace.wall_s
+            entry[1] += seconds
 
 
 __all__ = ["EngineCosts", "EnginePlanner", "Line", "StepRates", "ameasure", "kept_pmf", "price"]
