@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lookahead_reasoning.bench.report import load_results, summarize
+from lookahead_reasoning.bench.report import load_results, summarize, summed_histogram
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -57,12 +57,7 @@ def draw(run: Path) -> list[Path]:
     if hist_modes:
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
         for m in hist_modes:
-            total: list[int] = []
-            for r in records:
-                if r["mode"] == m:
-                    for i, c in enumerate(r.get("accept_histogram") or []):
-                        total += [0] * (i + 1 - len(total))
-                        total[i] += c
+            total = summed_histogram(records, m)
             s = sum(total) or 1
             ax.plot(range(len(total)), [c / s for c in total], marker="o", label=f"{m} ({s} iterations)")
         ax.set_xlabel("drafted tokens accepted in one SD iteration")

@@ -58,6 +58,21 @@ def _frontier(ax, cosine, exact, differ, shown: tuple[float, ...] = SHOWN) -> No
     ax.scatter([a], [h], marker="s", s=60, color="C2", zorder=3, label=f"exact ({a:.0%} accepted)")
 
 
+def _finish(fig, ax, limits: tuple[float, float], xlabel: str, title: str, path: Path) -> None:
+    """Axes, labels, legend; save to ``path`` and close."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlim(0, limits[0]); ax.set_ylim(-0.02, limits[1])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of accepted pairs with other numbers\n(harm proxy; lower is safer)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
@@ -79,15 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         if row:
             ax.scatter([row["accept_rate"]], [row["numbers_differ_accepted"]], marker=marker, s=60, color=color,
                        zorder=3, label=f"{name} (committed run)")
-    ax.set_xlim(0, 1); ax.set_ylim(-0.02, 0.5)
-    ax.set_xlabel("share of pairs accepted (more: faster step layer)")
-    ax.set_ylabel("share of accepted pairs with other numbers\n(harm proxy; lower is safer)")
-    ax.set_title(f"verifiers on {len(pairs)} recorded step pairs (GSM8K train 300-344)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(args.out / "verifier-ablation.png", dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, (1, 0.5), "share of pairs accepted (more: faster step layer)",
+            f"verifiers on {len(pairs)} recorded step pairs (GSM8K train 300-344)", args.out / "verifier-ablation.png")
 
     judges = json.loads((RESULTS / "verifier-judges-20.json").read_text())
     n = judges["n_pairs"]
@@ -96,15 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     for row, marker in zip(judges["rows"], ("^", "v", "P")):
         ax.scatter([row["accept_rate"]], [row["numbers_differ_accepted"]], marker=marker, s=80, color="C3", zorder=3,
                    label=f"{row['verifier']} (committed, {row['median_latency_ms'] / 1e3:.0f} s per pair)")
-    ax.set_xlim(0, 1.05); ax.set_ylim(-0.02, 0.6)
-    ax.set_xlabel("share of pairs accepted")
-    ax.set_ylabel("share of accepted pairs with other numbers\n(harm proxy; lower is safer)")
-    ax.set_title(f"the paper's judges (0.5B judge, 1.5B target) on the first {n} pairs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(args.out / "verifier-judges-20.png", dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, (1.05, 0.6), "share of pairs accepted",
+            f"the paper's judges (0.5B judge, 1.5B target) on the first {n} pairs", args.out / "verifier-judges-20.png")
     print(f"wrote {args.out / 'verifier-ablation.png'} and {args.out / 'verifier-judges-20.png'}")
     return 0
 

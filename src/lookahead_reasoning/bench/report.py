@@ -207,6 +207,17 @@ def _plot_speedup(rows: list[ModeRow], path: Path) -> Path:
     return _save(fig, path)
 
 
+def summed_histogram(records: list[dict[str, Any]], mode: str) -> list[int]:
+    """SD iterations per number of drafted tokens accepted, summed over ``mode``'s records."""
+    total: list[int] = []
+    for r in records:
+        if r["mode"] == mode:
+            for i, c in enumerate(r.get("accept_histogram") or []):
+                total += [0] * (i + 1 - len(total))
+                total[i] += c
+    return total
+
+
 def _plot_acceptance(rows: list[ModeRow], records: list[dict[str, Any]], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
@@ -215,12 +226,7 @@ def _plot_acceptance(rows: list[ModeRow], records: list[dict[str, Any]], path: P
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m in modes:
-        total: list[int] = []
-        for r in records:
-            if r["mode"] == m:
-                for i, c in enumerate(r.get("accept_histogram") or []):
-                    total += [0] * (i + 1 - len(total))
-                    total[i] += c
+        total = summed_histogram(records, m)
         s = sum(total) or 1
         ax.plot(range(len(total)), [c / s for c in total], marker="o", label=m)
     ax.set_xlabel("drafted tokens accepted per target forward")
