@@ -123,8 +123,10 @@ class LlamaServer:
         binary = llama_server_binary(self.config.cache_dir)
         self.port = self.config.port or free_port()
         argv = self.config.argv(binary, self.port)
-        if self.log_path is None:
-            self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+        if self.log_path is None:  # a log of our own, removed again when the server is stopped
+            fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+            os.close(fd)
+            self.log_path, self._temporary_log = Path(name), True
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, preexec_fn=_die_with_parent)
@@ -143,8 +145,9 @@ class LlamaServer:
                 time.sleep(0.25)
         finally:
             client.close()
+        tail = self.log_tail()
         self.stop()
-        raise EngineError(f"llama-server did not become healthy within {self.startup_s:g} s:\n{self.log_tail()}")
+        raise EngineError(f"llama-server did not become healthy within {self.startup_s:g} s:\n{tail}")
 
     def log_tail(self, lines: int = 12) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -161,13 +164,14 @@ class LlamaServer:
             self.process.wait(10)
 
     def stop(self, grace_s: float = 10.0) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if getattr(self, "_temporary_log", False) and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "LlamaServer":
         return self.start()
