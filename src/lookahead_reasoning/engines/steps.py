@@ -47,7 +47,10 @@ class EngineSteps:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The engine's text of ``ids`` (``/detokenize``)."""
-        data = self.client.request("POST", "/detokenize", {"tokens": [int(t) for t in ids]})
+        return self._detokenized(self.client.request("POST", "/detokenize", {"tokens": [int(t) for t in ids]}))
+
+    def _detokenized(self, data) -> str:
+        """The text of a ``/detokenize`` reply (llama.cpp's ``content``, vLLM's ``prompt``)."""
         text = data.get("content", data.get("prompt")) if isinstance(data, dict) else None
         if not isinstance(text, str):
             raise EngineError(f"{self.client.where}/detokenize answered no text: {str(data)[:200]}")
@@ -101,11 +104,7 @@ class EngineSteps:
         return Step(list(ids), text, end)
 
     async def adecode(self, ids: Sequence[int]) -> str:
-        data = await self.client.arequest("POST", "/detokenize", {"tokens": [int(t) for t in ids]})
-        text = data.get("content", data.get("prompt")) if isinstance(data, dict) else None
-        if not isinstance(text, str):
-            raise EngineError(f"{self.client.where}/detokenize answered no text: {str(data)[:200]}")
-        return text
+        return self._detokenized(await self.client.arequest("POST", "/detokenize", {"tokens": [int(t) for t in ids]}))
 
     async def aencode(self, text: str) -> list[int]:
         return await asyncio.to_thread(self.client.tokenize, text)
