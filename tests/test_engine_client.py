@@ -284,3 +284,16 @@ def test_command_line_runs_lr_over_an_engine(capsys):
                    "--prompt", "What is 2 + 2?", "--max-new-tokens", "30"])
         out = capsys.readouterr().out
     assert rc == 0 and '"mode": "engine-lr"' in out and '"speedup"' in out
+
+
+def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_path):
+    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "#### 2"}) + "\n")
+    out = tmp_path / "results.jsonl"
+    out.write_text(json.dumps({"problem_id": "x", "mode": "ar", "target": "another-model"}) + "\n")
+    with FakeEngine() as engine:
+        with pytest.raises(ConfigError, match="holds results of other models .*'another-model'.*'fake'"):
+            run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",)), progress=False)
+        assert engine.requests == []  # refused before any completion

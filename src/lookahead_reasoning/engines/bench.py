@@ -28,7 +28,7 @@ from typing import Any
 
 from ..bench.datasets import Problem, load_dataset
 from ..bench.grading import grade
-from ..bench.results import append_record, check_writable, done_pairs
+from ..bench.results import _records, append_record, check_writable, done_pairs
 from ..decoding.results import GenerationResult
 from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
@@ -148,15 +148,8 @@ class EngineRunner:
 
 
 def _check_same_models(path: Path, models: dict[str, Any]) -> None:
-    import json
-
-    if not path.exists():
-        return
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    """Refuse to resume into a results file written against endpoints serving other models."""
+    for rec in _records(path):
         differ = [f for f in ("target", "draft") if rec.get(f) not in (None, models[f]) and models[f] is not None]
         if differ:
             raise ConfigError(f"{path} holds results of other models ({', '.join(f'{f} {rec[f]!r}' for f in differ)}; "
