@@ -108,7 +108,7 @@ class PairRecorder:
         messages = math_messages(problem.question)
         prompt_t = self.target.prompt_ids(messages)
         prompt_d = prompt_t if self.same_vocab else self.draft.prompt_ids(messages)
-        t_sess, d_sess = Session(self.target, [prompt_t]), Session(self.draft, [prompt_d])
+        t_sess, d_sess = self.target.session([prompt_t]), self.draft.session([prompt_d])
         drafter = None
         if self.config.target_sd and self.same_vocab:
             drafter = make_drafter("draft", lm=self.draft, sampling=greedy, generator=generator)

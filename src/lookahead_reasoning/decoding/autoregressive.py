@@ -101,7 +101,7 @@ def generate(
     checker = StopChecker(stop, lm.decode)
     streamer = TextStreamer(lm.decode, on_text) if on_text else None
     generator = make_generator(seed)
-    session = Session(lm, [list(prompt_ids)])
+    session = lm.session([list(prompt_ids)])
     calls_before = lm.stats.calls
     start = time.perf_counter()
     [hit] = decode_rows(session, [len(prompt_ids)], [checker], sampling, generator,

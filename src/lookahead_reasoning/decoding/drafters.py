@@ -76,7 +76,7 @@ class ModelDrafter:
 
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
         if self.session is None or self.session.batch_size != len(rows):
-            self.session = Session(self.lm, rows)
+            self.session = self.lm.session(rows)
         else:
             self.session.set_rows(rows)
         bsz = len(rows)

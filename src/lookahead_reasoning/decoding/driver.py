@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol, Sequence
 
 from ..runtime.lm import LM
-from ..runtime.session import Session
 from ..sampling import make_generator
 from ..verifiers.base import Verifier
 from .cycle import CyclePlan, CycleTools, Gate, LRState, make_tools
@@ -107,7 +106,7 @@ def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_pr
     """Both sessions at the prompt (``draft_prompt_ids``: the prompt in the draft's tokenizer; None:
     ``prompt_ids``, for a shared vocabulary)."""
     draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
-    return LRState(Session(target_lm, [list(prompt_ids)]), Session(draft_lm, [draft_ids]), len(prompt_ids),
+    return LRState(target_lm.session([list(prompt_ids)]), draft_lm.session([draft_ids]), len(prompt_ids),
                    len(draft_ids), max_new_tokens)
 
 

@@ -54,7 +54,6 @@ from ..verifiers.base import Verdict, Verifier
 from .autoregressive import decode_rows
 from .drafters import check_same_vocabulary
 from .results import CycleTrace, GenerationResult, LRStats
-from .session import Session
 from .steps import Step, StepConfig
 from .stepwise import StepModel, StepRequest
 from .timing import Laps
@@ -83,7 +82,7 @@ class LocalSteps:
     def write_one(self, request: StepRequest) -> Step:
         """One step after ``request.context``, at most ``request.budget`` tokens."""
         context = list(request.context)
-        session = Session(self.lm, [context])
+        session = self.lm.session([context])
         condition = (StopCondition(self.lm.eos_ids, (), request.budget) if request.free
                      else self.steps.stop_condition(self.lm.eos_ids, request.budget))
         checker = StopChecker(condition, self.lm.decode)

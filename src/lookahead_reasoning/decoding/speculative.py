@@ -137,7 +137,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None
-    session = Session(target, [list(prompt_ids)])
+    session = target.session([list(prompt_ids)])
     stats = SDStats(gamma=gamma)
     t_before = target.stats.copy()
     d_before = draft_lm.stats.copy() if draft_lm is not None else None

@@ -37,7 +37,6 @@ from ..kernels import uses_onednn_linear
 from ..models import cache_root
 from ..runtime import hardware
 from ..runtime.lm import LM, ForwardTiming
-from ..runtime.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +206,7 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
     """Time ``lm`` on ``grid`` ({rows: widths}) after a cached prefix; also the cost of a longer context."""
     vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
     ids = [(7 + 31 * i) % vocab for i in range(LONG_PREFIX)]
-    short = Session(lm, [ids[:prefix]])
+    short = lm.session([ids[:prefix]])
     short.logits()
     forward_seconds(lm, short, 1, 1, 1)  # warm-up: first calls of a shape set up kernels
     shapes = [(r, n) for r in sorted(grid) for n in grid[r]]
@@ -237,7 +236,7 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
             points[rows][n] = min(before, forward_seconds(lm, short, rows, n, 1))
             if points[rows][n] > before / SETTLED:
                 settled.add((rows, n))
-    long = Session(lm, [ids])
+    long = lm.session([ids])
     long.logits()
     bar.update(1)
     t_long = forward_seconds(lm, long, 1, 1, 2)

@@ -25,6 +25,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState
 from ..errors import PromptError, require
+from .session import Session
 
 
 @dataclass
@@ -107,6 +108,19 @@ class LM:
         out = self.model.get_output_embeddings()
         weight = out.weight() if callable(getattr(out, "weight", None)) else out.weight  # int8 linears: a method
         return int(weight.shape[0])
+
+    # ------------------------------------------------------------------ sessions
+    def session(self, rows: Sequence[Sequence[int]]) -> Session:
+        """A fresh :class:`~lookahead_reasoning.runtime.session.Session` of this model over ``rows``.
+
+        Args:
+            rows: B token-id lists (B >= 1, each with at least one token); nothing is fed yet.
+
+        Returns:
+            a Session with an empty cache; its first ``logits(keep=k)`` call feeds every row and
+            returns (B, k, V) float32 logits. Raises ValueError for no rows or an empty row.
+        """
+        return Session(self, rows)
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()

@@ -18,17 +18,23 @@ columns of the cache row b, in order. A row needs at least one uncached token to
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from ..cache import KVState
-from .lm import LM
 from ..stopping import common_prefix
+
+if TYPE_CHECKING:  # lm.py builds sessions (LM.session), so this module needs LM for typing only
+    from .lm import LM
 
 
 class Session:
-    """B rows of token ids and one KV cache over their first ``cached[b]`` tokens."""
+    """B rows of token ids and one KV cache over their first ``cached[b]`` tokens.
+
+    Made by :meth:`LM.session <lookahead_reasoning.runtime.lm.LM.session>`; code outside the runtime
+    layer asks the model for one rather than calling this constructor.
+    """
 
     def __init__(self, lm: LM, rows: Sequence[Sequence[int]]):
         if not rows or any(len(r) == 0 for r in rows):

@@ -27,7 +27,6 @@ import torch
 
 from ..errors import VerifierError, require
 from ..runtime.lm import LM
-from ..runtime.session import Session
 from .base import BaseVerifier, Pair, Verdict, check_pairs, check_unit_threshold, share, with_latency
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,7 @@ def next_token_probs(lm: Any, prompts: Sequence[str]):
     decoding loops do. Raises whatever the model raises.
     """
     rows = [lm.encode(p) for p in prompts]
-    logits = Session(lm, rows).logits(keep=1)  # (B, 1, V)
+    logits = lm.session(rows).logits(keep=1)  # (B, 1, V)
     return torch.softmax(logits[:, -1, :].float(), dim=-1)
 
 
