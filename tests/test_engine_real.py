@@ -96,6 +96,14 @@ def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
 
 
+def test_plain_decoding_in_windows_writes_the_engines_greedy_text(pair, problems):
+    messages = math_messages(problems[2].question)
+    reference, logprobs = _engine_greedy(pair, messages)
+    result, timeline = pair.ar_windows(messages, TOKENS, 32)
+    assert_engine_text(result.token_ids, reference, logprobs)
+    assert [t for t, _ in timeline] == [min(32 * (i + 1), len(result.token_ids)) for i in range(len(timeline))]
+
+
 def test_async_and_sync_schedules_agree(pair, problems):
     exact = make_verifier("exact")
     messages = math_messages(problems[0].question)

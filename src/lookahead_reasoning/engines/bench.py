@@ -83,6 +83,7 @@ class EngineBench:
     max_new_tokens: int = 1024
     concurrency: int = 1
     verifier: Any = "exact"
+    window: int = 0  # > 0: records carry a timeline; plain modes then decode in requests of this many tokens
     settings: EngineSettings = field(default_factory=EngineSettings)
 
     def __post_init__(self) -> None:
@@ -95,6 +96,7 @@ class EngineBench:
         self.urls.needed(self.modes)
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
+        require(isinstance(self.window, int) and self.window >= 0, f"window must be an integer >= 0, got {self.window!r}")
 
 
 class EngineRunner:
@@ -122,17 +124,31 @@ class EngineRunner:
         return self.planner
 
     async def run(self, problem: Problem, mode: str) -> tuple[GenerationResult, dict[str, Any]]:
+        """One (problem, mode): the result and what its record adds (``plans`` of ``auto``; with a
+        ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
         base, k, schedule = parse_engine_mode(mode)
-        messages, n = math_messages(problem.question), self.bench.max_new_tokens
+        messages, n, window = math_messages(problem.question), self.bench.max_new_tokens, self.bench.window
         if base in ("ar", "sd", "ngram"):
             pair = self.pairs["plain" if base == "ar" else base]
+            if window:
+                result, timeline = await asyncio.to_thread(pair.ar_windows, messages, n, window)
+                return result, {"timeline": timeline}
             return await asyncio.to_thread(pair.ar, messages, n), {}
-        pair = self.pairs["sd" if base == "lr-sd" else "plain"]
-        if base == "auto":
-            planner = await self._planner(pair.prompt_ids(messages))
-            result = await pair.alr(messages, self.verifier, planner, n, planner.learn)
-            return result, {"plans": result.stats.plan_counts()}
-        return await pair.alr(messages, self.verifier, fixed_plan(k, 1, schedule), n), {}
+        pair, timeline = self.pairs["sd" if base == "lr-sd" else "plain"], []
+        planner = fixed_plan(k, 1, schedule)
+        if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
+            planner = (await self._planner(pair.prompt_ids(messages))).fork()
+        start = time.perf_counter()
+
+        def each(trace, run) -> None:
+            if base == "auto":
+                planner.learn(trace, run)
+            done = (timeline[-1][0] if timeline else 0) + trace.tokens
+            timeline.append((done, round(time.perf_counter() - start, 4)))
+
+        result = await pair.alr(messages, self.verifier, planner, n, each)
+        extra: dict[str, Any] = {"timeline": timeline} if window else {}
+        return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],
                batch_s: float | None) -> dict[str, Any]:

@@ -111,6 +111,21 @@ class EnginePair:
         return GenerationResult(list(new), done.text, ids, "eos" if done.end != "budget" else "budget", 0, wall,
                                 mode="engine-ar")
 
+    def ar_windows(self, prompt: str | Messages | Sequence[int], max_new_tokens: int,
+                   window: int) -> tuple[GenerationResult, list[tuple[int, float]]]:
+        """Plain decoding in requests of ``window`` tokens, each continuing the ids so far (the engine's
+        prefix cache holds them, so a request costs its new tokens): the result and, after each request,
+        (tokens so far, seconds since the start): the cost of decoding at each position of a long answer."""
+        require(isinstance(window, int) and window >= 1, f"window must be an integer >= 1, got {window!r}")
+        ids, new, text, timeline = self.prompt_ids(prompt), [], "", []
+        start, end = time.perf_counter(), "budget"
+        while len(new) < max_new_tokens and end == "budget":
+            part = self.ar(ids + new, min(window, max_new_tokens - len(new)))
+            new, text, end = new + part.token_ids, text + part.text, part.stop_reason
+            timeline.append((len(new), round(time.perf_counter() - start, 4)))
+        wall = time.perf_counter() - start
+        return GenerationResult(new, text, ids, end, 0, wall, mode="engine-ar"), timeline
+
     async def alr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
         """Lookahead Reasoning over the engines, for asyncio (default plan: sync, k = 2)."""

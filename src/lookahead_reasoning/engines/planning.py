@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -188,6 +188,11 @@ class EnginePlanner:
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
     last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
     first: bool = False  # whether the last plan was a run's first cycle
+
+    def fork(self) -> "EnginePlanner":
+        """A planner for one more run at the same time: its own last plan, the same cost fit, rates and
+        calibration (so every run learns for all, and plans are priced at the load the runs make)."""
+        return replace(self, last=None, first=False)
 
     def speculative(self) -> list[CyclePlan]:
         return [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]

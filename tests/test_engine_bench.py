@@ -1,0 +1,62 @@
+"""The engine benchmark's timelines and planners, against the loopback engine of test_engine_client.
+
+A timeline is what the reasoning-length plot draws: after each request (plain modes, decoding in
+windows) or each cycle (LR modes), the tokens written so far and the seconds since the start. Runs
+of ``auto`` at the same time each plan with their own planner, sharing what they learn.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lookahead_reasoning.decoding.stepwise import CyclePlan
+from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner
+
+from test_engine_client import FakeEngine
+
+
+def _problems(tmp_path, n: int):
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+                            for i in range(n)))
+    return data
+
+
+def _timeline_is_sound(record: dict) -> None:
+    tokens = [t for t, _ in record["timeline"]]
+    seconds = [s for _, s in record["timeline"]]
+    assert tokens == sorted(tokens) and seconds == sorted(seconds) and tokens[-1] == record["new_tokens"]
+    assert 0 < seconds[0] and tokens[0] > 0
+
+
+def test_records_carry_a_timeline_when_a_window_is_given(tmp_path):
+    data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
+    with FakeEngine(text="One step") as engine:  # every request writes one step and stops at "\n\n"
+        bench = EngineBench(str(data), str(out), EngineURLs(engine.url, engine.url), modes=("ar", "lr@k1"),
+                            max_new_tokens=40, window=8)
+        run_engine_bench(bench, progress=False)
+    records = {r["mode"]: r for r in map(json.loads, out.read_text().splitlines())}
+    lr = records["lr@k1"]
+    assert len(lr["timeline"]) >= 2  # one point per cycle
+    for record in records.values():
+        _timeline_is_sound(record)
+
+
+def test_no_window_no_timeline(tmp_path):
+    data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
+    with FakeEngine(text="2 \\boxed{2}") as engine:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",)), progress=False)
+    [record] = map(json.loads, out.read_text().splitlines())
+    assert "timeline" not in record
+
+
+def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():
+    costs = EngineCosts()
+    planner = EnginePlanner(costs)
+    planner.last = (CyclePlan(1), 1.0, 2.0)
+    other = planner.fork()
+    assert other.last is None and other.costs is planner.costs and other.rates is planner.rates
+    assert other.calibration is planner.calibration
+    other.calibration["sync"] = [1.0, 2.0]
+    assert planner.factor(CyclePlan(1)) == 0.5  # learned by one run, used by the other
