@@ -6,8 +6,9 @@
   and a coloured trace.
 * ``bench`` / ``report``: the benchmark harness (see :mod:`lookahead_reasoning.bench`).
 * ``pairs`` / ``verifiers``: a bank of (drafted step, target step) pairs and an offline verifier ablation.
-* ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``lr`` and
-  ``bench`` with ``--target-url`` run over any OpenAI-compatible engine (:mod:`lookahead_reasoning.engines`).
+* ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``generate``,
+  ``lr``, ``bench`` and ``pairs`` with ``--target-url`` run over any OpenAI-compatible engine
+  (:mod:`lookahead_reasoning.engines`).
 
 Every option is checked before any model loads: a bad number, name, path or dataset index fails in
 a second, naming the option.
@@ -76,6 +77,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .sampling import SamplingConfig
 
     _check_prompt_args(args)
+    if args.target_url:  # the engine's own decoding (lookahead_reasoning.engines)
+        from .engines.cli import run_generate_over_engine
+
+        return run_generate_over_engine(args, _question(args)[0])
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     check_fits_context(args.model, args.max_new_tokens)
@@ -185,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     _add_prompt_args(g, max_new_tokens=384)
     g.set_defaults(func=cmd_generate)
+    from .engines.cli import add_url_options
+
+    add_url_options(g, "generate")
 
     lr = sub.add_parser("lr", help="one question with a speculative mode, with AR in the same run for the speedup")
     add_generator_args(lr)
@@ -209,16 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.engines.bench)
     add_url_options(bench)
     bench.set_defaults(func=_local_or_engine(bench.get_default("func")))
+    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.engines.pairs)
+    add_url_options(pairs, "pairs")
+    pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
     return parser
 
 
-def _local_or_engine(local):
-    """``bench``'s command: the engine modes when --target-url is given, else the local ones."""
+def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
+    """A command that runs ``engines.cli.<over_engine>`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
         if args.target_url:
-            from .engines.cli import run_bench_over_engine
+            from .engines import cli as engine_cli
 
-            return run_bench_over_engine(args)
+            return getattr(engine_cli, over_engine)(args)
         return local(args)
     return run
 

@@ -1,5 +1,14 @@
 """Command-line verbs for engines: ``serve-engine`` (build and start llama.cpp servers) and the
-``--target-url``/``--draft-url`` side of ``lr`` and ``bench``.
+``--target-url``/``--draft-url`` side of ``generate``, ``lr``, ``bench`` and ``pairs``:
+
+* ``generate --target-url URL``: the engine's own plain decoding of the question, and the summary line;
+* ``lr --target-url URL --draft-url URL``: one question with ``auto``, ``lr`` or ``ar`` over the engines;
+* ``bench --target-url URL ...``: the engine modes of :mod:`.bench` over a data set (resumable);
+* ``pairs --target-url URL --draft-url URL``: the bank of step pairs, written by the engines
+  (:mod:`.pairs`), for ``lookahead-reasoning verifiers``.
+
+A dead URL, a refused request or a bad option ends such a command with one line (``error: ...``)
+and exit status 2.
 
 ``serve-engine`` starts, on loopback ports, the target (plain), the draft, and with ``--with-sd``
 the target twice more with the engine's own token-level speculation (draft model, n-gram), prints
@@ -15,18 +24,23 @@ import sys
 import time
 
 from ..errors import require
-from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, STEP_DELIMITERS
+from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS
 
 
-def add_url_options(p: argparse.ArgumentParser) -> None:
+def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
+    """The engine options of a command: ``uses`` "all" (lr, bench), "pairs" (the target's and the
+    draft's endpoints) or "generate" (the target's)."""
     g = p.add_argument_group("serving engines (OpenAI-compatible: llama.cpp's llama-server, vLLM, SGLang)")
     g.add_argument("--target-url", help="run over the engine at this URL instead of this process's PyTorch loops")
-    g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
     g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")
-    g.add_argument("--draft-model", help="the draft's model name on its engine")
+    if uses != "generate":
+        g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
+        g.add_argument("--draft-model", help="the draft's model name on its engine")
+    g.add_argument("--engine-timeout", type=float, default=300.0, help="seconds one engine request may take")
+    if uses != "all":
+        return
     g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
     g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
-    g.add_argument("--engine-timeout", type=float, default=300.0, help="seconds one engine request may take")
     g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
     g.add_argument("--schedule", default="sync", choices=["sync", "async"],
                    help="lr over an engine: draft every step then send the rows (sync), or send each row as soon "
@@ -34,14 +48,17 @@ def add_url_options(p: argparse.ArgumentParser) -> None:
 
 
 def engine_settings(args: argparse.Namespace):
-    """The engine-side settings the shared options describe (steps, sampling, seed, timeout)."""
+    """The engine-side settings the shared options describe (steps, sampling, seed, timeout); a
+    command without an option gets its default (``pairs``: greedy)."""
     from ..decoding.steps import StepConfig
     from ..sampling import SamplingConfig
     from .pair import EngineSettings
 
-    steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS), args.max_step_tokens)
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    return EngineSettings(steps, sampling, args.seed, args.engine_timeout)
+    steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
+                       getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
+    sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
+                              getattr(args, "top_p", 1.0))
+    return EngineSettings(steps, sampling, getattr(args, "seed", 0), args.engine_timeout)
 
 
 def engine_verifier(args: argparse.Namespace):
@@ -157,5 +174,40 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
+    """``generate --target-url``: plain decoding by the engine (one completion request), printed with
+    the local command's summary line."""
+    from .pair import EnginePair
+
+    pair = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args))
+    try:
+        result = pair.ar(prompt, args.max_new_tokens, on_text=lambda text: print(text, end="", flush=True))
+    finally:
+        pair.close()
+    print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
+          f"engine {pair.target.client.endpoint.url}, stop: {result.stop_reason}]")
+    return 0
+
+
+def run_pairs_over_engine(args: argparse.Namespace) -> int:
+    """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.pairs`)."""
+    from ..bench.pairs import PairsConfig
+    from .pair import EnginePair
+    from .pairs import run_engine_pairs
+
+    config = PairsConfig(dataset=args.dataset, out=args.out, offset=args.offset, limit=args.limit,
+                         max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens)
+    require(args.draft_url is not None or args.draft_model is not None,
+            "pairs over engines need a draft: give --draft-url (or --draft-model on the target's engine)")
+    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
+                      settings=engine_settings(args))
+    try:
+        path = run_engine_pairs(pair, config)
+    finally:
+        pair.close()
+    print(f"pairs: {path} (`lookahead-reasoning verifiers {path}` compares the verifiers on them)")
+    return 0
+
+
 __all__ = ["add_serve_command", "add_url_options", "cmd_serve", "engine_settings", "engine_verifier", "run_bench_over_engine",
-           "run_lr_over_engine"]
+           "run_generate_over_engine", "run_lr_over_engine", "run_pairs_over_engine"]
