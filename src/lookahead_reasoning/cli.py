@@ -95,7 +95,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_lr(args: argparse.Namespace) -> int:
-    from .options import check_cache_writable, check_fits_context, generator_settings
+    from .options import check_cache_writable, check_fits_context, generator_spec
     from .render import render_html, render_terminal
 
     if args.target_url:  # over serving engines (lookahead_reasoning.engines)
@@ -104,10 +104,10 @@ def cmd_lr(args: argparse.Namespace) -> int:
         _check_prompt_args(args)
         return run_lr_over_engine(args, *_question(args))
 
-    settings = generator_settings(args)
-    settings.check()
+    spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
+    spec.check()
     _check_prompt_args(args)
-    check_fits_context(settings.target, args.max_new_tokens)
+    check_fits_context(spec.target, args.max_new_tokens)
     if args.mode == "auto":
         check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
@@ -115,8 +115,8 @@ def cmd_lr(args: argparse.Namespace) -> int:
 
         check_writable(Path(args.html), "the trace")
     prompt, gold = _question(args)
-    print(f"loading target {settings.target}, draft {settings.draft}, verifier {settings.verifier.name} ...", flush=True)
-    gen = settings.build()
+    print(f"loading target {spec.target}, draft {spec.draft}, verifier {spec.verifier.name} ...", flush=True)
+    gen = spec.build()
     check_fits_context(gen.target.model, args.max_new_tokens)
     results = _run_modes(gen, args, prompt)
     main = results[args.mode]

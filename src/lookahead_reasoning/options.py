@@ -1,48 +1,86 @@
 """The generator's settings as command-line options, shared by ``lookahead-reasoning lr`` and ``bench``.
 
     add_generator_args(parser)                 # models, decoding, steps, verifier, planner options
-    settings = generator_settings(args)        # -> GeneratorSettings
-    settings.check()                           # every number and name, before any model loads
-    gen = settings.build()                     # loads the models: a LookaheadGenerator
+    spec = generator_spec(args)                # -> GeneratorSpec; its decoding numbers: one checked Settings
+    spec.check()                               # names, dtype, precision, verifier: before any model loads
+    gen = spec.build()                         # loads the models: a LookaheadGenerator
 
-Defaults come from :mod:`lookahead_reasoning.presets`; an option left unset (None) means "the mode's
-preset", so the command line, the benchmark and the Python API run the same settings.
+The decoding numbers (k, gamma, width, steps, sampling, token-level SD, the draft's stop) become the
+one :class:`~lookahead_reasoning.decoding.settings.Settings` the generator runs, checked once when it
+is made; a refusal names the command-line option (``--gamma (drafted tokens per iteration) must
+be ...``). An option left unset takes the preset (:mod:`lookahead_reasoning.presets`, through
+``Settings.preset``), so the command line, the benchmark and the Python API run the same settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from .decoding.settings import Settings, TokenSD
+from .decoding.steps import StepConfig
 from .errors import ConfigError, LookaheadError, require
-from .presets import DEFAULT_DRAFT, DEFAULT_MODE, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, MAX_STEP_TOKENS
+from .presets import (DEFAULT_DRAFT, DEFAULT_MODE, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, LR_SD_TOKEN_SD,
+                      MAX_STEP_TOKENS)
+from .sampling import SamplingConfig
 from .verifiers.options import VerifierSettings, add_verifier_args, check_verifier_settings, verifier_settings_from_args
 
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 
+# how the check of a decoding number starts its message -> the command-line option that sets the number
+OPTION_NAMES = (("k ", "-k "), ("gamma ", "--gamma "), ("width ", "--width "),
+                ("draft_stop_below ", "--draft-stop-below "), ("temperature ", "--temperature "),
+                ("top_k ", "--top-k "), ("top_p ", "--top-p "), ("step delimiters ", "--delimiter "),
+                ("max_step_tokens ", "--max-step-tokens "))
+
+
+def named_option(error: ConfigError) -> ConfigError:
+    """``error`` of a decoding number with the option's name in its place (``k (...)`` -> ``-k (...)``)."""
+    text = str(error)
+    for name, option in OPTION_NAMES:
+        if text.startswith(name):
+            return ConfigError(option + text[len(name):])
+    return error
+
+
+def decoding_settings(options: Mapping[str, Any]) -> Settings:
+    """The one :class:`Settings` of the decoding options, by their argparse names (``k``, ``gamma``,
+    ``width``, ``draft_stop_below``, ``token_sd_target``, ``token_sd_draft``, ``delimiter``,
+    ``max_step_tokens``, ``temperature``, ``top_k``, ``top_p``).
+
+    A missing option, or a None one, takes the preset (``draft_stop_below`` and ``token_sd_draft``:
+    None or 0 / "none" turn the stop / prompt lookup off). Raises ConfigError naming the option.
+    """
+    def given(*names: str) -> dict[str, Any]:
+        return {name: options[name] for name in names if options.get(name) is not None}
+
+    sides = {side: options[f"token_sd_{side}"] for side in ("target", "draft") if f"token_sd_{side}" in options}
+    stop = {"draft_stop_below": options["draft_stop_below"] or None} if "draft_stop_below" in options else {}
+    try:
+        steps = StepConfig(**{("delimiters" if name == "delimiter" else name): value
+                              for name, value in given("delimiter", "max_step_tokens").items()})
+        return Settings.preset(
+            **given("k", "gamma", "width"), steps=steps, sampling=SamplingConfig(**given("temperature", "top_k", "top_p")),
+            token_sd=TokenSD(**{**LR_SD_TOKEN_SD, **{s: None if v == "none" else v for s, v in sides.items()}}), **stop)
+    except ConfigError as exc:
+        raise named_option(exc) from None
+
 
 @dataclass(frozen=True)
-class GeneratorSettings:
-    """Everything a :class:`~lookahead_reasoning.LookaheadGenerator` is built from, as plain data."""
+class GeneratorSpec:
+    """What ``lr`` and ``bench`` build a :class:`~lookahead_reasoning.LookaheadGenerator` from: the
+    models and how they load, the verifier, the mode, and ``settings``, the one checked
+    :class:`~lookahead_reasoning.decoding.settings.Settings` of every decoding number."""
 
     target: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
     verifier: VerifierSettings = field(default_factory=VerifierSettings)
     mode: str = DEFAULT_MODE
-    k: int | None = None
-    width: int = 1
-    gamma: int | None = None
-    draft_stop_below: float | None = DRAFT_STOP_BELOW
+    settings: Settings = field(default_factory=lambda: decoding_settings({}))
     draft_quantize: str | None = "auto"
-    token_sd_target: str = "draft"
-    token_sd_draft: str | None = "ngram"
-    delimiters: tuple[str, ...] = ("\n\n",)
-    max_step_tokens: int = MAX_STEP_TOKENS
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float = 1.0
     dtype: str = "auto"
     device: str | None = None
     cpu_linear: str = "auto"
@@ -50,26 +88,12 @@ class GeneratorSettings:
     reprofile: bool = False
 
     def check(self) -> None:
-        """Raise ConfigError, naming the option, for any setting that cannot work. Loads nothing."""
+        """Raise ConfigError, naming the option, for a name or choice that cannot work (the decoding
+        numbers were checked when ``settings`` was made). Loads nothing."""
         from .presets import MODES
 
-        def count(value: Any, option: str, low: int = 1, allow_none: bool = False) -> None:
-            ok = (allow_none and value is None) or (isinstance(value, int) and not isinstance(value, bool) and value >= low)
-            require(ok, f"{option} must be an integer >= {low}, got {value!r}")
-
         require(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        count(self.k, "-k (drafted steps per cycle)", allow_none=True)
-        count(self.width, "--width (drafts per position)")
-        count(self.gamma, "--gamma (drafted tokens per iteration)", allow_none=True)
-        count(self.max_step_tokens, "--max-step-tokens")
-        count(self.top_k, "--top-k", allow_none=True)
-        require(self.draft_stop_below is None or 0.0 <= self.draft_stop_below < 1.0,
-                f"--draft-stop-below must be in [0, 1), got {self.draft_stop_below!r}")
-        require(self.temperature >= 0, f"--temperature must be >= 0 (0 is greedy), got {self.temperature!r}")
-        require(0.0 < self.top_p <= 1.0, f"--top-p must be in (0, 1], got {self.top_p!r}")
         require(self.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        require(all(isinstance(d, str) and d for d in self.delimiters) and self.delimiters,
-                f"--delimiter must be a non-empty string, got {self.delimiters!r}")
         require(bool(self.target and self.target.strip()), "--target must name a model")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
         if self.precision is not None:
@@ -90,22 +114,30 @@ class GeneratorSettings:
 
     def build(self, **overrides: Any):
         """Load the models and build the generator (``overrides``: LookaheadGenerator arguments)."""
-        from .decoding.cycle import TokenSD
-        from .decoding.steps import StepConfig
         from .generator import LookaheadGenerator
         from .planning import PlannerConfig
-        from .sampling import SamplingConfig
 
         kwargs: dict[str, Any] = dict(
-            target=self.target, draft=self.draft, verifier=self.verifier, mode=self.mode, k=self.k,
-            width=self.width, gamma=self.gamma, steps=StepConfig(self.delimiters, self.max_step_tokens),
-            token_sd=TokenSD(target=self.token_sd_target, draft=self.token_sd_draft),
-            sampling=SamplingConfig(self.temperature, self.top_k, self.top_p),
-            draft_stop_below=self.draft_stop_below, planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype,
-            device=self.device, cpu_linear=self.cpu_linear,
-            precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
+            target=self.target, draft=self.draft, verifier=self.verifier, settings=self.settings, mode=self.mode,
+            planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
+            cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
         kwargs.update(overrides)
         return LookaheadGenerator(**kwargs)
+
+
+# the decoding fields of the former flat settings class -> their option names in decoding_settings
+_FLAT_FIELDS = {"k": "k", "width": "width", "gamma": "gamma", "draft_stop_below": "draft_stop_below",
+                "token_sd_target": "token_sd_target", "token_sd_draft": "token_sd_draft", "delimiters": "delimiter",
+                "max_step_tokens": "max_step_tokens", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p"}
+
+
+def GeneratorSettings(**fields_: Any) -> GeneratorSpec:  # noqa: N802  (the name of the class it stands for)
+    """Deprecated: a :class:`GeneratorSpec` from the flat fields of the former settings class (its
+    decoding numbers, ``k`` to ``top_p``, make the spec's ``settings``; unset ones take the presets)."""
+    warnings.warn("GeneratorSettings is deprecated: use GeneratorSpec, whose decoding numbers are one Settings",
+                  DeprecationWarning, stacklevel=2)
+    numbers = {_FLAT_FIELDS[name]: fields_.pop(name) for name in list(fields_) if name in _FLAT_FIELDS}
+    return GeneratorSpec(**fields_, settings=decoding_settings(numbers))
 
 
 # Above any context window of the models this library runs (the offline pair holds 32768 tokens); a
@@ -187,8 +219,8 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     d.add_argument("--draft-stop-below", type=float, default=DRAFT_STOP_BELOW,
                    help="the draft model stops after a token it gave less than this probability "
                         f"(default {DRAFT_STOP_BELOW}; 0 drafts gamma tokens every time)")
-    d.add_argument("--token-sd-target", default="draft", choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
-    d.add_argument("--token-sd-draft", default="ngram", choices=["ngram", "none"], help="SD inside draft steps (lr-sd)")
+    d.add_argument("--token-sd-target", default=LR_SD_TOKEN_SD["target"], choices=["ngram", "draft"], help="SD inside target steps (lr-sd)")
+    d.add_argument("--token-sd-draft", default=LR_SD_TOKEN_SD["draft"], choices=["ngram", "none"], help="SD inside draft steps (lr-sd)")
     d.add_argument("--delimiter", action="append", help="step delimiter (repeatable; default a blank line)")
     d.add_argument("--max-step-tokens", type=int, default=MAX_STEP_TOKENS)
     d.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -202,18 +234,18 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
 DRAFT_PRECISION = {"auto": "auto", "int8": "int8-dynamic", None: None}  # --draft-quantize -> the draft's precision
 
 
-def generator_settings(args: argparse.Namespace) -> GeneratorSettings:
-    """The settings the parsed options describe (see :func:`add_generator_args`)."""
-    return GeneratorSettings(
+def generator_spec(args: argparse.Namespace) -> GeneratorSpec:
+    """The spec the parsed options describe (see :func:`add_generator_args`); its ``settings`` are
+    made (and checked) here, a bad decoding number raising ConfigError that names its option."""
+    return GeneratorSpec(
         target=args.target, draft=args.draft, verifier=verifier_settings_from_args(args),
-        mode=getattr(args, "mode", "auto"), k=args.k, width=args.width, gamma=args.gamma,
-        draft_stop_below=args.draft_stop_below or None,
-        draft_quantize=None if args.draft_quantize == "none" else args.draft_quantize,
-        token_sd_target=args.token_sd_target, token_sd_draft=None if args.token_sd_draft == "none" else args.token_sd_draft,
-        delimiters=tuple(args.delimiter or ["\n\n"]), max_step_tokens=args.max_step_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, dtype=args.dtype, device=args.device,
-        cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile)
+        mode=getattr(args, "mode", "auto"), settings=decoding_settings(vars(args)),
+        draft_quantize=None if args.draft_quantize == "none" else args.draft_quantize, dtype=args.dtype,
+        device=args.device, cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile)
 
 
-__all__ = ["GeneratorSettings", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable", "check_fits_context",
-           "check_max_new_tokens", "generator_settings"]
+generator_settings = generator_spec  # its former name
+
+
+__all__ = ["GeneratorSettings", "GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
+           "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_settings", "generator_spec"]

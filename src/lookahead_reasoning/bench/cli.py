@@ -42,20 +42,20 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..options import check_cache_writable, check_fits_context, generator_settings
+    from ..options import check_cache_writable, check_fits_context, generator_spec
     from .datasets import load_dataset
     from .runner import BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
-    settings = generator_settings(args)
-    settings.check()
+    spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
+    spec.check()
     config = BenchConfig(
         dataset=args.dataset, out=args.out, modes=args.modes, limit=args.limit, offset=args.offset,
         sample=args.sample, seed=args.seed, on_error=args.on_error, max_new_tokens=args.max_new_tokens,
-        samples=args.samples, generator=settings)
+        samples=args.samples, generator=spec)
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset, sample=config.sample,
                             seed=config.seed, on_error=config.on_error)  # a bad dataset fails before any model loads
     require(len(problems) > 0, f"--dataset {args.dataset}: no problems selected (--offset {args.offset}, --limit {args.limit})")
-    check_fits_context(settings.target, config.max_new_tokens)
+    check_fits_context(spec.target, config.max_new_tokens)
     check_writable(shard_path(config.out, 0, 1))
     check_same_setup(shard_path(config.out, 0, 1), config)
     if any(parse_mode(m)[0] == "auto" for m in config.modes):

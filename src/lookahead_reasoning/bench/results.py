@@ -62,7 +62,7 @@ def setup_of(config: Any) -> dict[str, Any]:
     """The fields of :data:`SETUP_FIELDS` as a run of ``config`` (a ``BenchConfig``) writes them into its records."""
     g = config.generator
     return {"target": g.target, "draft": g.draft, "precision": g.precision or "as-loaded",
-            "temperature": g.temperature}
+            "temperature": g.settings.sampling.temperature}
 
 
 def check_same_setup(path: Path, config: Any) -> None:

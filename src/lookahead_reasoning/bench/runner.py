@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import require
-from ..options import GeneratorSettings, check_fits_context, check_max_new_tokens
+from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from .datasets import Problem, load_dataset
 from .grading import grade
@@ -34,7 +34,8 @@ ALL_MODES = OUR_MODES + PEER_MODES
 
 @dataclass
 class BenchConfig:
-    """What to run: the problems, the modes, and the generator's settings (models, verifier, ...).
+    """What to run: the problems, the modes, and what the generator is built from (``generator``: a
+    :class:`~lookahead_reasoning.options.GeneratorSpec`, the models, the verifier and one ``Settings``).
 
     ``samples`` runs every (problem, mode) that many times with seeds ``seed, seed + 1, ...`` (with
     a temperature above 0: the paper's sampled evaluation; greedy runs repeat the same text).
@@ -50,7 +51,7 @@ class BenchConfig:
     on_error: str = "raise"
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     samples: int = 1
-    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
+    generator: GeneratorSpec = field(default_factory=GeneratorSpec)
 
     def __post_init__(self) -> None:
         self.modes = parse_modes(self.modes)
