@@ -95,3 +95,25 @@ def test_pairs_over_an_engine_without_a_draft_is_one_line(capsys):
     assert main(["pairs", "--dataset", "x.jsonl", "--target-url", "http://127.0.0.1:1"]) == 2
     assert capsys.readouterr().err.strip() == ("error: pairs over engines need a draft: give --draft-url "
                                                "(or --draft-model on the target's engine)")
+
+
+def test_pairs_over_engines_resume_inside_a_problem(tmp_path):
+    """A run stopped after a problem's first pair: the rerun writes the later pairs and the summary only."""
+    data, out = _dataset(tmp_path, 1), tmp_path / "pairs.jsonl"
+    with FakeEngine() as engine:
+        args = ["pairs", "--dataset", str(data), "--out", str(out), "--target-url", engine.url,
+                "--draft-url", engine.url, "--max-new-tokens", "30"]
+        assert main(args) == 0
+        whole = _lines(out)
+        out.write_text(out.read_text().splitlines(keepends=True)[0] + '{"kind": "pair", "problem_id"')  # torn
+        assert main(args) == 0
+    again = _lines_skipping_torn(out)
+    assert [r["mode"] for r in again] == [r["mode"] for r in whole] == ["step-0", "step-1", "step-2", "problem"]
+    assert [r["target"] for r in again[:3]] == [r["target"] for r in whole[:3]] == ["Step one.\n\n"] * 3
+
+
+def _lines_skipping_torn(path) -> list[dict]:
+    from lookahead_reasoning.bench.ablation import load_pairs
+
+    pairs = load_pairs(path)
+    return pairs + [json.loads(line) for line in path.read_text().splitlines() if '"kind": "problem"' in line]
