@@ -57,10 +57,10 @@ def test_lr_command_prints_trace_and_summary(model_dirs, dataset, capsys, tmp_pa
     assert "warming up" in out  # the timed runs start warm
 
 
-@pytest.mark.parametrize("stop_below, code", [("0.5", 0), ("1.5", 2)])
-def test_lr_command_sd_with_draft_stop_below(model_dirs, dataset, capsys, stop_below, code):
+@pytest.mark.parametrize("value, code", [("0.5", 0), ("1.5", 2)])
+def test_lr_command_sd_with_draft_stop_below(model_dirs, dataset, capsys, value, code):
     argv = ["lr", "--target", model_dirs[0], "--draft", model_dirs[1], "--mode", "sd", "--gamma", "6",
-            "--draft-stop-below", stop_below, "--dataset", str(dataset), "--index", "0", "--max-new-tokens", "16",
+            "--draft-stop-below", value, "--dataset", str(dataset), "--index", "0", "--max-new-tokens", "16",
             "--dtype", "fp32", "--no-warmup"]
     assert main(argv) == code
     captured = capsys.readouterr()

@@ -50,23 +50,24 @@ def test_left_padding_and_middle_pads_explicit(arch_name):
 @pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
 @settings(max_examples=15, deadline=None)
 @given(rows=rows_of_chunks, extra=st.integers(1, 5))
-def test_forwards_padded_to_a_wider_width_equal_rows_alone(arch_name, rows, extra):
-    """A width policy (mode auto's cost table) makes every forward ``extra`` tokens wider: the logits,
-    the cache's length and mask, and the real-token count are those of the unpadded forwards."""
+def test_forwards_padded_to_a_larger_n_equal_rows_alone(arch_name, rows, extra):
+    """A padding policy (``LM.pad_to``, mode auto's cost table) feeds every forward ``extra`` more tokens
+    per row: the logits, the cache's length and mask, and the real-token count are those of the
+    unpadded forwards."""
     lm = tiny_lm(arch_name)
     _, plain = feed_chunks(lm, rows)
-    widths = []
-    lm.widths = lambda r, n: n + extra
-    lm.listeners.append(record := lambda t: widths.append(t.width))
+    ns = []
+    lm.pad_to = lambda r, n: n + extra
+    lm.listeners.append(record := lambda t: ns.append(t.n))
     before = lm.stats.copy()
     try:
         got, state = feed_chunks(lm, rows)
     finally:
-        lm.widths = None
+        lm.pad_to = None
         lm.listeners.remove(record)
     assert torch.equal(state.mask, plain.mask) and state.cache.get_seq_length() == plain.length
     assert lm.stats.since(before).tokens == sum(len(c) for r in rows for c in r)
-    assert widths == [max(len(r[i]) if i < len(r) else 0 for r in rows) + extra
+    assert ns == [max(len(r[i]) if i < len(r) else 0 for r in rows) + extra
                       for i in range(max(len(r) for r in rows))]
     for b, r in enumerate(rows):
         assert max_abs_diff(got[b], reference_logits(lm, [t for c in r for t in c])) < ATOL

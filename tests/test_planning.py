@@ -52,7 +52,7 @@ def test_grid_learns_from_timed_forwards_and_survives_a_round_trip():
     for _ in range(60):
         grid.observe(ForwardTiming(1, 1, grid.prefix, 1.0))
     assert grid.seconds(1, 1) == pytest.approx(1.0, rel=0.05)  # moved to what the forwards measure
-    assert grid(1, 1) == grid.seconds(1, 2) == pytest.approx(0.5)  # and now priced padded to width 2
+    assert grid(1, 1) == grid.seconds(1, 2) == pytest.approx(0.5)  # and now priced padded to n = 2
     assert grid(3, 13) == pytest.approx(0.5)  # untouched far away
     again = CostGrid.from_json(json.loads(json.dumps(grid.to_json())))
     assert again(1, 1) == grid(1, 1) and again(2, 9) == grid(2, 9)
@@ -61,20 +61,20 @@ def test_grid_learns_from_timed_forwards_and_survives_a_round_trip():
 
 
 def _spiky(r, n):
-    """A BLAS-like table: widths 3 mod 4 cost 1.4x their neighbours, two tokens twice one."""
+    """A BLAS-like table: n = 3 mod 4 costs 1.4x its neighbours, two tokens twice one."""
     return (0.4 if n == 1 else 0.8 + 0.01 * n) * (1.4 if n % 4 == 3 else 1.0) * (1 + 0.2 * (r - 1))
 
 
-def test_a_forward_is_priced_and_run_at_the_cheapest_measured_width_up_to_twice_its_own():
+def test_a_forward_is_priced_and_run_at_the_cheapest_measured_n_up_to_twice_its_own():
     grid = grid_from(_spiky)
-    assert [grid.width(1, n) for n in (1, 2, 3, 4, 7, 11, 12)] == [1, 2, 4, 4, 8, 12, 12]
+    assert [grid.padded_n(1, n) for n in (1, 2, 3, 4, 7, 11, 12)] == [1, 2, 4, 4, 8, 12, 12]
     assert grid(1, 11) == grid.seconds(1, 12) < grid.seconds(1, 11)
-    assert grid.width(1, 60) == 60 and grid.width(4, 3) == 3  # nothing measured in (60, 120]; 4 rows unmeasured
-    assert all(grid(1, n) <= grid(1, n + 1) * (1 + 0.01) for n in range(1, 25))  # priced widths nearly monotone
+    assert grid.padded_n(1, 60) == 60 and grid.padded_n(4, 3) == 3  # nothing measured in (60, 120]; 4 rows unmeasured
+    assert all(grid(1, n) <= grid(1, n + 1) * (1 + 0.01) for n in range(1, 25))  # priced n nearly monotone
     nearly = grid_from(lambda r, n: 1.0 - 0.01 * (n == 4))  # 1% cheaper is noise, not worth padding
-    assert nearly.width(1, 3) == 3
+    assert nearly.padded_n(1, 3) == 3
     grid.padding = False
-    assert grid.width(1, 11) == 11 and grid(1, 11) == grid.seconds(1, 11)
+    assert grid.padded_n(1, 11) == 11 and grid(1, 11) == grid.seconds(1, 11)
 
 
 @pytest.mark.parametrize("pad", [True, False])
@@ -84,17 +84,17 @@ def test_auto_pads_its_forwards_where_the_table_says_and_stays_lossless(pad, tmp
                 gammas=(6, 10))
     planning = gen.planning()
     planning.costs.target = grid_from(lambda r, n: 0.5 * (1.4 if n % 4 == 3 else 1.0))  # SD nearly free but
-    planning.costs.draft = grid_from(lambda r, n: 0.01, DRAFT_GRID)  # for widths 3, 7, 11, ...
-    widths = []
-    TARGET.listeners.append(record := lambda t: widths.append(t.width))
+    planning.costs.draft = grid_from(lambda r, n: 0.01, DRAFT_GRID)  # for n = 3, 7, 11, ...
+    ns = []
+    TARGET.listeners.append(record := lambda t: ns.append(t.n))
     try:
         result = gen.generate(prompt, max_new_tokens=60)
     finally:
         TARGET.listeners.remove(record)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=60).token_ids
-    dear = [w for w in widths if w % 4 == 3]  # widths the table prices 1.4x a wider one
-    assert (not dear) if pad else dear, widths
-    assert TARGET.widths is None  # the policy leaves with the run
+    dear = [n for n in ns if n % 4 == 3]  # n the table prices 1.4x a larger n
+    assert (not dear) if pad else dear, ns
+    assert TARGET.pad_to is None  # the policy leaves with the run
 
 
 def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path, monkeypatch, caplog):
@@ -143,7 +143,7 @@ def test_cost_key_tells_an_instruction_set_cap_from_the_full_cpu(monkeypatch):
 def test_profile_times_forwards_of_exactly_the_grid_shapes():
     lm = tiny_lm(0)
     seen = []
-    lm.listeners.append(lambda t: seen.append((t.rows, t.width, t.cached)))
+    lm.listeners.append(lambda t: seen.append((t.rows, t.n, t.cached)))
     small = {1: (1, 3), 2: (1, 4)}
     grid = costs_mod.profile(lm, small, prefix=24, progress=False)
     timed = {(r, n) for r, n, cached in seen if cached == 23}  # forks re-feed the prefix's last token
@@ -159,7 +159,7 @@ def test_out_of_order_points_are_the_ones_a_forward_cannot_cost():
     wide_is_cheaper = {1: {**clean[1], 6: 0.70}, 2: clean[2]}  # T(1, 6) > T(1, 13) and > T(2, 6)
     assert costs_mod.out_of_order(wide_is_cheaper) == {(1, 6)}  # the dearer point of each broken pair
     more_rows_cheaper = {1: clean[1], 2: {**clean[2], 1: 0.20}}  # T(2, 1) < T(1, 1); it also pulls the
-    # interpolated T(2, 2) = 0.27 below T(1, 2) = 0.37, so width 2 of one row is suspect too
+    # interpolated T(2, 2) = 0.27 below T(1, 2) = 0.37, so n = 2 of one row is suspect too
     assert costs_mod.out_of_order(more_rows_cheaper) == {(1, 1), (1, 2)}
 
 
@@ -190,7 +190,7 @@ def test_profile_keeps_a_point_that_is_slow_every_time_after_one_more_look(monke
     monkeypatch.setattr(costs_mod, "forward_seconds", fake)
     grid = costs_mod.profile(lm, {1: (1, 2, 3, 4, 6)}, prefix=24, progress=False)
     assert calls.count((1, 3)) == 2 and grid.points[1][3] == pytest.approx(0.8)
-    assert grid.width(1, 3) == 4
+    assert grid.padded_n(1, 3) == 4
 
 
 def test_a_table_of_an_older_format_is_measured_again(tmp_path, caplog):
@@ -229,7 +229,7 @@ def test_token_book_counts_only_judged_tokens_per_confidence_band():
 
 
 def test_token_book_from_rates_reproduces_them_at_its_stop():
-    book = TokenBook.from_rates(0.7, 0.9, 0.3, stop=0.4)
+    book = TokenBook.from_rates(0.7, 0.9, 0.3, draft_stop_below=0.4)
     model = book.model(0.4)
     assert (model.sigma, model.alpha_sure, model.alpha_unsure) == pytest.approx((0.7, 0.9, 0.3))
     saved = Book(token=book)
@@ -261,7 +261,7 @@ def _linear(base, per_row, per_token):
 
 
 def _book(sigma, a_s, a_u, alpha1, lt, agreement) -> Book:
-    book = Book(token=TokenBook.from_rates(sigma, a_s, a_u, stop=0.4))
+    book = Book(token=TokenBook.from_rates(sigma, a_s, a_u, draft_stop_below=0.4))
     book.step.alpha1 = Beta(alpha1 * 50, (1 - alpha1) * 50)
     book.step.target_tokens.value = book.step.draft_tokens.value = lt
     book.step.agreement.value = agreement
@@ -276,21 +276,21 @@ def test_planner_picks_the_analytically_best_plan(c, sigma, a_s, a_u, alpha1, lt
     costs = table(target_fn, draft_fn)
     book = _book(sigma, a_s, a_u, alpha1, lt, agreement)
     config = PlannerConfig(margin=0.0)
-    planner = Planner(costs, book, config, stop=0.4)
+    planner = Planner(costs, book, config, draft_stop_below=0.4)
     choice = planner.choose(context=costs.target.prefix)
     step = book.step.model()
     o_i, o_c = book.token.iteration_overhead.value, book.step.cycle_overhead.value
 
     def rate(plan):  # the formulas called directly, on the same interpolated costs
         t, d = (lambda r, n: costs.target(r, n)), (lambda r, n: costs.draft(r, n))
-        token = book.token.model(plan.stop)
+        token = book.token.model(plan.draft_stop_below)
         if plan.k == 0:
             return step_cycle(plan.gamma, step, token, t, d, o_i).rate
         return lr_cycle(plan.k, plan.gamma, step, token, t, d, o_c).rate
 
-    stops = sorted({0.4, *config.stops})
-    plans = [Plan(0, 0)] + [Plan(0, g, s) for g in config.gammas for s in stops] + [
-        Plan(k, g, s if g else None) for k in (1, 2) for g in config.row_gammas for s in stops]
+    choices = sorted({0.4, *config.draft_stop_below_choices})
+    plans = [Plan(0, 0)] + [Plan(0, g, s) for g in config.gammas for s in choices] + [
+        Plan(k, g, s if g else None) for k in (1, 2) for g in config.row_gammas for s in choices]
     best = max(rate(p) for p in plans)
     assert rate(choice.plan) == pytest.approx(best, rel=1e-9)
     assert choice.rate == pytest.approx(best, rel=1e-9)
@@ -300,7 +300,7 @@ def test_the_first_cycle_pays_for_the_prompt_and_the_draft_only_when_it_drafts()
     """A prompt neither model has seen costs T(1, prompt) at an empty cache on top of the cycle; the
     draft's prompt only for a plan that drafts."""
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
-    planner = Planner(costs, _book(0.9, 0.9, 0.4, 0.6, 40, 0.5), PlannerConfig(margin=0.0), stop=0.4)
+    planner = Planner(costs, _book(0.9, 0.9, 0.4, 0.6, 40, 0.5), PlannerConfig(margin=0.0), draft_stop_below=0.4)
     prefill = Prefill(target=120, draft=118)
     t_pre, d_pre = costs.target(1, 120, 0), costs.draft(1, 118, 0)
     assert t_pre > costs.target(1, 96, 0) > 0 and d_pre > 0  # past the grid: extrapolated, still growing
@@ -330,8 +330,10 @@ def test_different_costs_give_different_plans():
     """Free parallelism (a GPU with room): SD with a large gamma. Forwards whose cost grows with every
     token and row (a CPU with a slow kernel): plain decoding."""
     book = _book(0.9, 0.9, 0.4, 0.6, 40, 0.5)
-    free = Planner(table(lambda r, n: 0.02, lambda r, n: 0.002), book, PlannerConfig(margin=0.0), stop=0.4).choose(300).plan
-    dear = Planner(table(_linear(0.3, 1.0, 1.0), _linear(0.1, 1.0, 1.0)), book, PlannerConfig(margin=0.0), stop=0.4).choose(300).plan
+    config = PlannerConfig(margin=0.0)
+    free = Planner(table(lambda r, n: 0.02, lambda r, n: 0.002), book, config, draft_stop_below=0.4).choose(300).plan
+    dear = Planner(table(_linear(0.3, 1.0, 1.0), _linear(0.1, 1.0, 1.0)), book, config,
+                   draft_stop_below=0.4).choose(300).plan
     assert free.gamma >= 8 and dear == Plan(0, 0)
 
 
@@ -340,7 +342,7 @@ def test_the_stop_follows_what_the_target_accepts_of_doubtful_drafts():
     doubtful tokens anyway, drafting past them pays (a low stop); when it rejects every token below 0.7,
     the draft should stop right after one (stop 0.7)."""
     costs = table(_linear(0.3, 0.35, 0.03), _linear(0.02, 0.1, 0.2))
-    stops = []
+    chosen = []
     for cut in (0.0, 0.7):
         book = _book(0.7, 0.9, 0.4, 0.5, 40, 0.5)
         book.token = _empty_token_book()
@@ -349,11 +351,11 @@ def test_the_stop_follows_what_the_target_accepts_of_doubtful_drafts():
             confidence = [rng.random() for _ in range(8)]
             accepted = next((j for j, q in enumerate(confidence) if q < cut), 8)
             book.token.record(None, 8, accepted, confidence)
-        planner = Planner(costs, book, PlannerConfig(margin=0.0, max_k=0), stop=0.4)
+        planner = Planner(costs, book, PlannerConfig(margin=0.0, max_k=0), draft_stop_below=0.4)
         plan = planner.choose(300).plan
         assert plan.k == 0 and plan.gamma > 0, plan
-        stops.append(plan.stop)
-    assert stops == [min(PlannerConfig().stops), 0.7]
+        chosen.append(plan.draft_stop_below)
+    assert chosen == [min(PlannerConfig().draft_stop_below_choices), 0.7]
     assert Plan(0, 12, 0.4).label == "sd@g12s0.4" and Plan(1, 8, 0.3).label == "lr-sd@k1g8s0.3"
     assert Plan(0, 12).label == "sd@g12" and Plan(2, 0).label == "lr@k2"
 
@@ -362,18 +364,18 @@ def test_step_gate_keeps_rows_only_where_they_pay():
     book = _book(0.9, 0.9, 0.4, 0.5, 40, 0.5)
     book.step.bands = [Beta(1, 99)] * 4 + [Beta(99, 1)]  # only fully agreeing steps are accepted
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
-    planner = Planner(costs, book, PlannerConfig(), stop=0.4)
+    planner = Planner(costs, book, PlannerConfig(), draft_stop_below=0.4)
     plan = Plan(2, 8)
     assert planner.rows_to_run(plan, 300, [40, 40], [0.1, 0.2]) == 1  # hopeless drafts: the target alone
     # exact drafts: their rows cost nothing; a third row would write a new step in a 3-row batch,
     # dearer than writing it alone next cycle
     assert planner.rows_to_run(plan, 300, [40, 40], [1.0, 1.0]) == 2
     book.step.bands = [Beta(99, 1)] * 5  # every drafted step accepted
-    free = Planner(table(lambda r, n: 0.3, _linear(0.04, 0.0, 0.2)), book, PlannerConfig(), stop=0.4)
+    free = Planner(table(lambda r, n: 0.3, _linear(0.04, 0.0, 0.2)), book, PlannerConfig(), draft_stop_below=0.4)
     assert free.rows_to_run(plan, 300, [40, 40], [0.5, 0.5]) == 3  # rows free as on a roomy GPU: all of them
-    dear = Planner(table(_linear(0.3, 1.0, 0.05), _linear(0.04, 0.1, 0.2)), book, PlannerConfig(), stop=0.4)
+    dear = Planner(table(_linear(0.3, 1.0, 0.05), _linear(0.04, 0.1, 0.2)), book, PlannerConfig(), draft_stop_below=0.4)
     assert dear.rows_to_run(plan, 300, [40, 40], [0.5, 0.5]) < 3  # each row doubles the batch: not all
-    ungated = Planner(costs, book, PlannerConfig(gate=False), stop=0.4)
+    ungated = Planner(costs, book, PlannerConfig(gate=False), draft_stop_below=0.4)
     assert ungated.rows_to_run(plan, 300, [40, 40], [0.1, 0.2]) == 3
 
 
@@ -384,8 +386,8 @@ def test_planner_config_refuses_bad_settings():
         PlannerConfig(gammas=(0,))
     with pytest.raises(ConfigError, match="margin"):
         PlannerConfig(margin=1.5)
-    with pytest.raises(ConfigError, match="stops"):
-        PlannerConfig(stops=(0.5, 1.0))
+    with pytest.raises(ConfigError, match="draft_stop_below_choices"):
+        PlannerConfig(draft_stop_below_choices=(0.5, 1.0))
 
 
 # ---------------------------------------------------------------------------------------- auto
@@ -440,7 +442,7 @@ def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
 
     def spy(self, state, n_rows, stop):
         drafter = built(self, state, n_rows, stop)
-        used.append(drafter.stop_below)
+        used.append(drafter.draft_stop_below)
         return drafter
 
     monkeypatch.setattr(ModelRows, "__call__", spy)
@@ -479,7 +481,7 @@ def test_calibration_learns_what_the_formulas_miss():
     """A kind of plan that keeps realising half its predicted speed is priced at half, and loses."""
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     book = _book(0.9, 0.9, 0.4, 0.6, 40, 0.5)
-    planner = Planner(costs, book, PlannerConfig(margin=0.0), stop=0.4)
+    planner = Planner(costs, book, PlannerConfig(margin=0.0), draft_stop_below=0.4)
     first = planner.choose(300)
     raw = planner.estimate(first.plan, 300).rate
     for _ in range(30):

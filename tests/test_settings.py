@@ -60,10 +60,10 @@ def test_a_cycle_plan_carries_the_drafts_stop():
     target, draft = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)
     settings = Settings(token_sd=TokenSD(target="draft"), draft_stop_below=0.3)
     tools = make_tools(target, draft, exact(), settings, generator=make_generator(0), stats=LRStats(k=1))
-    assert tools.plan(1) == CyclePlan(1, stop=0.3)
+    assert tools.plan(1) == CyclePlan(1, draft_stop_below=0.3)
     state = start_state(target, draft, [5, 6, 7], None, 16)
-    assert tools.row_drafter(state, 1, 0.6).stop_below == 0.6
-    assert tools.row_drafter(state, 1, None).stop_below is None
+    assert tools.row_drafter(state, 1, 0.6).draft_stop_below == 0.6
+    assert tools.row_drafter(state, 1, None).draft_stop_below is None
 
 
 def test_auto_reaches_into_no_decoding_object():

@@ -211,15 +211,15 @@ def test_sampled_sd_reproducible_by_seed():
                        sampling=SamplingConfig(temperature=1.0, top_k=1), seed=3).token_ids == greedy
 
 
-@pytest.mark.parametrize("stop_below", [None, 0.6])
-def test_sampled_sd_emits_the_target_distribution(stop_below):
+@pytest.mark.parametrize("draft_stop_below", [None, 0.6])
+def test_sampled_sd_emits_the_target_distribution(draft_stop_below):
     """4,000 independent rows of one prompt, 3 new tokens each, gamma = 2, a draft that disagrees.
 
     The first token should follow p(x1) and the second the marginal sum_x1 p(x1) p(x2 | x1), both
     computed from the target alone. DKW (Massart): P(sup |F_n - F| > eps) <= 2 exp(-2 n eps^2); with
     n = 4,000 and eps = 0.045 that is 2 exp(-16.2) < 2e-7 per token position. A loop that compared
     a drafted token with the wrong position's p or q is typically off by more than 0.1.
-    With ``stop_below`` the draft stops early when unsure: the distribution must not move.
+    With ``draft_stop_below`` the draft stops early when unsure: the distribution must not move.
     """
     sampling = SamplingConfig(temperature=1.0, top_k=4)
     target = set_eos(tiny_lm("llama"), [])
@@ -236,7 +236,7 @@ def test_sampled_sd_emits_the_target_distribution(stop_below):
         generator = make_generator(100 + run)
         session = Session(target, [prompt] * n_rows)
         checkers = [StopChecker(StopCondition(frozenset(), (), 3), target.decode) for _ in range(n_rows)]
-        drafter = ModelDrafter(draft, sampling, generator, stop_below=stop_below)
+        drafter = ModelDrafter(draft, sampling, generator, draft_stop_below=draft_stop_below)
         decode_rows_sd(session, [3] * n_rows, checkers, TokenSDRun(sampling, drafter, 2, generator, stats))
         for row in session.rows:
             first[row[3]] += 1
@@ -250,12 +250,13 @@ def test_sampled_sd_emits_the_target_distribution(stop_below):
 
 @pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
 @settings(max_examples=15, deadline=None)
-@given(prompt=prompts, gamma=st.sampled_from([2, 5, 8]), n=st.integers(1, 24), stop_below=st.sampled_from([0.05, 0.5, 0.95]))
-def test_draft_stop_below_keeps_greedy_sd_equal_to_ar(arch_name, prompt, gamma, n, stop_below):
+@given(prompt=prompts, gamma=st.sampled_from([2, 5, 8]), n=st.integers(1, 24),
+       draft_stop_below=st.sampled_from([0.05, 0.5, 0.95]))
+def test_draft_stop_below_keeps_greedy_sd_equal_to_ar(arch_name, prompt, gamma, n, draft_stop_below):
     expected = ar(arch_name, prompt, n).token_ids
     for kind in ("never", "same"):
         result = generate_sd(tiny_lm(arch_name), prompt, drafter_for(kind, arch_name), gamma=gamma, max_new_tokens=n,
-                             draft_stop_below=stop_below)
+                             draft_stop_below=draft_stop_below)
         assert result.token_ids == expected
         check_stats(result.stats, result, gamma)
 
@@ -266,9 +267,9 @@ def test_draft_stop_below_drafts_less_when_the_draft_is_unsure():
     0.5 drafts between the two. The text is the same in every case."""
     prompt, gamma, n = [5, 6, 7, 8], 6, 20
 
-    def run(stop_below):
+    def run(draft_stop_below):
         return generate_sd(tiny_lm("qwen2"), prompt, tiny_lm("qwen2", seed=1), gamma=gamma, max_new_tokens=n,
-                           draft_stop_below=stop_below)
+                           draft_stop_below=draft_stop_below)
 
     eager, never, middle, always = run(None), run(0.0), run(0.5), run(0.999999)
     assert never.token_ids == middle.token_ids == always.token_ids == eager.token_ids
@@ -281,8 +282,8 @@ def test_draft_stop_below_drafts_less_when_the_draft_is_unsure():
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 2])
 def test_bad_draft_stop_below_raises(bad):
-    with pytest.raises(ConfigError, match="stop_below"):
-        ModelDrafter(tiny_lm("qwen2", seed=1), SamplingConfig(), stop_below=bad)
+    with pytest.raises(ConfigError, match="draft_stop_below"):
+        ModelDrafter(tiny_lm("qwen2", seed=1), SamplingConfig(), draft_stop_below=bad)
 
 
 def test_draft_with_a_padded_vocabulary():

@@ -115,8 +115,8 @@ class LookaheadGenerator:
         draft_stop_below: the draft model stops drafting after a token it gave less than this
             probability (modes "sd" and "lr-sd" inside the target's branches); with it a large gamma
             pays. None drafts gamma tokens every time. Mode "auto" treats it as one candidate among
-            ``PlannerConfig.stops`` and picks the stop each cycle from what the target accepted of
-            drafts at each confidence (None: auto drafts without a stop).
+            ``PlannerConfig.draft_stop_below_choices`` and picks the stop each cycle from what the
+            target accepted of drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
         precision: the weight precision per model, a name (the target's) or ``{"target": ...,
             "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;

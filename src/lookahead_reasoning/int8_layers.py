@@ -13,8 +13,8 @@ int8 weight to the activation dtype on every call and then runs a dense matmul: 
 than float32, several times slower (benchmarks/precision_kernels.py times it when torchao is
 installed). Its fast path needs
 ``torch.compile`` to fuse the cast into ``_weight_int8pack_mm``; that needs a C++ compiler at run
-time and recompiles for each new (rows, width, cache length) pattern a decoding loop makes. Its
-CPU int4 path calls ``torch._weight_int4pack_mm_for_cpu``, which is slower than float32 on AVX2.
+time and recompiles for each new (rows, new tokens per row, cache length) pattern a decoding loop
+makes. Its CPU int4 path calls ``torch._weight_int4pack_mm_for_cpu``, which is slower than float32 on AVX2.
 So ``"int8"`` here calls torch's own ``_weight_int8pack_mm`` from a small module
 (:class:`Int8WeightOnlyLinear`), with no extra dependency.
 """

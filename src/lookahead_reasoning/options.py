@@ -202,7 +202,7 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     m.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
     m.add_argument("--precision", default=None,
                    help="target weight precision: auto | float32 | bf16 | int8 (weight-only int8 linears) | w8a8 "
-                        "(int8 weights and per-token int8 activations: cheap wide forwards); default: as "
+                        "(int8 weights and per-token int8 activations: cheap many-token forwards); default: as "
                         "loaded in --dtype")
     m.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"],
                    help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "

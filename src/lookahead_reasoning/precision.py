@@ -30,7 +30,7 @@ The precisions (:data:`PRECISIONS`):
   output column's scales. Where the weight-only kernel's time grows with the rows it multiplies
   (on a 2-core avx512 EPYC, one thread, 24 different 8960 x 1536 weights in turn so that none stays
   in cache: 1.7 ms per layer for 1 row, 10.5 ms for 13), this one's barely does (1.2 ms, 3.0 ms),
-  which is what the wide forwards of speculation need. That speed needs int8 dot-product
+  which is what the many-token forwards of speculation need. That speed needs int8 dot-product
   instructions (AVX512-VNNI, AVX-VNNI or AMX, read from the CPU's flags by
   :mod:`lookahead_reasoning.runtime.hardware`); ``"auto"`` picks it only where they exist. Without
   them the product can be inexact (oneDNN capped at AVX2 saturates int16 pair sums;

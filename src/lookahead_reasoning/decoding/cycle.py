@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ..deprecation import renamed_attribute, renamed_keywords
 from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
@@ -49,26 +50,29 @@ RowDrafter = Callable[[LRState, int, "float | None"], Drafter]
 Gate = Callable[[list[int], list[float]], int]
 
 
+@renamed_keywords(stop="draft_stop_below")
 @dataclass(frozen=True)
 class CyclePlan:
     """What one cycle runs: ``k`` drafted steps (0: the target writes the next step alone), ``gamma``
     drafted tokens per SD iteration in the target's rows (None: the tools' own; 0: the rows decode
-    token by token), ``stop``: the draft's confidence stop for those iterations, ``overshoot`` (only
+    token by token), ``draft_stop_below``: the draft's confidence stop for those iterations, ``overshoot`` (only
     when nothing is drafted): an SD iteration that runs past the step's end keeps what it accepted."""
 
     k: int
     gamma: int | None = None
-    stop: float | None = None
+    draft_stop_below: float | None = None
     overshoot: bool = False
+
+    stop = renamed_attribute("draft_stop_below", "CyclePlan.stop")
 
 
 @dataclass
 class CycleTools:
     """What every cycle works with: who writes steps, who judges them, how text crosses tokenizers.
 
-    ``row_drafter(state, R, stop)`` builds the token-level drafter for the target's R rows, with the
-    plan's confidence stop (None: the rows decode token by token). ``alt_writer`` samples the W - 1
-    alternative drafts when ``width`` > 1. ``stop_below``: the draft's confidence stop of a cycle
+    ``row_drafter(state, R, draft_stop_below)`` builds the token-level drafter for the target's R rows,
+    with the plan's confidence stop (None: the rows decode token by token). ``alt_writer`` samples the W - 1
+    alternative drafts when ``width`` > 1. ``draft_stop_below``: the draft's confidence stop of a cycle
     run without a plan of its own (:meth:`plan`).
     """
 
@@ -79,11 +83,11 @@ class CycleTools:
     row_drafter: RowDrafter | None = None
     width: int = 1
     alt_writer: StepWriter | None = None
-    stop_below: float | None = None
+    draft_stop_below: float | None = None
 
     def plan(self, k: int) -> CyclePlan:
         """The plain plan of ``k`` drafted steps: the writers' own gamma and the settings' stop."""
-        return CyclePlan(k, stop=self.stop_below)
+        return CyclePlan(k, draft_stop_below=self.draft_stop_below)
 
 
 _OPTIONS = {"same_vocab": True, "share_single": False, "confidence": False}
@@ -122,7 +126,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
         target_writer=StepWriter(target_lm, settings.steps, sampling, generator, target_drafter, gamma,
                                  stats.target_sd),
         verifier=verifier, translator=Translator(target_lm, draft_lm, own["same_vocab"]), row_drafter=row_drafter,
-        width=settings.width, alt_writer=alt_writer, stop_below=settings.draft_stop_below)
+        width=settings.width, alt_writer=alt_writer, draft_stop_below=settings.draft_stop_below)
 
 
 class ModelRows:
@@ -136,9 +140,9 @@ class ModelRows:
         self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
         self.share_single, self.confidence = share_single, confidence
 
-    def __call__(self, state: LRState, n_rows: int, stop: float | None) -> Drafter:
+    def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
         drafter = make_drafter("draft", lm=self.draft_lm, sampling=self.sampling, generator=self.generator,
-                               stop_below=stop, confidence=self.confidence)
+                               draft_stop_below=draft_stop_below, confidence=self.confidence)
         drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

@@ -16,13 +16,14 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from ..deprecation import renamed_attribute, renamed_keywords
 from ..errors import require
 from ..presets import NGRAM_MAX, NGRAM_MIN
 from ..runtime.lm import LM
 from ..runtime.pair import check_same_vocabulary  # noqa: F401  (its home before the runtime layer)
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
-from .settings import check_stop_below
+from .settings import check_draft_stop_below
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Drafter(Protocol):
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
 
 
+@renamed_keywords(stop_below="draft_stop_below")
 class ModelDrafter:
     """Drafts with a small LM that shares the target's vocabulary.
 
@@ -51,24 +53,26 @@ class ModelDrafter:
     the given rows (a crop of what was rejected, the target's correction token appended) and then
     runs up to gamma single-token forwards. ``sampling`` must be the target's, so q and p are comparable.
 
-    ``stop_below``: a row stops drafting after a token whose draft probability (the top probability
+    ``draft_stop_below``: a row stops drafting after a token whose draft probability (the top probability
     of the draft's distribution, before sampling) is below this value. Unsure drafts are the ones the
     target rejects, so this spends fewer draft forwards on them and lets gamma be large for the easy
     stretches. Output is unchanged: the stop depends only on the draft's own distribution, and every
-    drafted token still goes through the acceptance test. ``stop_below`` may change between calls
+    drafted token still goes through the acceptance test. ``draft_stop_below`` may change between calls
     (mode ``auto`` picks it per cycle); ``confidence=True`` reports every drafted token's top
     probability even without a stop (what the planner learns the best stop from).
     """
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
-                 stop_below: float | None = None, confidence: bool = False):
-        check_stop_below(stop_below)
+                 draft_stop_below: float | None = None, confidence: bool = False):
+        check_draft_stop_below(draft_stop_below)
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
-        self.stop_below = stop_below
+        self.draft_stop_below = draft_stop_below
         self.confidence = confidence
         self.session: Session | None = None
+
+    stop_below = renamed_attribute("draft_stop_below", "ModelDrafter.stop_below")
 
     def attach(self, session: Session) -> None:
         """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""
@@ -87,7 +91,7 @@ class ModelDrafter:
         # id the target cannot embed; q is then a distribution over those ids, as acceptance needs
         proposable = min(len(self.lm.tokenizer), self.lm.vocab_size)
         drafting = list(active)
-        stop, measure = self.stop_below, self.stop_below is not None or self.confidence
+        stop, measure = self.draft_stop_below, self.draft_stop_below is not None or self.confidence
         for _ in range(gamma):
             if not any(drafting):
                 break
@@ -152,6 +156,6 @@ def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | 
                  generator: torch.Generator | None = None, **options: Any) -> Drafter:
     """The drafter registered as ``name`` in :data:`DRAFTERS`: "ngram" (prompt lookup; options
     ``max_n``, ``min_n``) or "draft" (the draft model ``lm`` with the target's ``sampling``; options
-    ``stop_below``, ``confidence``)."""
+    ``draft_stop_below``, ``confidence``)."""
     require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

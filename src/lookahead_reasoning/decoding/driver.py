@@ -2,7 +2,7 @@
 the plan a :class:`CyclePolicy` gives.
 
   1. plan    ``policy.plan(state)``: what the next cycle runs (:class:`~.cycle.CyclePlan`: k drafted
-             steps, gamma drafted tokens per SD iteration in the target's rows, the draft's stop);
+             steps, gamma drafted tokens per SD iteration in the target's rows, ``draft_stop_below``);
   2. run     :func:`~.lookahead.run_cycle`; ``policy.gate(state, plan)`` may drop target rows after
              the scoring pass;
   3. learn   ``policy.learn(state, plan, trace)`` sees the finished cycle.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from ..deprecation import renamed_keywords
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..verifiers.base import Verifier
@@ -44,18 +45,19 @@ class CyclePolicy(Protocol):
     def finish(self, completed: bool) -> None: ...
 
 
+@renamed_keywords(stop="draft_stop_below")
 class FixedK:
     """Every cycle drafts ``k`` steps; the target's rows use the writers' own gamma and the draft
-    stops below ``stop``. No gate, nothing learned."""
+    stops below ``draft_stop_below``. No gate, nothing learned."""
 
-    def __init__(self, k: int, stop: float | None = None, mode: str = "lr"):
-        self.k, self.stop, self.mode = k, stop, mode
+    def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr"):
+        self.k, self.draft_stop_below, self.mode = k, draft_stop_below, mode
 
     def start(self, state: LRState, stats: LRStats) -> None:
         pass
 
     def plan(self, state: LRState) -> CyclePlan:
-        return CyclePlan(self.k, stop=self.stop)
+        return CyclePlan(self.k, draft_stop_below=self.draft_stop_below)
 
     def gate(self, state: LRState, plan: CyclePlan) -> Gate | None:
         return None
@@ -122,8 +124,8 @@ def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier
                 **options: Any) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 
-    ``settings`` (:class:`~.settings.Settings`; its k, width, steps, sampling, ``token_sd``, stop,
-    budget and seed); ``options``: ``draft_prompt_ids`` (the prompt in the draft's tokenizer; default
+    ``settings`` (:class:`~.settings.Settings`; its k, width, steps, sampling, ``token_sd``,
+    ``draft_stop_below``, budget and seed); ``options``: ``draft_prompt_ids`` (the prompt in the draft's tokenizer; default
     ``prompt_ids``, for a shared vocabulary), ``same_vocab`` (default True), or any settings field
     to change (``k=3``, ``max_new_tokens=64``, ...). ``settings.token_sd`` turns on token-level SD
     inside steps (mode "lr-sd").

@@ -150,7 +150,7 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     branches.set_rows([row + first for row, first in zip(rows, openings)])
     judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier)
     use_rows = tools.row_drafter is not None and plan.gamma != 0
-    row_drafter = tools.row_drafter(state, len(rows), plan.stop) if use_rows else None
+    row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
                                       gamma=plan.gamma if use_rows else None,
                                       overshoot=plan.overshoot and not drafted)

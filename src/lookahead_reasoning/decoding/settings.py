@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..deprecation import renamed_function
 from ..errors import require
 from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, NGRAM_MAX, NGRAM_MIN,
                        TOKEN_GAMMA, mode_k)
@@ -19,11 +20,14 @@ from ..sampling import SamplingConfig
 from .steps import StepConfig
 
 
-def check_stop_below(stop_below: float | None) -> None:
-    """Raise ConfigError unless ``stop_below`` (the draft confidence to keep drafting) is None or in [0, 1)."""
-    require(stop_below is None or 0.0 <= stop_below < 1.0,
-            f"draft_stop_below / stop_below (draft confidence to keep drafting) must be in [0, 1) or None, "
-            f"got {stop_below!r}")
+def check_draft_stop_below(draft_stop_below: float | None) -> None:
+    """Raise ConfigError unless ``draft_stop_below`` (the draft confidence to keep drafting) is None or in [0, 1)."""
+    require(draft_stop_below is None or 0.0 <= draft_stop_below < 1.0,
+            f"draft_stop_below (draft confidence to keep drafting) must be in [0, 1) or None, "
+            f"got {draft_stop_below!r}")
+
+
+check_stop_below = renamed_function(check_draft_stop_below, "check_stop_below")
 
 
 def _positive_int(value: Any) -> bool:
@@ -84,7 +88,7 @@ class Settings:
                 and self.max_new_tokens >= 0, f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,
                 f"alt_temperature must be a number > 0, got {self.alt_temperature!r}")
-        check_stop_below(self.draft_stop_below)
+        check_draft_stop_below(self.draft_stop_below)
 
     @classmethod
     def preset(cls, **fields_: Any) -> "Settings":
@@ -112,4 +116,4 @@ class Settings:
         return replace(self, **changes) if changes else self
 
 
-__all__ = ["Settings", "TokenSD", "check_stop_below"]
+__all__ = ["Settings", "TokenSD", "check_draft_stop_below"]

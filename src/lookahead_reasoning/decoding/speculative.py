@@ -133,7 +133,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     if isinstance(drafter, LM):
         check_same_vocabulary(drafter, target)
         drafter = make_drafter("draft", lm=drafter, sampling=sampling, generator=generator,
-                               stop_below=settings.draft_stop_below)
+                               draft_stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None

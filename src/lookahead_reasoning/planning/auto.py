@@ -3,7 +3,7 @@
 The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
 
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
-              the draft's confidence stop) with the cost table at the current context length and
+              the draft's confidence stop ``draft_stop_below``) with the cost table at the current context length and
               the rates learned so far (the first cycle also pays for feeding the prompt);
   2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.run_lr` runs it):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
@@ -12,8 +12,9 @@ The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
   3. learn    the cycle's SD iterations, verdicts, lengths and unexplained time update the book,
               and every timed forward updates the cost table.
 
-Every forward runs at the width the cost table prices it at: where a wider measured forward is
-cheaper than the one asked for, it is padded to that width (``PlannerConfig.pad``, ``LM.widths``).
+Every forward runs at the n (new tokens per row) the cost table prices it at: where a forward of a
+larger measured n is cheaper than the one asked for, it is padded to that n (``PlannerConfig.pad``,
+``CostGrid.padded_n``, ``LM.pad_to``).
 
 A drafted step must start at a step boundary: when a plan with k >= 1 wins but the text is mid-step
 (after an overshooting cycle), the target first finishes the step alone. With draft == target, the
@@ -122,7 +123,7 @@ class AutoPolicy:
         self.chosen = (plan, rate, context)
         sd = self.stats.target_sd
         self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), sd.iterations, len(sd.log))
-        return CyclePlan(plan.k, plan.gamma, plan.stop, overshoot=choice.plan.k == 0)
+        return CyclePlan(plan.k, plan.gamma, plan.draft_stop_below, overshoot=choice.plan.k == 0)
 
     def gate(self, state: LRState, plan: CyclePlan) -> Gate:
         chosen, _, context = self.chosen
@@ -171,7 +172,7 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
                        same_vocab=pair["same_vocab"], share_single=True, confidence=True)
     state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
-                      stop=settings.draft_stop_below)
+                      draft_stop_below=settings.draft_stop_below)
     return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
 
 

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from ..kernels import uses_onednn_linear
 from ..models import cache_root
 from ..runtime import hardware
+from ..deprecation import renamed_method
 from ..runtime.lm import LM, ForwardTiming
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ LONG_PREFIX = 512  # a second prefix length, for the cost of attending to more c
 RECHECK_ROUNDS = 2  # passes over out-of-order points after the profile
 SETTLED = 1.05  # a re-timed point within this factor of its first time is believed (not timed again)
 DRIFT = 1.25  # a one-token forward this much slower or faster at the end than at the start: profile again
-FORMAT = 2  # 2: grid widths are the forward's width (format 1 measured one token more)
-PAD_GAIN = 0.05  # pad a forward to a wider measured width only when that is this much cheaper
+FORMAT = 2  # 2: a grid point's n is the forward's n (format 1 measured one token more)
+PAD_GAIN = 0.05  # pad a forward to a larger measured n only when that is this much cheaper
 
 
 @dataclass
@@ -60,7 +61,7 @@ class CostGrid:
     each further cached token adds per row (attention and cache reads grow with the context).
     Between grid points the time is linear in n; past the largest n of a row count, that row count's
     curve follows the 1-row curve's shape; between and past row counts it is linear in R.
-    With ``padding`` a forward is priced (and run, through ``LM.widths``) at :meth:`width`.
+    With ``padding`` a forward is priced (and run, through ``LM.pad_to``) at the n :meth:`padded_n` picks.
     """
 
     points: dict[int, dict[int, float]]
@@ -71,17 +72,17 @@ class CostGrid:
 
     def __call__(self, rows: int, tokens: int, context: int | None = None) -> float:
         """Predicted seconds of a forward of ``rows`` x ``tokens`` after ``context`` cached tokens, run
-        at the width :meth:`width` picks."""
-        return self.seconds(rows, self.width(rows, tokens), context)
+        at the n :meth:`padded_n` picks."""
+        return self.seconds(rows, self.padded_n(rows, tokens), context)
 
-    def seconds(self, rows: int, width: int, context: int | None = None) -> float:
-        """Predicted seconds of a forward exactly ``width`` tokens wide (no padding)."""
-        base = self._rows(max(1, rows), max(1, width))
+    def seconds(self, rows: int, n: int, context: int | None = None) -> float:
+        """Predicted seconds T(rows, n) of a forward of exactly ``n`` new tokens per row (no padding)."""
+        base = self._rows(max(1, rows), max(1, n))
         extra = 0.0 if context is None else self.per_context * max(1, rows) * (context - self.prefix)
         return max(base + extra, 1e-6)
 
-    def width(self, rows: int, tokens: int) -> int:
-        """The width to run a forward of ``tokens`` new tokens per row at: the measured width m of this
+    def padded_n(self, rows: int, tokens: int) -> int:
+        """The n to run a forward of ``tokens`` new tokens per row at (padded): the measured n = m of this
         row count in (tokens, 2 tokens] with the lowest time, when it undercuts T(rows, tokens) by more
         than ``PAD_GAIN``; else ``tokens`` itself."""
         curve = self.points.get(rows)
@@ -92,6 +93,8 @@ class CostGrid:
             if tokens < m <= 2 * tokens and t < best_t:
                 best, best_t = m, t
         return best
+
+    width = renamed_method("padded_n", "CostGrid.width")
 
     def _curve(self, rows: int, n: float) -> float:
         """T(rows, n) on one measured row count: linear between its points, 1-row shape beyond."""
@@ -123,19 +126,19 @@ class CostGrid:
     def observe(self, timing: ForwardTiming, weight: float = 0.1) -> None:
         """Move the table toward one timed forward: the nearest grid points of its row count (or the
         nearest measured one) are scaled by ``(seen / predicted) ** weight``, split between the two
-        grid points around its width."""
-        predicted = self.seconds(timing.rows, timing.width, timing.cached)
+        grid points around its n."""
+        predicted = self.seconds(timing.rows, timing.n, timing.cached)
         if not (timing.seconds > 0 and predicted > 0 and math.isfinite(timing.seconds)):
             return
         ratio = min(max(timing.seconds / predicted, 0.25), 4.0)  # one odd forward cannot wreck the table
         rows = min(self.points, key=lambda r: abs(r - timing.rows))
         curve = self.points[rows]
         ns = sorted(curve)
-        i = bisect_left(ns, timing.width)
-        near = [ns[min(i, len(ns) - 1)]] if i in (0, len(ns)) or ns[i] == timing.width else [ns[i - 1], ns[i]]
+        i = bisect_left(ns, timing.n)
+        near = [ns[min(i, len(ns) - 1)]] if i in (0, len(ns)) or ns[i] == timing.n else [ns[i - 1], ns[i]]
         if len(near) == 2:
             lo, hi = near
-            share_hi = (timing.width - lo) / (hi - lo)
+            share_hi = (timing.n - lo) / (hi - lo)
             shares = {lo: 1 - share_hi, hi: share_hi}
         else:
             shares = {near[0]: 1.0}
@@ -164,10 +167,10 @@ class CostTable:
     draft: CostGrid
 
     def attach(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> None:
-        """From now on, pad both models' forwards where their grid says a wider one is cheaper, and
+        """From now on, pad both models' forwards where their grid says a larger n is cheaper, and
         (with ``refine``) move the grids toward every forward the two models make."""
         for lm, grid in ((draft_lm, self.draft), (target_lm, self.target)):  # one LM in both roles: the target's
-            lm.widths = grid.width if grid.padding else None
+            lm.pad_to = grid.padded_n if grid.padding else None
         if refine:
             target_lm.listeners.append(self.target.observe)
             if draft_lm is not target_lm:  # the same LM object in both roles: its forwards teach the target table
@@ -175,7 +178,7 @@ class CostTable:
 
     def detach(self, target_lm: LM, draft_lm: LM) -> None:
         for lm, grid in ((target_lm, self.target), (draft_lm, self.draft)):
-            lm.widths = None
+            lm.pad_to = None
             if grid.observe in lm.listeners:
                 lm.listeners.remove(grid.observe)
 
@@ -188,7 +191,7 @@ def forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int
 
     The prefix is fully cached, so ``Session.logits`` feeds each fork's last prefix token again before
     the extra ones (the same shape as decoding, which feeds the newest token plus any drafted ones):
-    ``tokens - 1`` extra tokens make a forward exactly ``tokens`` wide.
+    ``tokens - 1`` extra tokens make a forward of exactly n = ``tokens``.
     """
     times = []
     base = 1000 % max(2, min(len(lm.tokenizer), lm.vocab_size) - tokens)
@@ -203,7 +206,7 @@ def forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int
 
 def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: int = PREFIX, repeats: int = 1,
             progress: bool = True, label: str = "") -> CostGrid:
-    """Time ``lm`` on ``grid`` ({rows: widths}) after a cached prefix; also the cost of a longer context."""
+    """Time ``lm`` on ``grid`` ({rows: n values}) after a cached prefix; also the cost of a longer context."""
     vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
     ids = [(7 + 31 * i) % vocab for i in range(LONG_PREFIX)]
     short = lm.session([ids[:prefix]])
@@ -249,7 +252,7 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
 def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> set[tuple[int, int]]:
     """Grid points that break what any forward's cost obeys, beyond ``slack``: more tokens per row
     never cost less (T(R, n) <= T(R, n') for n < n'), and more rows never cost less (T(R, n) <=
-    T(R', n) for R < R', read off the interpolated curve of R' within its measured widths). Of each
+    T(R', n) for R < R', read off the interpolated curve of R' within its measured n). Of each
     broken pair the dearer point is returned: a passing load only ever makes a forward slower."""
     bad: set[tuple[int, int]] = set()
     for rows, curve in points.items():

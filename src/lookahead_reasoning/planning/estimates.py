@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..deprecation import renamed_keywords
 from ..errors import require
 from ..presets import DRAFT_STOP_BELOW
 from ..theory import StepModel, TokenModel
@@ -85,9 +86,9 @@ def _bin(confidence: float) -> int:
     return min(CONFIDENCE_BINS - 1, max(0, int(confidence * CONFIDENCE_BINS)))
 
 
-def _edge(stop: float) -> int:
-    """The first bin of the tokens a draft stop keeps drafting after (confidence >= stop)."""
-    return min(CONFIDENCE_BINS, max(0, round(stop * CONFIDENCE_BINS)))
+def _edge(draft_stop_below: float) -> int:
+    """The first bin of the tokens a draft stop keeps drafting after (confidence >= draft_stop_below)."""
+    return min(CONFIDENCE_BINS, max(0, round(draft_stop_below * CONFIDENCE_BINS)))
 
 
 def _prior_seen() -> list[float]:
@@ -119,12 +120,13 @@ class TokenBook:
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
 
     @classmethod
-    def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float, stop: float = DRAFT_STOP_BELOW,
-                   weight: float = 50.0) -> "TokenBook":
-        """A book whose :meth:`model` at ``stop`` is exactly (sigma, alpha_sure, alpha_unsure), worth
-        ``weight`` tokens on each side of the stop (uniform over the bins of each side)."""
-        edge = _edge(stop)
-        require(0 < edge < CONFIDENCE_BINS, f"stop must lie strictly inside (0, 1), got {stop!r}")
+    @renamed_keywords(stop="draft_stop_below")
+    def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float,
+                   draft_stop_below: float = DRAFT_STOP_BELOW, weight: float = 50.0) -> "TokenBook":
+        """A book whose :meth:`model` at ``draft_stop_below`` is exactly (sigma, alpha_sure, alpha_unsure),
+        worth ``weight`` tokens on each side of the stop (uniform over the bins of each side)."""
+        edge = _edge(draft_stop_below)
+        require(0 < edge < CONFIDENCE_BINS, f"draft_stop_below must lie inside (0, 1), got {draft_stop_below!r}")
         book = cls([0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS)
         for i in range(CONFIDENCE_BINS):
             above = i >= edge
@@ -149,13 +151,14 @@ class TokenBook:
             elif j == accepted:
                 self.rejected[b] += 1
 
-    def model(self, stop: float | None = None) -> TokenModel:
-        """The token model of drafting with confidence stop ``stop`` (None: no stop, sigma = 1)."""
+    @renamed_keywords(stop="draft_stop_below")
+    def model(self, draft_stop_below: float | None = None) -> TokenModel:
+        """The token model of drafting with confidence stop ``draft_stop_below`` (None: no stop, sigma = 1)."""
         def rate(lo: int, hi: int) -> float:
             yes, no = sum(self.accepted[lo:hi]), sum(self.rejected[lo:hi])
             return min(yes / (yes + no), 0.995) if yes + no > 0 else 0.5
 
-        edge = 0 if stop is None else _edge(stop)
+        edge = 0 if draft_stop_below is None else _edge(draft_stop_below)
         if edge == 0:
             return TokenModel.plain(rate(0, CONFIDENCE_BINS))
         total = sum(self.seen)

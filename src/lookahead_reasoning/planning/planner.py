@@ -1,8 +1,8 @@
 """Before every cycle, price every plan in seconds and pick the fastest.
 
-A :class:`Plan` is (k, gamma, stop): k drafted steps per cycle (0: the target writes the next step
-alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and the
-draft's confidence stop (the draft stops after a token it gives less than ``stop`` probability). So
+A :class:`Plan` is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
+next step alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and
+the draft's confidence stop (the draft stops after a token it gives less than ``draft_stop_below``). So
 (0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.
 The stop is priced like gamma: the book knows the acceptance of drafted tokens per band of the draft's
 confidence, so it can say what any stop would give (Hugging Face's assisted generation re-fits such a
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..deprecation import renamed_attribute, renamed_keywords
 from ..errors import require
 from ..presets import PRESETS
 from ..theory.costed import CycleEstimate, ScoredChain, gated_cycle, lr_cycle, step_cycle
@@ -30,6 +31,7 @@ from .costs import CostTable
 from .estimates import Book
 
 
+@renamed_keywords(stop="draft_stop_below")
 @dataclass(frozen=True)
 class Plan:
     """k drafted steps per cycle, gamma drafted tokens per SD iteration in the target's rows, and the
@@ -37,31 +39,35 @@ class Plan:
 
     k: int
     gamma: int
-    stop: float | None = None
+    draft_stop_below: float | None = None
+
+    stop = renamed_attribute("draft_stop_below", "Plan.stop")
 
     @property
     def label(self) -> str:
         """"ar", "sd@g12s0.4", "lr@k2", "lr-sd@k1g8s0.3" (no "s..." without a stop)."""
-        stop = f"s{self.stop:g}" if self.stop is not None else ""
+        stop = f"s{self.draft_stop_below:g}" if self.draft_stop_below is not None else ""
         if self.k == 0:
             return "ar" if self.gamma == 0 else f"sd@g{self.gamma}{stop}"
         return f"lr@k{self.k}" if self.gamma == 0 else f"lr-sd@k{self.k}g{self.gamma}{stop}"
 
 
+@renamed_keywords(stops="draft_stop_below_choices")
 @dataclass(frozen=True)
 class PlannerConfig:
     """Settings of mode ``auto``.
 
     ``max_k``: the most drafted steps a plan may use (0: token level only); ``gammas``: SD gammas
     tried when the target writes alone; ``row_gammas``: gammas tried inside LR's rows (0: plain rows);
-    ``stops``: the draft confidence stops tried with every gamma, besides the generator's
-    ``draft_stop_below`` (empty: that one only; no stop at all when it is None);
+    ``draft_stop_below_choices``: the draft confidence stops tried with every gamma, besides the
+    generator's ``draft_stop_below`` (empty: that one only; no stop at all when it is None);
     ``margin``: hysteresis (a plan must be predicted this much faster to replace the current one);
-    ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``pad``: run a forward at a wider measured width
-    where the cost table says that is cheaper (and price it so); ``reprofile``: measure the cost table again
-    even when a cached one matches; ``refine``: move the cost table toward the run's own timed
-    forwards; ``learn``: save what the run learned (table and rates) for the next run of the pair (in
-    another cost regime, its acceptance rates only);
+    ``gate``: let :meth:`Planner.rows_to_run` drop rows; ``pad``: pad a forward of n tokens per row to
+    a larger measured n where the cost table says that is cheaper (and price it so;
+    :meth:`~.costs.CostGrid.padded_n`); ``reprofile``: measure the cost table again even when a cached
+    one matches; ``refine``: move the cost table toward the run's own timed forwards; ``learn``: save
+    what the run learned (table and rates) for the next run of the pair (in another cost regime, its
+    acceptance rates only);
     ``progress``: show the profile's progress bar; ``cache_dir``: where tables and books live
     (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``).
     """
@@ -69,7 +75,7 @@ class PlannerConfig:
     max_k: int = PRESETS["auto"].k
     gammas: tuple[int, ...] = (4, 6, 8, 12, 16, 20, 24)
     row_gammas: tuple[int, ...] = (0, 4, 8, 12)
-    stops: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    draft_stop_below_choices: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
     margin: float = 0.05
     gate: bool = True
     pad: bool = True
@@ -85,8 +91,11 @@ class PlannerConfig:
         require(all(isinstance(g, int) and g >= 0 for g in self.row_gammas),
                 f"planner row gammas must be integers >= 0, got {self.row_gammas!r}")
         require(0 <= self.margin < 1, f"planner margin must be in [0, 1), got {self.margin!r}")
-        require(all(isinstance(x, (int, float)) and 0 < x < 1 for x in self.stops),
-                f"planner stops (draft confidences) must be numbers in (0, 1), got {self.stops!r}")
+        require(all(isinstance(x, (int, float)) and 0 < x < 1 for x in self.draft_stop_below_choices),
+                "planner draft_stop_below_choices (draft confidences) must be numbers in (0, 1), "
+                f"got {self.draft_stop_below_choices!r}")
+
+    stops = renamed_attribute("draft_stop_below_choices", "PlannerConfig.stops")
 
 
 @dataclass(frozen=True)
@@ -112,14 +121,18 @@ class Choice:
     rates: dict[str, float] = field(default_factory=dict)
 
 
+@renamed_keywords(stop="draft_stop_below")
 class Planner:
-    """Prices plans with a cost table and a book; picks one per cycle with hysteresis."""
+    """Prices plans with a cost table and a book; picks one per cycle with hysteresis. Plans that draft
+    tokens try ``draft_stop_below`` (the generator's) and ``config.draft_stop_below_choices``; none
+    when ``draft_stop_below`` is None."""
 
     def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
-                 can_sd: bool = True, stop: float | None = None):
+                 can_sd: bool = True, draft_stop_below: float | None = None):
         self.costs, self.book, self.config = costs, book, config
         self.can_draft, self.can_sd = can_draft, can_sd
-        self.stops: tuple[float | None, ...] = (None,) if stop is None else tuple(sorted({stop, *config.stops}))
+        choices = sorted({draft_stop_below, *config.draft_stop_below_choices}) if draft_stop_below is not None else []
+        self.draft_stop_below_choices: tuple[float | None, ...] = tuple(choices) or (None,)
         self.current: Plan | None = None
         self._memo: dict[tuple[str, int, int, int], float] = {}  # costs read since the last choice
 
@@ -142,18 +155,19 @@ class Planner:
 
     def candidates(self) -> list[Plan]:
         gammas = self.config.gammas if self.can_sd else ()
-        plans = [Plan(0, 0)] + [Plan(0, g, s) for g in gammas for s in self.stops]
+        choices = self.draft_stop_below_choices
+        plans = [Plan(0, 0)] + [Plan(0, g, s) for g in gammas for s in choices]
         if self.can_draft:
             row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
             plans += [Plan(k, g, s) for k in range(1, self.config.max_k + 1) for g in row_gammas
-                      for s in (self.stops if g else (None,))]
+                      for s in (choices if g else (None,))]
         return plans
 
     def estimate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
-        token, step = self.book.token.model(plan.stop), self.book.step.model()
+        token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
         if plan.k == 0:
             overhead = self.book.token.iteration_overhead.value
             cycle = step_cycle(plan.gamma, step, token, target, draft, overhead)
@@ -209,7 +223,7 @@ class Planner:
         self._memo.clear()
         _, r0 = self.best_alone(context)
         target, draft = self._costs_at(context)
-        token, step = self.book.token.model(plan.stop), self.book.step.model()
+        token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
         need = [0.0 if a >= 1.0 else max(1.0, step.target_tokens - a * n) for a, n in zip(agreements, drafted_tokens)]
         scored = ScoredChain(tuple(self.book.step.accept_probability(a) for a in agreements), tuple(drafted_tokens),
                              tuple(need))

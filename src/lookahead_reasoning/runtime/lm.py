@@ -6,10 +6,11 @@ rows' :class:`~lookahead_reasoning.cache.KVState`, builds per-row ``position_ids
 (real tokens only, so pads in the middle of a row do not shift positions), runs the model with the
 cache, and returns float32 logits for the last ``keep`` positions only (``logits_to_keep``).
 
-An LM may carry a width policy (``LM.widths``, set by mode ``auto`` from its measured cost table):
-where the table says a wider forward is cheaper than the one asked for (a BLAS that picks its kernel
-by the number of rows it multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens
-up to that width and the cache is cropped back afterwards. Positions before the padding never see it
+An LM may carry a padding policy (``LM.pad_to``, a :data:`PadPolicy`, set by mode ``auto`` from its
+measured cost table): where the table says a forward of more new tokens per row (a larger n of
+T(R, n)) is cheaper than the one asked for (a BLAS that picks its kernel by the number of rows it
+multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens up to that n and the
+cache is cropped back afterwards. Positions before the padding never see it
 (causal attention), so the logits and the cache are those of the unpadded forward.
 """
 
@@ -24,6 +25,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState
+from ..deprecation import renamed_attribute, renamed_globals
 from ..errors import PromptError, require
 from .session import Session
 
@@ -50,16 +52,20 @@ class ForwardStats:
 
 @dataclass(frozen=True)
 class ForwardTiming:
-    """One timed forward: ``rows`` x ``width`` new token positions after ``cached`` cache columns."""
+    """One timed forward: ``rows`` x ``n`` new token positions (n as run, padding included) after
+    ``cached`` cache columns."""
 
     rows: int
-    width: int
+    n: int
     cached: int
     seconds: float
 
+    width = renamed_attribute("n", "ForwardTiming.width")
+
 
 ForwardListener = Callable[[ForwardTiming], None]
-WidthPolicy = Callable[[int, int], int]  # (rows, new tokens per row) -> the width to run the forward at
+PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
+__getattr__ = renamed_globals(__name__, WidthPolicy="PadPolicy")
 
 
 class LM:
@@ -75,10 +81,12 @@ class LM:
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.stats = ForwardStats()
         self.listeners: list[ForwardListener] = []  # called after every forward (e.g. a cost table learning)
-        self.widths: WidthPolicy | None = None  # pad forwards to a cheaper width (see the module docstring)
+        self.pad_to: PadPolicy | None = None  # pad forwards to a cheaper n (see the module docstring)
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
+
+    widths = renamed_attribute("pad_to", "LM.widths")
 
     @classmethod
     def from_loaded(cls, loaded: Any) -> "LM":
@@ -147,26 +155,26 @@ class LM:
         if new_mask is None:
             new_mask = torch.ones(bsz, n, dtype=torch.long, device=device)
         real_tokens = int(new_mask.sum())
-        width = n if self.widths is None else max(n, int(self.widths(bsz, n)))
-        if width > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
-            input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), width)
+        padded = n if self.pad_to is None else max(n, int(self.pad_to(bsz, n)))
+        if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
+            input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), padded)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
-        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
         start = time.perf_counter()
         out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
-                         logits_to_keep=_keep_positions(keep, n, width, device), **{self.cache_arg: state.cache})
+                         logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
         self.stats.calls += 1
         self.stats.tokens += real_tokens
         returned = getattr(out, "past_key_values", None)
         state.cache = state.cache if returned is None else returned
         state.mask = full_mask
-        if width > n:
-            state.crop(state.length - (width - n))
+        if padded > n:
+            state.crop(state.length - (padded - n))
         logits = out.logits.float()
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
         for listener in self.listeners:
-            listener(ForwardTiming(bsz, width, full_mask.shape[1] - width, seconds))
+            listener(ForwardTiming(bsz, padded, full_mask.shape[1] - padded, seconds))
         return logits, state
 
     # ------------------------------------------------------------------ text
@@ -205,12 +213,12 @@ class LM:
         return ids
 
 
-def _pad_right(input_ids: torch.Tensor, new_mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, n) ids and mask padded to (B, width) with the last token repeated, counted as real (they
+def _pad_right(input_ids: torch.Tensor, new_mask: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, n) ids and mask padded to (B, padded) with the last token repeated, counted as real (they
     are cropped off the cache after the forward)."""
     bsz, n = input_ids.shape
-    ids = torch.cat([input_ids, input_ids[:, -1:].expand(bsz, width - n)], dim=1)
-    mask = torch.cat([new_mask, torch.ones(bsz, width - n, dtype=torch.long, device=new_mask.device)], dim=1)
+    ids = torch.cat([input_ids, input_ids[:, -1:].expand(bsz, padded - n)], dim=1)
+    mask = torch.cat([new_mask, torch.ones(bsz, padded - n, dtype=torch.long, device=new_mask.device)], dim=1)
     return ids, mask
 
 
@@ -224,9 +232,9 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _keep_positions(keep: int, n: int, width: int, device: torch.device) -> int | torch.Tensor:
-    """``logits_to_keep`` for the last ``keep`` of the ``n`` real positions of a forward ``width``
-    wide (``width - n`` dummy positions after them), as an index tensor unless it is all of them.
+def _keep_positions(keep: int, n: int, padded: int, device: torch.device) -> int | torch.Tensor:
+    """``logits_to_keep`` for the last ``keep`` of the ``n`` real positions of a forward padded to
+    ``padded`` positions (``padded - n`` dummy positions after them), as an index tensor unless it is all of them.
 
     transformers slices ``hidden[:, -keep:, :]`` for an int; that view keeps the (n * H) batch stride,
     and torch's bf16 CPU matmul routes such an input to a batched product that first copies the
@@ -235,7 +243,7 @@ def _keep_positions(keep: int, n: int, width: int, device: torch.device) -> int 
     keeps one (branch starts, a draft catching up after an accepted block). Indexing with a tensor
     gives a compact copy. ``tests/test_forward.py`` checks the LM head sees compact strides.
     """
-    if keep >= n and width == n:
+    if keep >= n and padded == n:
         return n
     return torch.arange(max(0, n - keep), n, device=device)
 

@@ -71,13 +71,13 @@ class Session:
             if active[b]:
                 self.rows[b].extend(extra[b])
         chunks = [self.rows[b][self.cached[b]:] if active[b] else [] for b in range(bsz)]
-        width = max(len(c) for c in chunks)
-        ids = torch.full((bsz, width), self.lm.pad_id, dtype=torch.long)
-        mask = torch.zeros((bsz, width), dtype=torch.long)
+        n = max(len(c) for c in chunks)  # new tokens per row of this forward (shorter rows left-padded)
+        ids = torch.full((bsz, n), self.lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((bsz, n), dtype=torch.long)
         for b, chunk in enumerate(chunks):
             if chunk:
-                ids[b, width - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
-                mask[b, width - len(chunk):] = 1
+                ids[b, n - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
+                mask[b, n - len(chunk):] = 1
             self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
         logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
         return logits

@@ -143,7 +143,7 @@ def iteration_seconds(gamma: int, model: TokenModel, target: CostFn, draft: Cost
     """Expected seconds of one SD iteration over ``rows`` rows (gamma 0: one plain decoding step).
 
     The draft runs ``max_r D_r`` batched one-token forwards (each ``draft(rows, 1)``); the target one
-    forward of width ``1 + max_r D_r`` (``target(rows, 1 + D)``), the uncached token plus the drafts.
+    forward of n = ``1 + max_r D_r`` new tokens per row (``target(rows, 1 + D)``): the uncached token plus the drafts.
     """
     if gamma == 0:
         return target(rows, 1) + overhead
@@ -240,7 +240,7 @@ def gated_cycle(rows: int, gamma: int, step: StepModel, token: TokenModel, score
 
 def f_sync_costed(k1: int, alpha1: float, c1: float, target: CostFn, n: int = 1) -> float:
     """Synchronous LR over the target alone with a measured batched step: ``f_sync_batched`` with
-    ``beta = target(k1, n) / target(1, n)``. ``n`` is the width of the rows' forwards (1: token by
+    ``beta = target(k1, n) / target(1, n)``. ``n`` is the new tokens per row of the rows' forwards (1: token by
     token; ``gamma + 1`` with SD inside the rows). ``k1 = 1`` is the target alone: 1."""
     k1 = int(check_count(k1, "k1"))
     beta = target(k1, n) / target(1, n) if k1 > 1 else 1.0

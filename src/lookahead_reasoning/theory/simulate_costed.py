@@ -75,8 +75,8 @@ def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[boo
     seconds = 0.0
     while any(live):
         draws = [(_iteration(rng, gamma, model) if gamma else (0, 0)) if live[j] else (0, 0) for j in range(rows)]
-        width = 1 + max(d for d, _ in draws)
-        seconds += target(rows, width) + (width - 1) * draft(rows, 1)
+        n = 1 + max(d for d, _ in draws)  # new tokens per row of the target's forward
+        seconds += target(rows, n) + (n - 1) * draft(rows, 1)
         for j in range(rows):
             if not live[j]:
                 continue
