@@ -18,9 +18,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> int:
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, parse_engine_mode, run_engine_bench
+@contextlib.contextmanager
+def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192, spec_max: int = 8):
+    """The llama.cpp servers ``modes`` need, started on loopback and stopped on exit: role -> URL."""
+    from lookahead_reasoning.engines.bench import parse_engine_mode
     from lookahead_reasoning.engines.llamacpp import LlamaServer, ServerConfig
+
+    bases = {parse_engine_mode(m)[0] for m in modes.split(",")}
+    common = dict(parallel=parallel, context=context, threads=threads)
+    configs = {"target": ServerConfig("qwen2.5-coder-1.5b", **common)}
+    if bases & {"lr", "lr-sd", "auto"}:
+        configs["draft"] = ServerConfig("qwen2.5-coder-0.5b", **common)
+    if bases & {"sd", "lr-sd"}:
+        configs["sd"] = ServerConfig("qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", spec="draft",
+                                     spec_max=spec_max, **common)
+    if "ngram" in bases:
+        configs["ngram"] = ServerConfig("qwen2.5-coder-1.5b", spec="ngram", **common)
+    with contextlib.ExitStack() as stack:
+        urls = {role: stack.enter_context(LlamaServer(cfg)).url for role, cfg in configs.items()}
+        print(urls, file=sys.stderr)
+        yield urls
+
+
+def main() -> int:
+    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
     from lookahead_reasoning.engines.pair import EngineSettings
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,20 +56,8 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=4)
     p.add_argument("--spec-max", type=int, default=8, help="llama.cpp's draft tokens per SD iteration (mode sd)")
     args = p.parse_args()
-    bases = {parse_engine_mode(m)[0] for m in args.modes.split(",")}
-    common = dict(parallel=max(args.parallel, args.concurrency * 3), context=8192 * max(1, args.concurrency),
-                  threads=args.threads)
-    configs = {"target": ServerConfig("qwen2.5-coder-1.5b", **common)}
-    if bases & {"lr", "lr-sd", "auto"}:
-        configs["draft"] = ServerConfig("qwen2.5-coder-0.5b", **common)
-    if bases & {"sd", "lr-sd"}:
-        configs["sd"] = ServerConfig("qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", spec="draft",
-                                     spec_max=args.spec_max, **common)
-    if "ngram" in bases:
-        configs["ngram"] = ServerConfig("qwen2.5-coder-1.5b", spec="ngram", **common)
-    with contextlib.ExitStack() as stack:
-        urls = {role: stack.enter_context(LlamaServer(cfg)).url for role, cfg in configs.items()}
-        print(urls, file=sys.stderr)
+    with servers(args.modes, args.threads, max(args.parallel, args.concurrency * 3), 8192 * max(1, args.concurrency),
+                 args.spec_max) as urls:
         bench = EngineBench(args.dataset, args.out, EngineURLs(**urls), modes=args.modes, limit=args.limit,
                             offset=args.offset, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             settings=EngineSettings())

@@ -32,7 +32,7 @@ def check_writable(path: Path, what: str = "results") -> None:
                           f"folder") from None
 
 
-def _records(path: Path) -> Iterable[dict[str, Any]]:
+def read_records(path: Path) -> Iterable[dict[str, Any]]:
     """The records of a results file; a torn last line (killed run) and non-records are skipped."""
     if not path.exists():
         return
@@ -51,7 +51,7 @@ def _records(path: Path) -> Iterable[dict[str, Any]]:
 
 def done_pairs(path: Path) -> set[tuple[str, str, int]]:
     """(problem id, mode, sample) triples already in a results file; a torn last line (killed run) is ignored."""
-    return {(str(rec.get("problem_id")), str(rec.get("mode")), int(rec.get("sample", 0))) for rec in _records(path)}
+    return {(str(rec.get("problem_id")), str(rec.get("mode")), int(rec.get("sample", 0))) for rec in read_records(path)}
 
 
 # What a results file must share with the run that appends to it: numbers of two setups never mix.
@@ -69,7 +69,7 @@ def check_same_setup(path: Path, config: Any) -> None:
     """Refuse to resume into a results file whose records come from another target, draft, precision
     or temperature (a field an older record lacks is not compared)."""
     want = setup_of(config)
-    for rec in _records(path):
+    for rec in read_records(path):
         differ = [f for f in SETUP_FIELDS if f in rec and rec[f] != want[f]]
         if differ:
             had = ", ".join(f"{f} {rec[f]!r}" for f in differ)
@@ -116,4 +116,4 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-__all__ = ["SETUP_FIELDS", "append_record", "check_same_setup", "check_writable", "done_pairs", "setup_of", "shard_path"]
+__all__ = ["SETUP_FIELDS", "append_record", "check_same_setup", "check_writable", "done_pairs", "read_records", "setup_of", "shard_path"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..bench.datasets import Problem, load_dataset
 from ..bench.grading import grade
-from ..bench.results import _records, append_record, check_writable, done_pairs
+from ..bench.results import append_record, check_writable, done_pairs, read_records
 from ..decoding.results import GenerationResult
 from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
@@ -135,9 +135,10 @@ class EngineRunner:
                 return result, {"timeline": timeline}
             return await asyncio.to_thread(pair.ar, messages, n), {}
         pair, timeline = self.pairs["sd" if base == "lr-sd" else "plain"], []
-        planner = fixed_plan(k, 1, schedule)
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
             planner = (await self._planner(pair.prompt_ids(messages))).fork()
+        else:
+            planner = fixed_plan(k, 1, schedule)
         start = time.perf_counter()
 
         def each(trace, run) -> None:
@@ -165,7 +166,7 @@ class EngineRunner:
 
 def _check_same_models(path: Path, models: dict[str, Any]) -> None:
     """Refuse to resume into a results file written against endpoints serving other models."""
-    for rec in _records(path):
+    for rec in read_records(path):
         differ = [f for f in ("target", "draft") if rec.get(f) not in (None, models[f]) and models[f] is not None]
         if differ:
             raise ConfigError(f"{path} holds results of other models ({', '.join(f'{f} {rec[f]!r}' for f in differ)}; "

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 from ..bench.datasets import Problem
 from ..bench.grading import grade
 from ..bench.pairs import PairsConfig, run_pairs
-from ..bench.results import _records
+from ..bench.results import read_records
 from ..decoding.steps import Step
 from ..decoding.stepwise import StepRequest
 from ..errors import ConfigError, require
@@ -55,7 +55,7 @@ class EnginePairRecorder:
 
     def check_resumable(self, path: Path) -> None:
         """ConfigError when ``path`` holds records of models other than these endpoints serve."""
-        for rec in _records(path):
+        for rec in read_records(path):
             other = {k: rec[k] for k, v in self.models.items() if rec.get(k) not in (None, v)}
             if other:
                 raise ConfigError(f"{path} holds pairs of other models ({other}; these endpoints serve "
