@@ -88,6 +88,7 @@ class PlanNote:
     plan: str  # e.g. "ar", "sd@g12s0.4", "lr-sd@k1g8s0.3" (see lookahead_reasoning.planning.Plan.label)
     predicted_tok_s: float
     rows: int = 1  # target rows the cycle ran, after the step gate (at most k + 1)
+    load: int = 0  # over engines: requests of other runs in flight at the target that the plan was priced with
 
 
 @dataclass
@@ -205,6 +206,9 @@ class LRStats:
         if plans:
             out["plans"] = plans
             out["predicted_tok_s"] = _rounded(self.predicted_tok_s(), 3)
+            loads = [c.plan.load for c in self.cycles if c.plan is not None]
+            if any(loads):
+                out["mean_load"] = _rounded(sum(loads) / len(loads))
         return out
 
 

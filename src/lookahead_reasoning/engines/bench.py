@@ -34,7 +34,7 @@ from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
 from ..prompts import math_messages
 from .pair import EnginePair, EngineSettings
-from .planning import EnginePlanner, ameasure
+from .planning import EnginePlanner, ameasured_planner
 
 _MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
 
@@ -114,13 +114,18 @@ class EngineRunner:
         if urls.ngram:
             self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings)
         self.planner: EnginePlanner | None = None
+        self._measuring = asyncio.Lock()
         self.models = {"target": self.pairs["plain"].target.client.model_name(),
                        "draft": self.pairs["plain"].draft.client.model_name() if urls.draft else None}
 
     async def _planner(self, prompt: list[int]) -> EnginePlanner:
-        if self.planner is None:
-            pair = self.pairs["plain"]
-            self.planner = EnginePlanner(await ameasure(pair.target, pair.draft, prompt))
+        """The planner every ``auto`` run forks: the endpoints are measured once, by the first run to
+        ask (the others wait, so nothing else is in flight while it measures), and it reads the load
+        from the target's client."""
+        async with self._measuring:
+            if self.planner is None:
+                pair = self.pairs["plain"]
+                self.planner = await ameasured_planner(pair.target, pair.draft, prompt)
         return self.planner
 
     async def run(self, problem: Problem, mode: str) -> tuple[GenerationResult, dict[str, Any]]:

@@ -130,7 +130,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 
     from ..decoding.stepwise import fixed_plan
     from .pair import EnginePair
-    from .planning import EnginePlanner, ameasure
+    from .planning import ameasured_planner
 
     mode = args.mode or "auto"
     require(mode in ("auto", "lr", "ar"), f"over an engine --mode must be auto, lr or ar, got {mode!r}")
@@ -139,7 +139,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
                       settings=engine_settings(args))
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
     if mode == "auto":
-        planner = EnginePlanner(asyncio.run(ameasure(pair.target, pair.draft, pair.prompt_ids(prompt))))
+        planner = asyncio.run(ameasured_planner(pair.target, pair.draft, pair.prompt_ids(prompt)))
         result = pair.lr(prompt, verifier, planner, args.max_new_tokens, on_text=show, on_cycle=planner.learn)
     elif mode == "lr":
         result = pair.lr(prompt, verifier, fixed_plan(args.k or 2, args.width, args.schedule), args.max_new_tokens,

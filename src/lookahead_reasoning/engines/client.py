@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import httpx
 
 from ..errors import EngineError, require
+from .load import InFlight
 
 ENDS = ("stop_string", "eos", "budget")  # why a completion ended, in the vocabulary of decoding.steps
 
@@ -179,6 +180,7 @@ class EngineClient:
         self._headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         self._sync: httpx.Client | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
+        self.load = InFlight()  # completions under way from this process (what a planner prices load by)
 
     def __repr__(self) -> str:
         return f"EngineClient({self.endpoint.url!r})"
@@ -258,7 +260,8 @@ class EngineClient:
         """One completion of ``prompt`` (text, or token ids in the engine's tokenizer)."""
         body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs)
         start = time.perf_counter()
-        done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
+        with self.load.request():
+            done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
         done.seconds = time.perf_counter() - start
         return done
 
@@ -267,7 +270,8 @@ class EngineClient:
         """:meth:`complete` for asyncio: gather several to have the engine batch them."""
         body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs)
         start = time.perf_counter()
-        done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
+        with self.load.request():
+            done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
         done.seconds = time.perf_counter() - start
         return done
 
@@ -282,6 +286,11 @@ class EngineClient:
                 await self.aclose()
         return asyncio.run(all_of()) if len(prompts) > 1 else [self.complete(prompts[0], max_tokens[0], stop,
                                                                                sampling)]
+
+    @property
+    def in_flight(self) -> int:
+        """Completion requests this process has under way at the endpoint now."""
+        return self.load.now
 
     @property
     def where(self) -> str:

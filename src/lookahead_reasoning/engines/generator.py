@@ -21,7 +21,7 @@ from ..errors import require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_VERIFIER
 from ..prompts import math_messages
 from .pair import EnginePair, EngineSettings
-from .planning import EnginePlanner, ameasure
+from .planning import EnginePlanner, ameasured_planner
 
 ENGINE_MODES = ("auto", "lr", "ar")
 
@@ -56,8 +56,8 @@ class EngineGenerator:
         if mode == "lr":
             return self.pair.lr(messages, self.verifier, fixed_plan(k, 1, schedule), max_new_tokens, on_text)
         if self.planner is None:
-            self.planner = EnginePlanner(asyncio.run(ameasure(self.pair.target, self.pair.draft,
-                                                              self.pair.prompt_ids(messages))))
+            self.planner = asyncio.run(ameasured_planner(self.pair.target, self.pair.draft,
+                                                         self.pair.prompt_ids(messages)))
         result = self.pair.lr(messages, self.verifier, self.planner, max_new_tokens, on_text, self.planner.learn)
         result.mode = "engine-auto"
         return result

@@ -22,6 +22,15 @@ drafts and one target step, ``E[tokens] = E[m] L_d + L_t``;
   part paid once: where no step speculation pays, the planner stands aside in chunks and only comes
   back to a step boundary when an LR plan is priced above the chunk).
 
+Load. The engine batches every request it serves at once: with B requests of other runs in flight
+(``EnginePlanner.load``, read when a cycle is planned; :mod:`~.load`), R rows cost ``T_t(R + B, n)``
+and a plain request ``T_t(1 + B, n)``. Where rows are nearly free (a GPU below its batch budget)
+load leaves LR's price alone until R + B passes the budget; where every row costs (a CPU) it makes
+every plan dearer. A sync cycle's rows teach the fit at R + B. The planner prices its own request's
+latency: far past the budget one more row adds only about 1/(R + B) to every forward, so LR can pay
+again for this request while it slows the others (a service that prices its total throughput would
+charge rows in full).
+
 A measured calibration factor per plan kind (realised over predicted seconds, weighted by time)
 corrects what the model leaves out (draft and target sharing one machine's cores, HTTP, judging).
 """
@@ -32,6 +41,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -75,16 +85,24 @@ class EngineCosts:
     target: dict[int, Line] = field(default_factory=dict)
     draft: Line = field(default_factory=Line)
 
-    def target_s(self, rows: int, n: float) -> float:
-        """Seconds of ``rows`` concurrent step requests of ``n`` tokens; beyond the measured rows, the
-        widest measured R scaled by its per-row slope (rows are never cheaper than that)."""
+    def target_s(self, rows: float, n: float) -> float:
+        """Seconds of ``rows`` concurrent step requests of ``n`` tokens: a measured R as fitted,
+        between two measured R linear in R, beyond the widest the widest scaled by the mean per-row
+        slope (rows are never cheaper than that), below the narrowest the narrowest."""
         known = sorted(self.target)
         require(bool(known), "the engine's costs have not been measured")
         if rows in self.target:
             return self.target[rows](n)
-        top = known[-1]
-        per_row = (self.target[top](n) - self.target[known[0]](n)) / max(top - known[0], 1)
-        return self.target[top](n) + per_row * (rows - top)
+        lo, hi = known[0], known[-1]
+        if rows < lo:
+            return self.target[lo](n)
+        if rows > hi:
+            per_row = (self.target[hi](n) - self.target[lo](n)) / max(hi - lo, 1)
+            return self.target[hi](n) + per_row * (rows - hi)
+        below = max(r for r in known if r < rows)
+        above = min(r for r in known if r > rows)
+        share = (rows - below) / (above - below)
+        return (1 - share) * self.target[below](n) + share * self.target[above](n)
 
     def record_rows(self, rows: int, n: float, seconds: float) -> None:
         self.target.setdefault(rows, Line()).add(n, seconds)
@@ -154,23 +172,24 @@ def kept_pmf(k: int, alpha1: float) -> np.ndarray:
     return pmf
 
 
-def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates) -> tuple[float, float]:
-    """(expected tokens, expected seconds) of one cycle of ``plan`` (module docstring)."""
+def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates, load: float = 0.0) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of one cycle of ``plan`` while ``load`` requests of other
+    runs are in flight at the target (module docstring)."""
     lt, ld = rates.target_tokens, rates.draft_tokens
     if plan.k == 0:
         n = plan.chunk or lt
-        return n, costs.target_s(1, n)
+        return n, costs.target_s(1 + load, n)
     pmf = kept_pmf(plan.k, rates.alpha1)
     m = np.arange(plan.k + 1)
     tokens = float(pmf @ (m * ld)) + lt
     td = costs.draft(ld) if costs.draft.points else 0.0
     judged = float(pmf @ np.minimum(m + 1, plan.k))
     if plan.schedule == "sync":
-        seconds = plan.k * td + costs.target_s(plan.k + 1, lt)
+        seconds = plan.k * td + costs.target_s(plan.k + 1 + load, lt)
     else:
-        row = costs.target_s(1, lt)
+        row = costs.target_s(1 + load, lt)
         in_flight = min(plan.k + 1, 1 + (math.ceil(row / td) if td > 0 else plan.k))
-        seconds = float(pmf @ (np.minimum(m, plan.k) * td)) + costs.target_s(in_flight, lt)
+        seconds = float(pmf @ (np.minimum(m, plan.k) * td)) + costs.target_s(in_flight + load, lt)
     return tokens, seconds + judged * rates.verify_s
 
 
@@ -186,13 +205,15 @@ class EnginePlanner:
     schedules: tuple[str, ...] = ("sync", "async")
     chunk: int = 256  # tokens of plain decoding one standing-aside request writes (0: never chunk)
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
+    load: Callable[[], int] = lambda: 0  # requests of other runs in flight at the target now (module docstring)
     last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
     first: bool = False  # whether the last plan was a run's first cycle
+    busy: int = 0  # the load the last plan was priced at
 
     def fork(self) -> "EnginePlanner":
         """A planner for one more run at the same time: its own last plan, the same cost fit, rates and
         calibration (so every run learns for all, and plans are priced at the load the runs make)."""
-        return replace(self, last=None, first=False)
+        return replace(self, last=None, first=False, busy=0)
 
     def speculative(self) -> list[CyclePlan]:
         return [CyclePlan(k, 1, s) for k in range(1, self.max_k + 1) for s in self.schedules]
@@ -206,12 +227,14 @@ class EnginePlanner:
         return ("chunk" if plan.chunk else "ar") if plan.k == 0 else plan.schedule
 
     def rate(self, plan: CyclePlan) -> float:
-        tokens, seconds = price(plan, self.costs, self.rates)
+        """Predicted tokens per second of ``plan`` at the load the current plan is priced at."""
+        tokens, seconds = price(plan, self.costs, self.rates, self.busy)
         return tokens / (seconds * self.factor(plan)) if seconds > 0 else 0.0
 
     def __call__(self, generated: int, at_boundary: bool) -> CyclePlan:
         """At a step boundary the fastest of ar, a chunk and every LR plan; mid-step a chunk, unless
         some LR plan is priced above it (then one plain step, to reach the next boundary)."""
+        self.busy = max(0, int(self.load()))
         alone, chunk = CyclePlan(0), CyclePlan(0, chunk=self.chunk) if self.chunk else None
         lr_best = max(self.speculative(), key=self.rate, default=None)
         if at_boundary:
@@ -220,22 +243,29 @@ class EnginePlanner:
             best = chunk
         else:
             best = alone
-        self.last = (best, price(best, self.costs, self.rates)[1], self.rate(best))
+        self.last = (best, price(best, self.costs, self.rates, self.busy)[1], self.rate(best))
         self.first = generated == 0
         return best
 
     def learn(self, trace: CycleTrace, run=None) -> None:
         """Fold one finished cycle into the rates, the cost fit and the calibration; note its plan."""
         plan, seconds, rate = self.last
-        trace.plan = PlanNote(plan.label, rate, trace.target_rows)
+        trace.plan = PlanNote(plan.label, rate, trace.target_rows, self.busy)
         self.rates.learn(trace)
         complete = [s for s in trace.target if s.ids]
         if plan.schedule == "sync" and complete and trace.target_s > 0:
-            self.costs.record_rows(trace.target_rows, max(len(s.ids) for s in complete), trace.target_s)
+            self.costs.record_rows(trace.target_rows + self.busy, max(len(s.ids) for s in complete), trace.target_s)
         if not self.first:  # a run's first cycle also feeds the prompt, which no price holds
             entry = self.calibration.setdefault(self._kind(plan), [0.0, 0.0])
             entry[0] += trace.wall_s
             entry[1] += seconds
 
 
-__all__ = ["EngineCosts", "EnginePlanner", "Line", "StepRates", "ameasure", "kept_pmf", "price"]
+async def ameasured_planner(target: EngineSteps, draft: EngineSteps | None, context: list[int]) -> EnginePlanner:
+    """An :class:`EnginePlanner` for these endpoints: their costs measured after ``context``
+    (:func:`ameasure`), the load read from the target's client."""
+    client = target.client
+    return EnginePlanner(await ameasure(target, draft, context), load=lambda: client.in_flight)
+
+
+__all__ = ["EngineCosts", "EnginePlanner", "Line", "StepRates", "ameasure", "ameasured_planner", "kept_pmf", "price"]

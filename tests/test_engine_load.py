@@ -1,0 +1,122 @@
+"""Planning over an engine under load: other runs' requests in flight make rows dearer.
+
+R rows sent while B requests of other runs are in flight cost what R + B rows cost alone
+(engines/planning.py). The client counts its requests in flight; the benchmark's ``auto`` runs read
+that count when they plan, and measure the endpoints once however many run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from lookahead_reasoning.decoding.stepwise import CyclePlan
+from lookahead_reasoning.engines import bench as engine_bench
+from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.engines.client import Endpoint, EngineClient
+from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner, StepRates, price
+from lookahead_reasoning.errors import EngineError
+
+from test_engine_client import FakeEngine
+
+
+def budget_costs(budget: int = 4, widest: int = 8) -> EngineCosts:
+    """An engine whose batch is free up to ``budget`` rows and grows in proportion beyond it (a GPU
+    below and above its compute budget); a draft that costs half a target step."""
+    costs = EngineCosts()
+    for rows in range(1, widest + 1):
+        for n in (8, 40):
+            costs.record_rows(rows, n, (0.05 + 0.03 * n) * max(1.0, rows / budget))
+    for n in (8, 40):
+        costs.draft.add(n, 0.6 * n / 40)
+    return costs
+
+
+def test_a_plan_under_load_is_priced_as_the_same_plan_with_more_rows():
+    costs, rates = budget_costs(), StepRates(accepted=3, rejected=2)
+    for plan in (CyclePlan(2), CyclePlan(0, chunk=256), CyclePlan(0)):
+        tokens, seconds = price(plan, costs, rates, load=3)
+        lt = rates.target_tokens
+        rows = 1 if plan.k == 0 else plan.k + 1
+        n = plan.chunk or lt
+        alone = costs.target_s(rows, n)
+        loaded = costs.target_s(rows + 3, n)
+        assert seconds - price(plan, costs, rates)[1] == pytest.approx(loaded - alone)
+        assert tokens == price(plan, costs, rates)[0]  # load changes the time, not what a cycle writes
+
+
+def test_rows_between_measured_counts_are_interpolated():
+    costs = EngineCosts()
+    for rows, per_token in ((1, 0.02), (4, 0.05), (8, 0.13)):
+        for n in (8, 40):
+            costs.record_rows(rows, n, per_token * n)
+    assert costs.target_s(2, 40) == pytest.approx(costs.target_s(1, 40) + (costs.target_s(4, 40) - costs.target_s(1, 40)) / 3)
+    assert costs.target_s(6, 40) == pytest.approx((costs.target_s(4, 40) + costs.target_s(8, 40)) / 2)
+    assert costs.target_s(10, 40) > costs.target_s(8, 40)
+
+
+def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
+    chosen = []
+    for load in range(4):
+        planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=1), load=lambda load=load: load)
+        plan = planner(0, True)
+        assert planner.busy == load
+        assert planner.last[1] == pytest.approx(price(plan, planner.costs, planner.rates, load)[1])
+        chosen.append(plan.k)
+    assert chosen[0] >= 2  # an idle engine: three or four rows cost what one does
+    assert chosen == sorted(chosen, reverse=True)
+    assert chosen[-1] == 0  # the budget is full of other runs' requests: extra rows cost, stand aside
+
+
+def test_the_client_counts_its_requests_in_flight_and_forgets_failed_ones():
+    client = EngineClient(Endpoint("http://127.0.0.1:9", retries=0))
+    release = None
+
+    async def held(method, path, body=None):
+        await release.wait()
+        return {"choices": [{"text": "x", "finish_reason": "stop"}]}
+
+    async def failing(method, path, body=None):
+        raise EngineError("scripted failure")
+
+    async def scenario():
+        nonlocal release
+        release = asyncio.Event()
+        client.arequest = held
+        tasks = [asyncio.create_task(client.acomplete([1, 2], 4)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        seen = client.in_flight
+        release.set()
+        await asyncio.gather(*tasks)
+        after = client.in_flight
+        client.arequest = failing
+        with pytest.raises(EngineError):
+            await client.acomplete([1, 2], 4)
+        return seen, after
+
+    seen, after = asyncio.run(scenario())
+    assert (seen, after, client.in_flight, client.load.peak) == (3, 0, 0, 3)
+
+
+def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
+    measured = []
+
+    async def fake_planner(target, draft, context):
+        measured.append(list(context))
+        await asyncio.sleep(0.05)  # the others must wait, not measure too
+        client = target.client
+        return EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30), load=lambda: client.in_flight)
+
+    monkeypatch.setattr(engine_bench, "ameasured_planner", fake_planner)
+    data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+                            for i in range(3)))
+    with FakeEngine(text="2 \\boxed{2}", stop=None) as engine:
+        bench = EngineBench(str(data), str(out), EngineURLs(engine.url, engine.url), modes=("auto",),
+                            max_new_tokens=16, concurrency=3)
+        run_engine_bench(bench, progress=False)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(measured) == 1 and len(records) == 3
+    assert all(r["concurrency"] == 3 and r["plans"] for r in records)
