@@ -60,3 +60,25 @@ def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():
     assert other.calibration is planner.calibration
     other.calibration["sync"] = [1.0, 2.0]
     assert planner.factor(CyclePlan(1)) == 0.5  # learned by one run, used by the other
+
+
+def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
+    data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
+    with FakeEngine(text="2 \\boxed{2}", stop=None) as target, FakeEngine(text="2", stop=None) as draft:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url, draft.url), modes=("ar",)),
+                         progress=False)
+        assert [r["max_tokens"] for r in draft.requests] == [16]  # ar never asks the draft: only the warm-up
+        assert target.requests[0]["max_tokens"] == 16 and target.requests[1]["max_tokens"] == 1024
+        assert len(target.requests) == 2
+    assert json.loads(out.read_text())["mode"] == "ar"
+
+
+def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():
+    costs = EngineCosts()
+    for rows in (1, 2):  # seconds in proportion to tokens: a chunk and one step cost the same per token
+        costs.record_rows(rows, 8, 0.03 * 8 * rows)
+        costs.record_rows(rows, 40, 0.03 * 40 * rows)
+    planner = EnginePlanner(costs, max_k=1)
+    plan = planner(0, True)
+    assert planner.rate(CyclePlan(0)) == planner.rate(CyclePlan(0, chunk=planner.chunk))
+    assert plan == CyclePlan(0, chunk=planner.chunk)

@@ -192,6 +192,9 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
              if (p.id, m, 0) not in done]
     if bench.concurrency > 1:  # C problems of one mode at a time
         order = sorted(order, key=lambda pm: bench.modes.index(pm[1]))
+    if order:  # no timed run pays a cold server's first forward
+        for pair in runner.pairs.values():
+            await asyncio.to_thread(pair.warm)
     bar = tqdm(total=len(order), disable=not progress, desc="engine bench")
     for batch in _batches(order, bench.concurrency):
         began = time.perf_counter()

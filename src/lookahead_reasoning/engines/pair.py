@@ -71,6 +71,13 @@ class EnginePair:
         if self.draft is not None:
             check_same_tokenizer(self.target, self.draft)
 
+    def warm(self, tokens: int = 16) -> None:
+        """One short completion from each endpoint: a server that has just started reads its weights in
+        on its first forward, which no timed run should pay."""
+        for steps in (self.target, self.draft):
+            if steps is not None:
+                steps.client.complete(steps.encode("Count from one to ten."), tokens)
+
     # ------------------------------------------------------------------------------- prompts
     def prompt_ids(self, prompt: str | Messages | Sequence[int]) -> list[int]:
         """Token ids of a prompt: ids pass through, text is tokenized, messages go through the template."""

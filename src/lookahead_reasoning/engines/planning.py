@@ -237,8 +237,8 @@ class EnginePlanner:
         self.busy = max(0, int(self.load()))
         alone, chunk = CyclePlan(0), CyclePlan(0, chunk=self.chunk) if self.chunk else None
         lr_best = max(self.speculative(), key=self.rate, default=None)
-        if at_boundary:
-            best = max([p for p in (alone, chunk, lr_best) if p is not None], key=self.rate)
+        if at_boundary:  # a tie goes to the chunk (fewer requests), then to one plain step
+            best = max([p for p in (chunk, alone, lr_best) if p is not None], key=self.rate)
         elif chunk is not None and (lr_best is None or self.rate(lr_best) <= self.rate(chunk)):
             best = chunk
         else:
