@@ -120,3 +120,25 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(measured) == 1 and len(records) == 3
     assert all(r["concurrency"] == 3 and r["plans"] for r in records)
+
+
+def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
+    from lookahead_reasoning.engines import planning
+
+    tries = iter([0.26, 1.70, 0.27])  # one try of (1 row, 8 tokens) meets a passing load
+
+    async def timed(steps, context, rows, n):
+        return n, (next(tries, None) or 0.0333 * n * (1 + 0.3 * (rows - 1)))
+
+    class Quiet:
+        class client:
+            @staticmethod
+            async def acomplete(*args, **kwargs):
+                return None
+
+    monkeypatch.setattr(planning, "_timed", timed)
+    costs = asyncio.run(planning.ameasure(Quiet(), None, [1, 2, 3], rows=2))
+    assert costs.target[1].points == [(8.0, 0.27), (40.0, pytest.approx(0.0333 * 40))]
+    assert len(costs.target[2].points) == 2  # one point per (rows, tokens)
+    a, b = costs.target[1].coefficients()
+    assert a < 0.01 and b == pytest.approx(0.0333, rel=0.02)

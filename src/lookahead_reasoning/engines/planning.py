@@ -115,21 +115,26 @@ async def _timed(steps: EngineSteps, context: list[int], rows: int, n: int) -> t
     return max(d.completion_tokens or n for d in done), time.perf_counter() - start
 
 
+async def _point(steps: EngineSteps, context: list[int], rows: int, n: int, repeats: int) -> tuple[float, float]:
+    """(tokens, seconds) of one probe point: the median of ``repeats`` tries (a passing load only
+    slows a try, and one slow try must not bend the fit)."""
+    tries = [await _timed(steps, context, rows, n) for _ in range(repeats)]
+    return float(np.median([t for t, _ in tries])), float(np.median([s for _, s in tries]))
+
+
 async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list[int], rows: int = 4,
-                   repeats: int = 2) -> EngineCosts:
+                   repeats: int = 3) -> EngineCosts:
     """Time R = 1..``rows`` concurrent requests of each :data:`PROBE_TOKENS` length after ``context``
-    (a warm-up request caches the prefix first); the median of ``repeats`` tries per point."""
+    (a warm-up request caches the prefix first); one point per (R, n), the median of ``repeats`` tries."""
     costs = EngineCosts()
     await target.client.acomplete(context, 1, ())
     for r in range(1, rows + 1):
         for n in PROBE_TOKENS:
-            for got, seconds in [await _timed(target, context, r, n) for _ in range(repeats)]:
-                costs.record_rows(r, got, seconds)
+            costs.record_rows(r, *await _point(target, context, r, n, repeats))
     if draft is not None:
         await draft.client.acomplete(context, 1, ())
         for n in PROBE_TOKENS:
-            for got, seconds in [await _timed(draft, context, 1, n) for _ in range(repeats)]:
-                costs.draft.add(got, seconds)
+            costs.draft.add(*await _point(draft, context, 1, n, repeats))
     return costs
 
 
