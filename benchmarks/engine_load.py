@@ -24,10 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def row(records: list[dict]) -> dict:
     """Throughput and latency of one (C, mode): a batch's wall time is counted once."""
-    batches: dict[float, float] = {}
-    for r in records:
-        wall = r.get("batch_wall_s") or r["wall_time_s"]
-        batches[r.get("batch_wall_s") or id(r)] = wall
+    batches: dict[object, float] = {}
+    for r in records:  # C = 1 runs have no batch: each is its own
+        batches[r.get("batch") or id(r)] = r.get("batch_wall_s") or r["wall_time_s"]
     tokens = sum(r["new_tokens"] for r in records)
     return {"problems": len(records), "throughput": tokens / sum(batches.values()),
             "latency": float(np.median([r["wall_time_s"] for r in records])),

@@ -64,19 +64,21 @@ def plot(records: list[dict], window: int, path: Path) -> dict[str, list[float]]
     medians: dict[str, list[float]] = {}
     for mode in sorted({r["mode"] for r in records}):
         rates = [window_rates(r["timeline"], window, r["new_tokens"]) for r in records if r["mode"] == mode]
-        width = min(len(x) for x in rates)
-        grid = np.array([x[:width] for x in rates])
-        centres = (np.arange(width) + 0.5) * window
-        medians[mode] = [round(float(v), 2) for v in np.median(grid, axis=0)]
-        ax.plot(centres, medians[mode], marker="o", label=f"{mode} (median of {len(rates)})")
-        ax.fill_between(centres, np.percentile(grid, 25, axis=0), np.percentile(grid, 75, axis=0), alpha=0.2)
+        # a window's median over the prompts whose answer reached it, while at least half of them did
+        reached = [[x[w] for x in rates if len(x) > w] for w in range(max(len(x) for x in rates))]
+        reached = [v for v in reached if 2 * len(v) >= len(rates)]
+        centres = (np.arange(len(reached)) + 0.5) * window
+        medians[mode] = [round(float(np.median(v)), 2) for v in reached]
+        ax.plot(centres, medians[mode], marker="o", label=f"{mode} ({len(rates)} prompts)")
+        ax.fill_between(centres, [np.percentile(v, 25) for v in reached], [np.percentile(v, 75) for v in reached],
+                        alpha=0.2)
     ax.set_xlabel(f"position in the answer (tokens; windows of {window})")
     ax.set_ylabel("tokens / s in the window")
     ax.set_ylim(bottom=0)
     ax.set_title("Decoding speed over a long answer, llama-server on a 2-core CPU")
     ax.legend()
-    fig.text(0.01, 0.01, "Band: quartiles over prompts. Each prompt bundles GSM8K problems into one long answer.",
-             fontsize=7)
+    fig.text(0.01, 0.01, "Median and quartiles over the prompts whose answer reached the window (drawn while at "
+             "least half did). Each prompt bundles GSM8K problems.", fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=120)
     return medians

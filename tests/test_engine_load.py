@@ -120,6 +120,8 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(measured) == 1 and len(records) == 3
     assert all(r["concurrency"] == 3 and r["plans"] for r in records)
+    assert {r["batch"] for r in records} == {f"{records[0]['problem_id']}/auto"}  # one batch, named by its first run
+    assert len({r["batch_wall_s"] for r in records}) == 1
 
 
 def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):

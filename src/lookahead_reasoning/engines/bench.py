@@ -14,7 +14,8 @@ Modes (the URLs come from :class:`EngineURLs`):
 Each finished (problem, mode) is one JSON line, synced before the next starts; a rerun skips what the
 file holds, and refuses a file written against other endpoints' models. ``concurrency`` C > 1 runs C
 problems of one mode at once (the engine serves them together): each record then carries the wall
-time the batch took, for throughput under load.
+time the batch took and the batch it ran in (``batch``: the first run's problem id and mode), for
+throughput under load.
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
         began = time.perf_counter()
         results = await asyncio.gather(*(runner.run(p, m) for p, m in batch))
         batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
+        tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
         for (problem, mode), (result, extra) in zip(batch, results):
-            append_record(path, runner.record(problem, mode, result, extra, batch_s))
+            append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
             bar.update(1)
     bar.close()
     return path
