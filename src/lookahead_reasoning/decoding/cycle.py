@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -14,7 +14,7 @@ from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
-from .drafters import Drafter, make_drafter
+from .drafters import Drafter, Learner, make_drafter
 from .results import LRStats, SDStats
 from .settings import Settings, TokenSD
 from .writers import StepWriter, Translator
@@ -90,7 +90,7 @@ class CycleTools:
         return CyclePlan(k, draft_stop_below=self.draft_stop_below)
 
 
-_OPTIONS = {"same_vocab": True, "share_single": False, "confidence": False}
+_OPTIONS = {"same_vocab": True, "share_single": False, "confidence": False, "learners": ()}
 
 
 def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settings | None = None, *,
@@ -99,8 +99,10 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
 
     ``settings.token_sd`` None: no SD in steps. ``options``: ``same_vocab`` (the pair shares one
     tokenizer; default True), ``share_single`` (one target row drafts on the draft's own session),
-    ``confidence`` (the row drafter reports each drafted token's top probability, for mode auto), and
-    any field of :class:`~.settings.Settings` to change (``steps=``, ``sampling=``, ...).
+    ``confidence`` (the row drafter reports each drafted token's top probability, for mode auto),
+    ``learners`` (the row drafter hands every SD iteration's outcome in the target's rows to each of
+    them: mode auto's token book), and any field of :class:`~.settings.Settings` to change
+    (``steps=``, ``sampling=``, ...).
     """
     own = {name: options.pop(name, default) for name, default in _OPTIONS.items()}
     settings = (settings or Settings()).with_overrides(**options)
@@ -114,7 +116,8 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
         if token_sd.target == "ngram":
             target_drafter = ngram
         elif token_sd.target == "draft" and own["same_vocab"]:
-            row_drafter = ModelRows(draft_lm, sampling, generator, own["share_single"], own["confidence"])
+            row_drafter = ModelRows(draft_lm, sampling, generator, own["share_single"], own["confidence"],
+                                    own["learners"])
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
     alt_writer = None
@@ -133,16 +136,17 @@ class ModelRows:
     """Token-level drafting for the target's R rows with the draft model, forked from the draft's
     own cache of x + the drafted steps (so the draft re-reads nothing it has already seen).
     ``share_single``: one row drafts on the draft's own session instead of a copy of it. Each cycle
-    builds its drafter with the stop of its plan."""
+    builds its drafter with the stop of its plan; every drafter it builds feeds the same ``learners``."""
 
     def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
-                 share_single: bool = False, confidence: bool = False):
+                 share_single: bool = False, confidence: bool = False, learners: Sequence[Learner] = ()):
         self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
-        self.share_single, self.confidence = share_single, confidence
+        self.share_single, self.confidence, self.learners = share_single, confidence, tuple(learners)
 
     def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
         drafter = make_drafter("draft", lm=self.draft_lm, sampling=self.sampling, generator=self.generator,
-                               draft_stop_below=draft_stop_below, confidence=self.confidence)
+                               draft_stop_below=draft_stop_below, confidence=self.confidence,
+                               learners=self.learners)
         drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

@@ -1,12 +1,17 @@
-"""Drafters: who proposes the gamma tokens that the target checks in one pass.
+"""Drafters: who proposes the gamma tokens that the target checks in one pass, and learns what it kept.
 
-A drafter is anything with ``propose(rows, gamma, active) -> Proposal``; :func:`make_drafter` builds
-the ones registered by name in :data:`DRAFTERS`. It sees the committed
-token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per row,
-with their draft probabilities q when it has them. It keeps whatever state it wants in step with
-the rows by itself: the model drafter syncs its KV cache to the rows on every call (keeping the
-longest common prefix, so accepted drafted tokens are never recomputed and rejected ones are
-dropped), the n-gram drafter keeps none.
+A drafter is anything with ``propose(rows, gamma, active) -> Proposal`` and ``update(outcome)``;
+:func:`make_drafter` builds the ones registered by name in :data:`DRAFTERS`. ``propose`` sees the
+committed token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per
+row, with their draft probabilities q when it has them. After the target has checked them, the loop
+calls ``update`` with a :class:`DraftOutcome`: per checked row, how many tokens it drafted (m) and how
+many the target accepted (n). That is where a drafter adapts: the model drafter passes every row's
+outcome to its learners (anything with ``record(sure, drafted, accepted, confidence)``, such as mode
+``auto``'s :class:`~lookahead_reasoning.planning.estimates.TokenBook`) and, when asked, schedules its
+own draft length; the n-gram drafter has nothing to adapt. A drafter keeps whatever other state it
+wants in step with the rows by itself: the model drafter syncs its KV cache to the rows on every call
+(keeping the longest common prefix, so accepted drafted tokens are never recomputed and rejected ones
+are dropped), the n-gram drafter keeps none.
 """
 
 from __future__ import annotations
@@ -39,10 +44,47 @@ class Proposal:
     confidence: list[list[float]] | None = None  # per drafted token: the draft's top probability
 
 
+@dataclass(frozen=True)
+class RowOutcome:
+    """What the target made of one row's drafts in one SD iteration.
+
+    ``drafted`` (m): the drafted tokens the target checked (the proposal's, cut to the row's budget);
+    ``accepted`` (n <= m): the leading ones it kept; ``sure`` / ``confidence``: the proposal's
+    per-token lists for those m tokens, or None where the drafter gave none.
+    """
+
+    row: int
+    drafted: int
+    accepted: int
+    sure: list[bool] | None = None
+    confidence: list[float] | None = None
+
+    @property
+    def all_accepted(self) -> bool:
+        return self.accepted == self.drafted
+
+
+@dataclass(frozen=True)
+class DraftOutcome:
+    """One SD iteration's verdict on the last proposal: a :class:`RowOutcome` for every row the target
+    checked (the active ones; a row may have drafted nothing), in row order."""
+
+    rows: tuple[RowOutcome, ...]
+
+
+class Learner(Protocol):
+    """Learns from one row's SD iteration (e.g. :class:`~lookahead_reasoning.planning.estimates.TokenBook`)."""
+
+    def record(self, sure: Sequence[bool] | None, drafted: int, accepted: int,
+               confidence: Sequence[float] | None = None) -> None: ...
+
+
 class Drafter(Protocol):
-    """Proposes up to gamma tokens for each active row."""
+    """Proposes up to gamma tokens for each active row, then hears what the target accepted of them."""
 
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
+
+    def update(self, outcome: DraftOutcome) -> None: ...
 
 
 @renamed_keywords(stop_below="draft_stop_below")
@@ -60,16 +102,30 @@ class ModelDrafter:
     drafted token still goes through the acceptance test. ``draft_stop_below`` may change between calls
     (mode ``auto`` picks it per cycle); ``confidence=True`` reports every drafted token's top
     probability even without a stop (what the planner learns the best stop from).
+
+    :meth:`update` hands every checked row's outcome to each of ``learners``, in row order. With
+    ``adaptive_gamma`` the drafter also schedules its own draft length (as transformers' assisted
+    generation does): after an iteration in which every row that drafted had all its tokens accepted
+    it drafts 2 more next time, after any other iteration 1 fewer, always within [1, the largest
+    gamma the loop has asked for] (it starts at the loop's gamma and never drafts past the gamma of
+    the call). Output is unchanged: how many tokens are drafted never changes which ones the
+    acceptance test keeps in greedy decoding, and sampled SD emits the target's distribution at any
+    draft length. Off by default.
     """
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
-                 draft_stop_below: float | None = None, confidence: bool = False):
+                 draft_stop_below: float | None = None, confidence: bool = False,
+                 learners: Sequence[Learner] = (), adaptive_gamma: bool = False):
         check_draft_stop_below(draft_stop_below)
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
         self.draft_stop_below = draft_stop_below
         self.confidence = confidence
+        self.learners = tuple(learners)
+        self.adaptive_gamma = adaptive_gamma
+        self.scheduled: int | None = None  # the adaptive draft length (None: the loop's gamma)
+        self.longest_asked = 0  # the largest gamma the loop has asked for
         self.session: Session | None = None
 
     stop_below = renamed_attribute("draft_stop_below", "ModelDrafter.stop_below")
@@ -78,7 +134,27 @@ class ModelDrafter:
         """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""
         self.session = session
 
+    def draft_length(self, gamma: int) -> int:
+        """How many tokens a call asked for ``gamma`` drafts at most: gamma, or fewer where the
+        adaptive schedule says so."""
+        if not self.adaptive_gamma or self.scheduled is None:
+            return gamma
+        return min(gamma, self.scheduled)
+
+    def update(self, outcome: DraftOutcome) -> None:
+        """Feed every row's outcome to the learners; move the adaptive draft length (class docstring)."""
+        for row in outcome.rows:
+            for learner in self.learners:
+                learner.record(row.sure, row.drafted, row.accepted, row.confidence)
+        judged = [row for row in outcome.rows if row.drafted > 0]
+        if self.adaptive_gamma and judged:
+            now = self.longest_asked if self.scheduled is None else self.scheduled
+            change = 2 if all(row.all_accepted for row in judged) else -1
+            self.scheduled = max(1, min(self.longest_asked, now + change))
+
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
+        self.longest_asked = max(self.longest_asked, gamma)
+        gamma = self.draft_length(gamma)
         if self.session is None or self.session.batch_size != len(rows):
             self.session = self.lm.session(rows)
         else:
@@ -144,6 +220,9 @@ class NGramDrafter:
         tokens = [self.lookup(r, gamma) if a else [] for r, a in zip(rows, active)]
         return Proposal(tokens, [None] * len(rows))
 
+    def update(self, outcome: DraftOutcome) -> None:
+        """Nothing to adapt: what prompt lookup proposes depends only on the rows."""
+
 
 DRAFTERS: dict[str, Callable[..., Drafter]] = {
     "ngram": lambda lm=None, sampling=None, generator=None, max_n=NGRAM_MAX, min_n=NGRAM_MIN: NGramDrafter(
@@ -156,6 +235,6 @@ def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | 
                  generator: torch.Generator | None = None, **options: Any) -> Drafter:
     """The drafter registered as ``name`` in :data:`DRAFTERS`: "ngram" (prompt lookup; options
     ``max_n``, ``min_n``) or "draft" (the draft model ``lm`` with the target's ``sampling``; options
-    ``draft_stop_below``, ``confidence``)."""
+    ``draft_stop_below``, ``confidence``, ``learners``, ``adaptive_gamma``: see :class:`ModelDrafter`)."""
     require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

@@ -3,7 +3,8 @@
 One iteration, for every active row:
   1. the drafter proposes up to gamma tokens x_1..x_gamma (with q, or one-hot);
   2. the target scores [uncached tokens, x_1..x_gamma] in one forward: p_1..p_{gamma+1};
-  3. rejection sampling (or greedy matching) keeps x_1..x_n and adds one target token;
+  3. rejection sampling (or greedy matching) keeps x_1..x_n and adds one target token; the drafter
+     hears (m, n) of every checked row (``drafter.update``), the run's counters record them;
   4. the rows move to the accepted text: the caches of target and draft drop the rejected tail.
 A stop (EOS, stop string, budget) inside an accepted block ends the row exactly there.
 
@@ -26,7 +27,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
 from .autoregressive import OnDone, first_checks, notify_done
-from .drafters import Drafter, Proposal, make_drafter
+from .drafters import Drafter, DraftOutcome, Proposal, RowOutcome, make_drafter
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
 from .settings import Settings
@@ -76,10 +77,13 @@ def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[S
         # 2. verify all drafts in one target forward
         logits = session.logits(extra=drafts, keep=keep, active=active)
         new_rows, live = [list(r) for r in session.rows], [b for b in range(session.batch_size) if active[b]]
+        outcomes = []
         for b in live:  # 3. accept a prefix of the draft, plus one target token
             m = len(drafts[b])
-            new_rows[b], hits[b] = rows.accept(b, session.rows[b][:len(session.rows[b]) - m], drafts[b],
-                                               logits[b, keep - (m + 1):], proposal)
+            new_rows[b], hits[b], outcome = rows.accept(b, session.rows[b][:len(session.rows[b]) - m], drafts[b],
+                                                        logits[b, keep - (m + 1):], proposal)
+            outcomes.append(outcome)
+        drafter.update(DraftOutcome(tuple(outcomes)))  # what the target made of the proposal
         # 4. move target (and, on its next call, the drafter) to the accepted text
         session.set_rows(new_rows)
         for b in live if on_token is not None else ():
@@ -100,9 +104,10 @@ class _Rows:
     overshoot: bool
 
     def accept(self, b: int, committed: list[int], draft: list[int], row_logits: torch.Tensor,
-               proposal: Proposal) -> tuple[list[int], StopHit | None]:
-        """Row b's new tokens after one iteration and its stop, if it stops: the accepted prefix of
-        ``draft`` and one target token. ``row_logits``: (m + 1, V), the target at every drafted position."""
+               proposal: Proposal) -> tuple[list[int], StopHit | None, RowOutcome]:
+        """Row b's new tokens after one iteration (the accepted prefix of ``draft`` and one target
+        token), its stop if it stops, and its outcome (recorded in the run's counters).
+        ``row_logits``: (m + 1, V), the target at every drafted position."""
         m = len(draft)
         if self.sampling.greedy:
             acc = greedy_accept(draft, row_logits.argmax(dim=-1).tolist())
@@ -110,14 +115,15 @@ class _Rows:
             p = probs_from_logits(row_logits, self.sampling)
             q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
             acc = speculative_accept(draft, q, p, self.generator)
-        self.stats.record(m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
-                          proposal.confidence[b][:m] if proposal.confidence is not None else None)
+        outcome = RowOutcome(b, m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
+                             proposal.confidence[b][:m] if proposal.confidence is not None else None)
+        self.stats.record(outcome.drafted, outcome.accepted, outcome.sure, outcome.confidence)
         new = committed + draft[:acc.n_accepted] + [acc.next_token]
         start, checker = self.starts[b], self.checkers[b]
         hit = checker.check(new[start:])
         if hit is not None and self.overshoot and hit.reason == "stop_string":
             hit = _past_stop(new[start:], hit, checker)
-        return (new if hit is None else new[:start + hit.keep]), hit
+        return (new if hit is None else new[:start + hit.keep]), hit, outcome
 
 
 def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, settings: Settings | None = None, *,

@@ -1,0 +1,220 @@
+"""Drafters that learn what the target kept: ``update(outcome)`` after every SD iteration.
+
+The loop tells the drafter, once per iteration, how many tokens each checked row drafted (m) and how
+many the target accepted (n), with the proposal's per-token confidences for those m tokens; that is
+exactly what the run's counters record (``SDStats.log``). The model drafter hands each row's outcome
+to its learners and, with ``adaptive_gamma``, drafts 2 more tokens after an iteration that accepted
+everything and 1 fewer after one that did not; greedy SD stays greedy AR's text either way.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead_reasoning.decoding.autoregressive import generate
+from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome,
+                                                   make_drafter)
+from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
+from lookahead_reasoning.decoding.results import LRStats, SDStats
+from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.decoding.settings import Settings, TokenSD
+from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
+from lookahead_reasoning.sampling import SamplingConfig, make_generator
+from lookahead_reasoning.stopping import StopChecker, StopCondition
+from lookahead_reasoning.verifiers import ExactMatchVerifier
+
+from conftest import ORDINARY_IDS, perturbed_lm, set_eos, tiny_lm
+
+prompts = st.lists(st.sampled_from(ORDINARY_IDS), min_size=1, max_size=16)
+
+
+class Recorder:
+    """A learner that keeps every record it is given, in order, as ``SDStats.log`` keeps them."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def record(self, sure, drafted, accepted, confidence=None):
+        self.calls.append((sure, drafted, accepted, confidence))
+
+
+class ScriptedDrafter:
+    """Proposes the target's own greedy continuation for ``script[i]`` tokens in iteration i, then one
+    token the target does not write, each with a made-up confidence; keeps every proposal and outcome."""
+
+    def __init__(self, answer: list[int], start: int, script: list[int]):
+        self.answer, self.start, self.script = answer, start, script
+        self.proposed: list[tuple[list[int], list[float], int]] = []  # tokens, confidences, how many are right
+        self.outcomes: list[DraftOutcome] = []
+
+    def propose(self, rows, gamma, active):
+        done = len(rows[0]) - self.start
+        right = self.script[len(self.proposed) % len(self.script)]
+        follow = self.answer[done + right] if done + right < len(self.answer) else 0
+        tokens = (self.answer[done:done + right] + [(follow + 1) % len(ORDINARY_IDS)])[:gamma]
+        confidence = [round(0.9 - 0.1 * j, 2) for j in range(len(tokens))]
+        self.proposed.append((tokens, confidence, min(right, len(tokens))))
+        return Proposal([tokens], [None], confidence=[confidence])
+
+    def update(self, outcome):
+        self.outcomes.append(outcome)
+
+
+class RecordingDrafter(ModelDrafter):
+    """A model drafter that keeps what each call asked for, what it drafted and what it heard."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[int, int]] = []  # (gamma asked, tokens drafted for row 0)
+        self.outcomes: list[DraftOutcome] = []
+
+    def propose(self, rows, gamma, active):
+        proposal = super().propose(rows, gamma, active)
+        self.calls.append((gamma, len(proposal.tokens[0])))
+        return proposal
+
+    def update(self, outcome):
+        self.outcomes.append(outcome)
+        super().update(outcome)
+
+
+def as_log(outcomes: list[DraftOutcome]) -> list[tuple]:
+    return [(r.sure, r.drafted, r.accepted, r.confidence) for o in outcomes for r in o.rows]
+
+
+# ------------------------------------------------------------------------------------ the loop's calls
+
+def test_update_is_called_once_per_iteration_with_what_the_target_accepted():
+    target, prompt, n, gamma = set_eos(tiny_lm("qwen2"), []), [5, 6, 7, 8], 30, 4
+    answer = generate(target, prompt, max_new_tokens=n).token_ids
+    drafter = ScriptedDrafter(answer, len(prompt), [3, 0, 5, 1, 2])
+    result = generate_sd(target, prompt, drafter, gamma=gamma, max_new_tokens=n)
+    assert result.token_ids == answer
+    assert len(drafter.outcomes) == len(drafter.proposed) == result.stats.iterations == result.target_forwards
+    for outcome, (tokens, confidence, right) in zip(drafter.outcomes, drafter.proposed):
+        assert outcome == DraftOutcome((RowOutcome(0, len(tokens), right, None, confidence),))
+    assert {o.rows[0].accepted for o in drafter.outcomes} >= {0, 1, 2, 3, 4}  # the script reached every count
+    assert drafter.outcomes[-1].rows[0].drafted < gamma  # the budget cut the last proposal
+    assert as_log(drafter.outcomes) == result.stats.log
+
+
+def test_update_names_the_rows_the_iteration_checked():
+    """Rows of different budgets in one session: a row is in an iteration's outcome while it runs. The
+    draft is the target (every token accepted), so a row with budget b runs ceil(b / (gamma + 1)) iterations."""
+    target = set_eos(tiny_lm("qwen2"), [])
+    rows, budgets, gamma = [[1, 2, 3], list(range(40, 70)), [9], [4, 4, 4, 4, 4, 4]], [15, 4, 20, 9], 3
+    drafter = RecordingDrafter(tiny_lm("qwen2"), SamplingConfig())
+    session, stats = Session(target, rows), SDStats()
+    checkers = [StopChecker(StopCondition(frozenset(), (), b), target.decode) for b in budgets]
+    decode_rows_sd(session, [len(r) for r in rows], checkers, TokenSDRun(SamplingConfig(), drafter, gamma, stats=stats))
+    runs = [-(-b // (gamma + 1)) for b in budgets]
+    assert [[r.row for r in o.rows] for o in drafter.outcomes] == [
+        [b for b, n in enumerate(runs) if n > i] for i in range(max(runs))]
+    assert all(r.all_accepted for o in drafter.outcomes for r in o.rows)
+    assert as_log(drafter.outcomes) == stats.log
+
+
+def test_the_model_drafter_feeds_every_learner_what_the_run_records():
+    first, second = Recorder(), Recorder()
+    drafter = make_drafter("draft", lm=tiny_lm("qwen2", seed=1), sampling=SamplingConfig(), draft_stop_below=0.3,
+                           learners=[first, second])
+    result = generate_sd(tiny_lm("qwen2"), [5, 6, 7, 8], drafter, gamma=5, max_new_tokens=30)
+    log = result.stats.log
+    assert first.calls == second.calls == log
+    assert any(entry[2] < entry[1] for entry in log) and all(entry[0] is not None for entry in log)
+
+
+def test_lr_rows_teach_the_learners_given_to_the_tools_in_row_order():
+    """LR with SD inside the target's k + 1 rows: the row drafter's learner sees every row's iterations
+    in the order the run's counters hold them."""
+    target, draft, prompt = tiny_lm("qwen2"), tiny_lm("qwen2", seed=1), [5, 6, 7, 8]
+    settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
+    learner, stats = Recorder(), LRStats(k=2)
+    tools = make_tools(target, draft, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats,
+                       confidence=True, learners=[learner])
+    result = run_lr(start_state(target, draft, prompt, None, settings.max_new_tokens), tools, FixedK(2), stats)
+    assert learner.calls == stats.target_sd.log and len(learner.calls) > len(result.stats.cycles)
+    assert all(entry[3] is not None for entry in learner.calls)  # the confidences the tools asked for
+
+
+# ---------------------------------------------------------------------------------- adaptive gamma
+
+def outcome(*rows: tuple[int, int]) -> DraftOutcome:
+    return DraftOutcome(tuple(RowOutcome(b, m, n) for b, (m, n) in enumerate(rows)))
+
+
+def test_adaptive_gamma_grows_after_full_acceptance_and_shrinks_after_a_rejection():
+    drafter = ModelDrafter(tiny_lm("qwen2", seed=1), SamplingConfig(), adaptive_gamma=True)
+    row = [[5, 6, 7, 8]]
+
+    def drafted(gamma=6):
+        return len(drafter.propose(row, gamma, [True]).tokens[0])
+
+    assert drafted() == 6  # starts at the loop's gamma
+    lengths = []
+    for verdict in [(6, 2), (5, 0), (4, 4), (6, 6), (6, 1), (5, 3), (4, 0), (3, 1), (2, 0), (1, 0), (1, 1)]:
+        drafter.update(outcome(verdict))
+        lengths.append(drafted())
+    assert lengths == [5, 4, 6, 6, 5, 4, 3, 2, 1, 1, 3]  # -1 after a rejection, +2 after none; within [1, 6]
+    assert drafted(gamma=2) == 2  # never past the call's gamma
+    drafter.update(outcome((2, 1), (0, 0)))  # a row that drafted nothing does not count
+    assert drafted() == 2
+    drafter.update(outcome((2, 2), (3, 3)))  # every row accepted all: grow
+    assert drafted() == 4
+    drafter.update(outcome((4, 4), (3, 2)))  # one row rejected: shrink
+    assert drafted() == 3
+    drafter.update(outcome((0, 0)))  # nothing drafted anywhere: no change
+    assert drafted() == 3
+    fixed = ModelDrafter(tiny_lm("qwen2", seed=1), SamplingConfig())  # off by default: the loop's gamma always
+    fixed.propose(row, 6, [True])
+    fixed.update(outcome((6, 0)))
+    assert len(fixed.propose(row, 6, [True]).tokens[0]) == 6
+
+
+@settings(max_examples=12, deadline=None)
+@given(prompt=prompts, gamma=st.sampled_from([1, 3, 6]), n=st.integers(1, 40),
+       kind=st.sampled_from(["never", "same", "close"]))
+def test_greedy_sd_with_adaptive_gamma_equals_ar_and_follows_its_schedule(prompt, gamma, n, kind):
+    draft = {"never": lambda: tiny_lm("qwen2", seed=1), "same": lambda: tiny_lm("qwen2"),
+             "close": lambda: perturbed_lm(tiny_lm("qwen2"), 0.5)}[kind]()
+    drafter = RecordingDrafter(draft, SamplingConfig(), adaptive_gamma=True)
+    result = generate_sd(tiny_lm("qwen2"), prompt, drafter, gamma=gamma, max_new_tokens=n)
+    expected = generate(tiny_lm("qwen2"), prompt, max_new_tokens=n)
+    assert result.token_ids == expected.token_ids and result.stop_reason == expected.stop_reason
+    scheduled = gamma  # the schedule, replayed from what the drafter heard
+    for (asked, drafted), heard in zip(drafter.calls, drafter.outcomes):
+        assert drafted == min(asked, scheduled)
+        if heard.rows[0].drafted:
+            scheduled = max(1, min(gamma, scheduled + (2 if heard.rows[0].all_accepted else -1)))
+
+
+def test_adaptive_gamma_drafts_less_for_a_draft_the_target_rejects():
+    prompt, n, gamma = [5, 6, 7, 8], 40, 6
+
+    def run(draft, adaptive):
+        return generate_sd(tiny_lm("qwen2"), prompt, ModelDrafter(draft, SamplingConfig(), adaptive_gamma=adaptive),
+                           gamma=gamma, max_new_tokens=n)
+
+    plain, adaptive = run(tiny_lm("qwen2", seed=1), False), run(tiny_lm("qwen2", seed=1), True)
+    assert adaptive.token_ids == plain.token_ids
+    assert adaptive.stats.accepted == plain.stats.accepted == 0  # a random draft: nothing to keep either way
+    assert adaptive.stats.draft_forwards == adaptive.stats.drafted < plain.stats.drafted / 3
+    assert adaptive.target_forwards == plain.target_forwards
+    same = run(tiny_lm("qwen2"), True)  # never rejected: it stays at the loop's gamma
+    assert same.stats.drafted == run(tiny_lm("qwen2"), False).stats.drafted
+
+
+# ---------------------------------------------------------------------------------------- n-gram
+
+def test_ngram_drafter_hears_the_outcome_and_proposes_as_before():
+    drafter = NGramDrafter(max_n=3, min_n=1)
+    rows = [[1, 2, 3, 4, 5, 9, 1, 2, 3], [7, 8, 1, 7, 9, 1, 7]]
+    before = drafter.propose(rows, 3, [True, True])
+    drafter.update(outcome((3, 0), (3, 3)))
+    assert drafter.propose(rows, 3, [True, True]) == before and before.tokens == [[4, 5, 9], [9, 1, 7]]
+    target, prompt = tiny_lm("qwen2"), [3, 4, 5, 3, 4, 5, 3, 4]
+    result = generate_sd(target, prompt, NGramDrafter(max_n=2), gamma=4, max_new_tokens=30)
+    assert result.token_ids == generate(tiny_lm("qwen2"), prompt, max_new_tokens=30).token_ids
+    assert result.stats.drafted > 0
