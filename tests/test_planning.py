@@ -3,6 +3,7 @@ the planner's choice against the analytic optimum, the step gate, and auto's los
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -459,6 +460,45 @@ def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
     assert result.stats.target_sd.drafted > 0
     assert sum(planning.book.token.seen) - seen_before == pytest.approx(result.stats.target_sd.drafted)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids  # SD stays lossless
+
+
+@pytest.mark.parametrize("regime", ["sd", "lr-sd"])
+def test_auto_teaches_its_book_the_token_records_the_run_holds_in_their_order(regime, tmp_path, monkeypatch):
+    """The row drafter is the book's only teacher of token rates: every record the book takes is the
+    next entry of the run's ``SDStats.log`` (what auto used to read after each cycle), in order, and
+    replaying the log on the book as it was gives the same counts. ``lr-sd``: the target's rows are
+    free and the book optimistic, so LR cycles run SD in several rows at once."""
+    records, record, forwards = [], TokenBook.record, []
+
+    def spy(self, sure, drafted, accepted, confidence=None):
+        records.append((self, (sure, drafted, accepted, confidence)))
+        forwards.append(TARGET.stats.calls)  # when it is taught: after which target forward
+        record(self, sure, drafted, accepted, confidence)
+
+    monkeypatch.setattr(TokenBook, "record", spy)
+    prompt = [9, 8, 7, 6]
+    gen = _auto(tiny_lm(1), prompt, tmp_path, cap=12, margin=0.0, learn=False, refine=False,
+                max_k=0 if regime == "sd" else 2)
+    planning = gen.planning()
+    planning.costs.target = grid_from(lambda r, n: 1.0)
+    planning.costs.draft = grid_from(lambda r, n: 0.001, DRAFT_GRID)
+    if regime == "lr-sd":
+        planning.book = _book(0.95, 0.95, 0.9, 0.95, 8, 0.95)
+    before = copy.deepcopy(planning.book.token)
+    result = gen.generate(prompt, max_new_tokens=40)
+    log = result.stats.target_sd.log
+    assert [entry for _, entry in records] == log
+    assert all(book is planning.book.token for book, _ in records)
+    assert any(accepted < drafted for _, drafted, accepted, _ in log)  # rejections too, not only full blocks
+    kinds = {c.plan.plan.partition("@")[0] for c in result.stats.cycles}
+    if regime == "sd":  # one row: each iteration is taught as it ends, right after its own target forward
+        assert kinds == {"sd"} and forwards == sorted(set(forwards)), (kinds, forwards)
+    else:
+        assert any(c.plan.plan.startswith("lr-sd") and c.target_rows > 1 for c in result.stats.cycles), kinds
+    for entry in log:
+        record(before, *entry)
+    token = planning.book.token
+    assert (before.seen, before.accepted, before.rejected) == (token.seen, token.accepted, token.rejected)
 
 
 def test_auto_prices_the_prompt_on_its_first_cycle_only(tmp_path, monkeypatch):

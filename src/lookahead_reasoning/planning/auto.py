@@ -9,8 +9,9 @@ The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
               whose rows the step gate may cut after the scoring pass;
-  3. learn    the cycle's SD iterations, verdicts, lengths and unexplained time update the book,
-              and every timed forward updates the cost table.
+  3. learn    the cycle's verdicts, lengths and unexplained time update the book, and every timed
+              forward updates the cost table; the token rates were learned as the cycle ran (the row
+              drafter hands every SD iteration's outcome to the book's token part, its learner).
 
 Every forward runs at the n (new tokens per row) the cost table prices it at: where a forward of a
 larger measured n is cheaper than the one asked for, it is padded to that n (``PlannerConfig.pad``,
@@ -97,14 +98,16 @@ class Planning:
 class AutoPolicy:
     """Mode ``auto``'s cycle policy (module docstring): plan by the planner's prices, gate the rows by
     them, learn from every cycle. ``delimiters``: the step delimiters (an overshooting SD iteration
-    that crossed one wrote the end of one step and the start of the next)."""
+    that crossed one wrote the end of one step and the start of the next). The token rates do not
+    pass through here: the tools' row drafter teaches them to the planner's ``book.token`` (its
+    learner, as :func:`generate_auto` wires the tools)."""
 
     mode = "auto"
 
     def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
         self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
         self.chosen: tuple[Plan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
-        self.before: tuple = ()  # both models' forward counters, the SD iterations and log length at the cycle's start
+        self.before: tuple = ()  # both models' forward counters and the SD iterations at the cycle's start
 
     def start(self, state: LRState, stats: LRStats) -> None:
         self.lms, self.stats = (state.target.lm, state.draft.lm), stats
@@ -121,8 +124,7 @@ class AutoPolicy:
         if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
             plan, rate = self.planner.best_alone(context, prefill)
         self.chosen = (plan, rate, context)
-        sd = self.stats.target_sd
-        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), sd.iterations, len(sd.log))
+        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), self.stats.target_sd.iterations)
         return CyclePlan(plan.k, plan.gamma, plan.draft_stop_below, overshoot=choice.plan.k == 0)
 
     def gate(self, state: LRState, plan: CyclePlan) -> Gate:
@@ -133,11 +135,10 @@ class AutoPolicy:
         return rows
 
     def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None:
-        """Step 3: what the cycle realised against its prediction, and its rates and overheads."""
+        """Step 3: what the cycle realised against its prediction, and its step rates and overheads
+        (its token rates reached the book through the row drafter as it ran)."""
         chosen, rate, _ = self.chosen
         book = self.planner.book
-        for sure, drafted, accepted, confidence in self.stats.target_sd.log[self.before[3]:]:
-            book.token.record(sure, drafted, accepted, confidence)  # the token rates of the cycle's SD iterations
         trace.plan = PlanNote(chosen.label, rate, trace.target_rows)
         book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
         forward_s = self.lms[0].stats.since(self.before[0]).seconds + self.lms[1].stats.since(self.before[1]).seconds
@@ -169,7 +170,8 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
                                                                  gamma=max(config.gammas, default=TOKEN_GAMMA)))
     stats = LRStats(k=config.max_k)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       same_vocab=pair["same_vocab"], share_single=True, confidence=True)
+                       same_vocab=pair["same_vocab"], share_single=True, confidence=True,
+                       learners=(planning.book.token,))  # the token rates are the draft's to teach
     state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
