@@ -218,3 +218,20 @@ def test_ngram_drafter_hears_the_outcome_and_proposes_as_before():
     result = generate_sd(target, prompt, NGramDrafter(max_n=2), gamma=4, max_new_tokens=30)
     assert result.token_ids == generate(tiny_lm("qwen2"), prompt, max_new_tokens=30).token_ids
     assert result.stats.drafted > 0
+
+
+def test_a_drafter_with_propose_alone_still_drafts():
+    """A drafter written before drafters were told the outcome (``propose`` only) runs as before."""
+    target = tiny_lm("qwen2")
+
+    class Lookup:  # prompt lookup, no update
+        def __init__(self):
+            self.inner = NGramDrafter()
+
+        def propose(self, rows, gamma, active):
+            return self.inner.propose(rows, gamma, active)
+
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    ours = generate_sd(target, prompt, Lookup(), gamma=4, max_new_tokens=20)
+    assert ours.token_ids == generate(target, prompt, max_new_tokens=20).token_ids
+    assert ours.stats.drafted > 0

@@ -84,7 +84,7 @@ class Drafter(Protocol):
 
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal: ...
 
-    def update(self, outcome: DraftOutcome) -> None: ...
+    def update(self, outcome: DraftOutcome) -> None: ...  # optional: a drafter without it is not told
 
 
 @renamed_keywords(stop_below="draft_stop_below")

@@ -83,13 +83,22 @@ def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[S
             new_rows[b], hits[b], outcome = rows.accept(b, session.rows[b][:len(session.rows[b]) - m], drafts[b],
                                                         logits[b, keep - (m + 1):], proposal)
             outcomes.append(outcome)
-        drafter.update(DraftOutcome(tuple(outcomes)))  # what the target made of the proposal
+        hear(drafter, DraftOutcome(tuple(outcomes)))  # what the target made of the proposal
         # 4. move target (and, on its next call, the drafter) to the accepted text
         session.set_rows(new_rows)
         for b in live if on_token is not None else ():
             on_token(b, session.rows[b][starts[b]:])
         notify_done(session, starts, hits, [b for b in live if hits[b] is not None], on_done)
     return [h for h in hits if h is not None]
+
+
+
+def hear(drafter: Drafter, outcome: DraftOutcome) -> None:
+    """Tell ``drafter`` what the target accepted; a drafter written with ``propose`` alone (before
+    drafters had ``update``) has nothing to learn and is left alone."""
+    update = getattr(drafter, "update", None)
+    if update is not None:
+        update(outcome)
 
 
 @dataclass
