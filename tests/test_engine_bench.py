@@ -54,7 +54,7 @@ def test_no_window_no_timeline(tmp_path):
 def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():
     costs = EngineCosts()
     planner = EnginePlanner(costs)
-    planner.last = (CyclePlan(1), 1.0, 2.0)
+    planner.last = (CyclePlan(1), 60.0, 1.0, 2.0)
     other = planner.fork()
     assert other.last is None and other.costs is planner.costs and other.rates is planner.rates
     assert other.calibration is planner.calibration
@@ -68,8 +68,8 @@ def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
         run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url, draft.url), modes=("ar",)),
                          progress=False)
         assert [r["max_tokens"] for r in draft.requests] == [16]  # ar never asks the draft: only the warm-up
-        assert target.requests[0]["max_tokens"] == 16 and target.requests[1]["max_tokens"] == 1024
-        assert len(target.requests) == 2
+        # the run's warm-up, then one just before the timed run, then the run
+        assert [r["max_tokens"] for r in target.requests] == [16, 4, 1024]
     assert json.loads(out.read_text())["mode"] == "ar"
 
 
@@ -82,3 +82,19 @@ def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():
     plan = planner(0, True)
     assert planner.rate(CyclePlan(0)) == planner.rate(CyclePlan(0, chunk=planner.chunk))
     assert plan == CyclePlan(0, chunk=planner.chunk)
+
+
+def test_every_mode_follows_different_modes_across_problems():
+    from collections import defaultdict
+
+    from lookahead_reasoning.engines.bench import mode_order
+
+    modes = ("ar", "sd", "ngram", "lr@k2", "lr-sd@k2", "auto")
+    before, first = defaultdict(set), set()
+    for i in range(2 * len(modes)):
+        order = mode_order(modes, i)
+        assert sorted(order) == sorted(modes)
+        first.add(order[0])
+        for a, b in zip(order, order[1:]):
+            before[b].add(a)
+    assert first == set(modes) and all(len(before[m]) >= 2 for m in modes)

@@ -216,7 +216,8 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
                             for i in range(3)))
     out = tmp_path / "results.jsonl"
-    with FakeEngine(script=["ok", "ok", "ok", "400"], text="2 \\boxed{2}") as engine:  # a warm-up, two problems
+    # the run's warm-up, then per problem a warm-up and the run: the third problem's warm-up fails
+    with FakeEngine(script=["ok"] * 5 + ["400"], text="2 \\boxed{2}") as engine:
         bench = EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16)
         with pytest.raises(EngineError, match=f"{engine.url}.*HTTP 400"):
             run_engine_bench(bench, progress=False)
@@ -225,8 +226,8 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
     with FakeEngine(text="4 \\boxed{4}") as engine:
         run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16),
                          progress=False)
-        assert [r["max_tokens"] for r in engine.requests] == [16, 16]  # the warm-up, then only the missing problem
-        assert engine.requests[1]["prompt"] != engine.requests[0]["prompt"]
+        assert [r["max_tokens"] for r in engine.requests] == [16, 4, 16]  # warm-ups, then only the missing problem
+        assert engine.requests[2]["prompt"] != engine.requests[0]["prompt"]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["index"] for r in records) == [0, 1, 2] and records[2]["engine"] is True
 

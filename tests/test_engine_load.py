@@ -63,7 +63,7 @@ def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
         planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=1), load=lambda load=load: load)
         plan = planner(0, True)
         assert planner.busy == load
-        assert planner.last[1] == pytest.approx(price(plan, planner.costs, planner.rates, load)[1])
+        assert planner.last[1:3] == pytest.approx(price(plan, planner.costs, planner.rates, load))
         chosen.append(plan.k)
     assert chosen[0] >= 2  # an idle engine: three or four rows cost what one does
     assert chosen == sorted(chosen, reverse=True)
@@ -144,3 +144,53 @@ def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
     assert len(costs.target[2].points) == 2  # one point per (rows, tokens)
     a, b = costs.target[1].coefficients()
     assert a < 0.01 and b == pytest.approx(0.0333, rel=0.02)
+
+
+def test_engine_costs_survive_a_round_trip_through_json():
+    from lookahead_reasoning.engines.planning import ConfigError
+
+    costs = budget_costs()
+    again = EngineCosts.from_json(json.loads(json.dumps(costs.to_json())))
+    for rows in (1, 3, 6, 8, 11):
+        assert again.target_s(rows, 100) == pytest.approx(costs.target_s(rows, 100))
+    assert again.draft(40) == pytest.approx(costs.draft(40))
+    with pytest.raises(ConfigError, match="engine cost table"):
+        EngineCosts.from_json({"rows": []})
+    with pytest.raises(ConfigError, match="at least one row"):
+        EngineCosts.from_json({"target": {}})
+
+
+def _chunk_trace(ids: int, wall_s: float, end: str = "eos"):
+    from lookahead_reasoning.decoding.results import CycleTrace
+    from lookahead_reasoning.decoding.steps import Step
+
+    return CycleTrace([], [Step(list(range(ids)), "x" * ids, end)], [], 0, True, 0.0, wall_s, 0.0, 1,
+                      tokens=ids, wall_s=wall_s)
+
+
+def test_a_chunk_that_meets_eos_early_is_calibrated_for_the_tokens_it_wrote():
+    """A chunk priced for 256 tokens that stops at EOS after 64, in the time its price gives 64 tokens,
+    was predicted right: the calibration must stay 1 (it fell to 0.25 when the whole price was counted)."""
+    planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
+    planner(0, True)  # a run's first cycle: not calibrated
+    planner.learn(_chunk_trace(256, 9.0, "budget"))
+    plan = planner(256, False)
+    assert plan.chunk == 256 and planner.factor(plan) == 1.0
+    _, tokens, seconds, _ = planner.last
+    planner.learn(_chunk_trace(64, seconds * 64 / tokens))
+    assert planner.factor(plan) == pytest.approx(1.0)
+    planner(320, False)
+    planner.learn(_chunk_trace(100, 2 * seconds * 100 / tokens))  # twice as slow as priced
+    realised, predicted = planner.calibration["chunk"]
+    assert realised / predicted == pytest.approx((64 + 200) / (64 + 100))
+
+
+def test_chunks_teach_the_step_rates_nothing():
+    planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
+    before = (planner.rates.target_tokens, planner.rates.seen)
+    for done in (0, 256):
+        plan = planner(done, done == 0)
+        assert plan.chunk
+        planner.learn(_chunk_trace(200, 8.0))  # a 200-token chunk that met EOS: not a 200-token step
+    assert (planner.rates.target_tokens, planner.rates.seen) == before
+    assert [p for p in planner.costs.target[1].points if p[0] == 200] == []  # nor a row measurement

@@ -136,11 +136,13 @@ class EngineRunner:
         messages, n, window = math_messages(problem.question), self.bench.max_new_tokens, self.bench.window
         if base in ("ar", "sd", "ngram"):
             pair = self.pairs["plain" if base == "ar" else base]
+            await asyncio.to_thread(pair.warm, 4, False)  # its server is hot, as the one before it was
             if window:
                 result, timeline = await asyncio.to_thread(pair.ar_windows, messages, n, window)
                 return result, {"timeline": timeline}
             return await asyncio.to_thread(pair.ar, messages, n), {}
         pair, timeline = self.pairs["sd" if base == "lr-sd" else "plain"], []
+        await asyncio.to_thread(pair.warm, 4)
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
             planner = (await self._planner(pair.prompt_ids(messages))).fork()
         else:
@@ -189,8 +191,7 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     runner = EngineRunner(bench)
     _check_same_models(path, runner.models)
     done = done_pairs(path)
-    order = [(p, m) for i, p in enumerate(problems) for m in bench.modes[i % len(bench.modes):] + bench.modes[:i % len(bench.modes)]
-             if (p.id, m, 0) not in done]
+    order = [(p, m) for i, p in enumerate(problems) for m in mode_order(bench.modes, i) if (p.id, m, 0) not in done]
     if bench.concurrency > 1:  # C problems of one mode at a time
         order = sorted(order, key=lambda pm: bench.modes.index(pm[1]))
     if order:  # no timed run pays a cold server's first forward
@@ -209,6 +210,14 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     return path
 
 
+def mode_order(modes: tuple[str, ...], i: int) -> list[str]:
+    """The modes of problem ``i``: rotated by i, and reversed on every other pair of problems, so that
+    each mode runs first, last and after different modes across problems (a mode that always ran
+    right after the same one would always inherit its server's state)."""
+    turned = list(modes[i % len(modes):] + modes[:i % len(modes)])
+    return turned[::-1] if (i // 2) % 2 else turned
+
+
 def _batches(order: list[tuple[Problem, str]], size: int) -> list[list[tuple[Problem, str]]]:
     """Consecutive runs of one mode, at most ``size`` long."""
     out: list[list[tuple[Problem, str]]] = []
@@ -224,4 +233,4 @@ def run_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     return asyncio.run(arun_engine_bench(bench, progress))
 
 
-__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "parse_engine_mode", "run_engine_bench"]
+__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "mode_order", "parse_engine_mode", "run_engine_bench"]

@@ -71,10 +71,11 @@ class EnginePair:
         if self.draft is not None:
             check_same_tokenizer(self.target, self.draft)
 
-    def warm(self, tokens: int = 16) -> None:
-        """One short completion from each endpoint: a server that has just started reads its weights in
-        on its first forward, which no timed run should pay."""
-        for steps in (self.target, self.draft):
+    def warm(self, tokens: int = 16, draft: bool = True) -> None:
+        """One short completion from the target's endpoint (and the draft's, with ``draft``): a server
+        that has just started, or that another server on the same cores has just pushed out of the
+        CPU's caches, is slow on its first forward, which no timed run should pay."""
+        for steps in (self.target, self.draft if draft else None):
             if steps is not None:
                 steps.client.complete(steps.encode("Count from one to ten."), tokens)
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..decoding.results import CycleTrace, PlanNote
 from ..decoding.stepwise import CyclePlan
-from ..errors import require
+from ..errors import ConfigError, require
 from .client import Sampling
 from .steps import EngineSteps
 
@@ -107,6 +107,22 @@ class EngineCosts:
     def record_rows(self, rows: int, n: float, seconds: float) -> None:
         self.target.setdefault(rows, Line()).add(n, seconds)
 
+    def to_json(self) -> dict:
+        """The measured points: ``{"target": {R: [[n, seconds], ...]}, "draft": [[n, seconds], ...]}``."""
+        return {"target": {str(r): [list(p) for p in line.points] for r, line in sorted(self.target.items())},
+                "draft": [list(p) for p in self.draft.points]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "EngineCosts":
+        """The costs :meth:`to_json` wrote (fitted again from the points)."""
+        try:
+            target = {int(r): Line([(float(n), float(t)) for n, t in pts]) for r, pts in data["target"].items()}
+            draft = Line([(float(n), float(t)) for n, t in data.get("draft", [])])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"not an engine cost table ({exc!r})") from None
+        require(bool(target), "an engine cost table needs at least one row count")
+        return cls(target, draft)
+
 
 async def _timed(steps: EngineSteps, context: list[int], rows: int, n: int) -> tuple[int, float]:
     """(tokens of the longest row, seconds) of ``rows`` concurrent greedy requests of ``n`` tokens."""
@@ -123,17 +139,17 @@ async def _point(steps: EngineSteps, context: list[int], rows: int, n: int, repe
 
 
 async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list[int], rows: int = 4,
-                   repeats: int = 3) -> EngineCosts:
-    """Time R = 1..``rows`` concurrent requests of each :data:`PROBE_TOKENS` length after ``context``
-    (a warm-up request caches the prefix first); one point per (R, n), the median of ``repeats`` tries."""
+                   repeats: int = 3, lengths: tuple[int, ...] = PROBE_TOKENS) -> EngineCosts:
+    """Time R = 1..``rows`` concurrent requests of each of ``lengths`` tokens after ``context`` (a
+    warm-up request caches the prefix first); one point per (R, n), the median of ``repeats`` tries."""
     costs = EngineCosts()
     await target.client.acomplete(context, 1, ())
     for r in range(1, rows + 1):
-        for n in PROBE_TOKENS:
+        for n in lengths:
             costs.record_rows(r, *await _point(target, context, r, n, repeats))
     if draft is not None:
         await draft.client.acomplete(context, 1, ())
-        for n in PROBE_TOKENS:
+        for n in lengths:
             costs.draft.add(*await _point(draft, context, 1, n, repeats))
     return costs
 
@@ -211,7 +227,7 @@ class EnginePlanner:
     chunk: int = 256  # tokens of plain decoding one standing-aside request writes (0: never chunk)
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
     load: Callable[[], int] = lambda: 0  # requests of other runs in flight at the target now (module docstring)
-    last: tuple[CyclePlan, float, float] | None = None  # the plan, its predicted seconds and speed
+    last: tuple[CyclePlan, float, float, float] | None = None  # the plan; its priced tokens, seconds; its speed
     first: bool = False  # whether the last plan was a run's first cycle
     busy: int = 0  # the load the last plan was priced at
 
@@ -248,22 +264,30 @@ class EnginePlanner:
             best = chunk
         else:
             best = alone
-        self.last = (best, price(best, self.costs, self.rates, self.busy)[1], self.rate(best))
+        self.last = (best, *price(best, self.costs, self.rates, self.busy), self.rate(best))
         self.first = generated == 0
         return best
 
     def learn(self, trace: CycleTrace, run=None) -> None:
-        """Fold one finished cycle into the rates, the cost fit and the calibration; note its plan."""
-        plan, seconds, rate = self.last
+        """Fold one finished cycle into the rates, the cost fit and the calibration; note its plan.
+
+        A chunk is no step (it runs past step ends, or stops at EOS short of its length), so it teaches
+        the step rates nothing. The calibration compares the cycle's seconds with the time the plan's
+        price gives the tokens the cycle wrote (a chunk that met EOS after 75 of its 256 tokens was
+        priced for 75), weighting cycles by time as the local planner's book does."""
+        plan, tokens, seconds, rate = self.last
         trace.plan = PlanNote(plan.label, rate, trace.target_rows, self.busy)
-        self.rates.learn(trace)
+        if not plan.chunk:
+            self.rates.learn(trace)
+        if self.first:  # a run's first cycle also feeds the prompt, which no price holds
+            return
         complete = [s for s in trace.target if s.ids]
-        if plan.schedule == "sync" and complete and trace.target_s > 0:
+        if plan.schedule == "sync" and not plan.chunk and complete and trace.target_s > 0:
             self.costs.record_rows(trace.target_rows + self.busy, max(len(s.ids) for s in complete), trace.target_s)
-        if not self.first:  # a run's first cycle also feeds the prompt, which no price holds
+        if tokens > 0 and seconds > 0 and trace.tokens > 0:
             entry = self.calibration.setdefault(self._kind(plan), [0.0, 0.0])
             entry[0] += trace.wall_s
-            entry[1] += seconds
+            entry[1] += trace.tokens * seconds / tokens
 
 
 async def ameasured_planner(target: EngineSteps, draft: EngineSteps | None, context: list[int]) -> EnginePlanner:
