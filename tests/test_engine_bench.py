@@ -98,3 +98,20 @@ def test_every_mode_follows_different_modes_across_problems():
         for a, b in zip(order, order[1:]):
             before[b].add(a)
     assert first == set(modes) and all(len(before[m]) >= 2 for m in modes)
+
+
+def test_at_a_boundary_plain_decoding_is_a_chunk_never_a_single_step():
+    """One plain step at a boundary is a chunk cut short plus one more request: the planner takes the
+    chunk whatever the calibration says (plain steps and chunks share one), and a single step only
+    mid-step, to reach the boundary where a better LR plan can start."""
+    costs = EngineCosts()
+    for rows in (1, 2):
+        costs.record_rows(rows, 8, 0.05 + 0.03 * 8 * rows)
+        costs.record_rows(rows, 40, 0.05 + 0.03 * 40 * rows)
+    planner = EnginePlanner(costs, max_k=1)
+    planner.calibration["plain"] = [3.0, 1.0]  # plain decoding ran three times slower than priced
+    plan = planner(0, True)
+    assert plan.k >= 1 or plan.chunk == planner.chunk
+    planner.calibration["plain"] = [1.0, 1.0]
+    planner.calibration["sync"] = planner.calibration["async"] = [10.0, 1.0]  # LR hopeless
+    assert planner(0, True) == planner(40, False) == CyclePlan(0, chunk=planner.chunk)

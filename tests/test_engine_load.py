@@ -181,7 +181,7 @@ def test_a_chunk_that_meets_eos_early_is_calibrated_for_the_tokens_it_wrote():
     assert planner.factor(plan) == pytest.approx(1.0)
     planner(320, False)
     planner.learn(_chunk_trace(100, 2 * seconds * 100 / tokens))  # twice as slow as priced
-    realised, predicted = planner.calibration["chunk"]
+    realised, predicted = planner.calibration["plain"]
     assert realised / predicted == pytest.approx((64 + 200) / (64 + 100))
 
 

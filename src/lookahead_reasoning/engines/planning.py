@@ -245,7 +245,8 @@ class EnginePlanner:
 
     @staticmethod
     def _kind(plan: CyclePlan) -> str:
-        return ("chunk" if plan.chunk else "ar") if plan.k == 0 else plan.schedule
+        """The calibration a plan shares: plain decoding (a step or a chunk), sync LR or async LR."""
+        return "plain" if plan.k == 0 else plan.schedule
 
     def rate(self, plan: CyclePlan) -> float:
         """Predicted tokens per second of ``plan`` at the load the current plan is priced at."""
@@ -253,17 +254,17 @@ class EnginePlanner:
         return tokens / (seconds * self.factor(plan)) if seconds > 0 else 0.0
 
     def __call__(self, generated: int, at_boundary: bool) -> CyclePlan:
-        """At a step boundary the fastest of ar, a chunk and every LR plan; mid-step a chunk, unless
-        some LR plan is priced above it (then one plain step, to reach the next boundary)."""
+        """Plain decoding (a chunk; one plain step where chunks are off) or the best LR plan, whichever
+        is priced faster; mid-step, where LR cannot start, one plain step to the next boundary when LR
+        wins. At a boundary one plain step is never chosen over a chunk: it is a chunk cut short, and
+        one more request (a tie goes to plain decoding too)."""
         self.busy = max(0, int(self.load()))
-        alone, chunk = CyclePlan(0), CyclePlan(0, chunk=self.chunk) if self.chunk else None
+        plain = CyclePlan(0, chunk=self.chunk) if self.chunk else CyclePlan(0)
         lr_best = max(self.speculative(), key=self.rate, default=None)
-        if at_boundary:  # a tie goes to the chunk (fewer requests), then to one plain step
-            best = max([p for p in (chunk, alone, lr_best) if p is not None], key=self.rate)
-        elif chunk is not None and (lr_best is None or self.rate(lr_best) <= self.rate(chunk)):
-            best = chunk
+        if lr_best is None or self.rate(lr_best) <= self.rate(plain):
+            best = plain
         else:
-            best = alone
+            best = lr_best if at_boundary else CyclePlan(0)
         self.last = (best, *price(best, self.costs, self.rates, self.busy), self.rate(best))
         self.first = generated == 0
         return best
