@@ -51,20 +51,16 @@ def test_left_padding_and_middle_pads_explicit(arch_name):
 @settings(max_examples=15, deadline=None)
 @given(rows=rows_of_chunks, extra=st.integers(1, 5))
 def test_forwards_padded_to_a_larger_n_equal_rows_alone(arch_name, rows, extra):
-    """A padding policy (``LM.pad_to``, mode auto's cost table) feeds every forward ``extra`` more tokens
+    """A padding policy (``LM.metered(pad_to=...)``, mode auto's cost table) feeds every forward ``extra`` more tokens
     per row: the logits, the cache's length and mask, and the real-token count are those of the
     unpadded forwards."""
     lm = tiny_lm(arch_name)
     _, plain = feed_chunks(lm, rows)
-    ns = []
-    lm.pad_to = lambda r, n: n + extra
-    lm.listeners.append(record := lambda t: ns.append(t.n))
+    ns, installed = [], (lm.pad_to, list(lm.listeners))
     before = lm.stats.copy()
-    try:
+    with lm.metered(lambda t: ns.append(t.n), pad_to=lambda r, n: n + extra):
         got, state = feed_chunks(lm, rows)
-    finally:
-        lm.pad_to = None
-        lm.listeners.remove(record)
+    assert (lm.pad_to, lm.listeners) == installed
     assert torch.equal(state.mask, plain.mask) and state.cache.get_seq_length() == plain.length
     assert lm.stats.since(before).tokens == sum(len(c) for r in rows for c in r)
     assert ns == [max(len(r[i]) if i < len(r) else 0 for r in rows) + extra

@@ -86,16 +86,13 @@ def test_auto_pads_its_forwards_where_the_table_says_and_stays_lossless(pad, tmp
     planning = gen.planning()
     planning.costs.target = grid_from(lambda r, n: 0.5 * (1.4 if n % 4 == 3 else 1.0))  # SD nearly free but
     planning.costs.draft = grid_from(lambda r, n: 0.01, DRAFT_GRID)  # for n = 3, 7, 11, ...
-    ns = []
-    TARGET.listeners.append(record := lambda t: ns.append(t.n))
-    try:
+    ns, installed = [], list(TARGET.listeners)
+    with TARGET.metered(lambda t: ns.append(t.n)):
         result = gen.generate(prompt, max_new_tokens=60)
-    finally:
-        TARGET.listeners.remove(record)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=60).token_ids
     dear = [n for n in ns if n % 4 == 3]  # n the table prices 1.4x a larger n
     assert (not dear) if pad else dear, ns
-    assert TARGET.pad_to is None  # the policy leaves with the run
+    assert TARGET.pad_to is None and TARGET.listeners == installed  # the policy and the table's listener leave with the run
 
 
 def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path, monkeypatch, caplog):

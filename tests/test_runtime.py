@@ -59,3 +59,19 @@ def test_the_session_module_needs_lm_for_typing_only():
     top_level = [line for line in source.splitlines() if line.startswith(("from ", "import "))]
     assert not any(".lm import" in line for line in top_level), top_level
     assert LM.session.__doc__ and "(B, k, V)" in LM.session.__doc__
+
+
+def test_metered_installs_a_listener_and_a_pad_policy_for_the_block_only():
+    lm = LM(tiny_lm("qwen2").model, tiny_lm("qwen2").tokenizer)  # its own listeners and policy
+    seen, outer_seen = [], []
+    outer = lambda r, n: n  # noqa: E731
+    with lm.metered(outer_seen.append, pad_to=outer):
+        with pytest.raises(RuntimeError):
+            with lm.metered(seen.append, pad_to=lambda r, n: n + 2):
+                assert lm.pad_to is not outer and len(lm.listeners) == 2
+                lm.session([[5, 6, 7]]).logits()
+                raise RuntimeError("a run that fails")
+        assert lm.pad_to is outer and lm.listeners == [outer_seen.append]  # the inner block's left
+        lm.session([[5, 6]]).logits()
+    assert lm.pad_to is None and lm.listeners == []
+    assert [t.n for t in seen] == [5] and [t.n for t in outer_seen] == [5, 2]  # 3 padded to 5 inside, 2 outside

@@ -113,7 +113,8 @@ class AutoPolicy:
         self.lms, self.stats = (state.target.lm, state.draft.lm), stats
         for grid in (self.planning.costs.target, self.planning.costs.draft):
             grid.padding = self.config.pad
-        self.planning.costs.attach(*self.lms, refine=self.config.refine)
+        self.metering = self.planning.costs.applied(*self.lms, refine=self.config.refine)
+        self.metering.__enter__()  # left in finish(), which the driver calls however the run ends
 
     def plan(self, state: LRState) -> CyclePlan:
         """Step 1: the fastest plan priced at this context (the target alone when the text is mid-step)."""
@@ -145,7 +146,7 @@ class AutoPolicy:
         _learn(book, trace, self.delimiters, forward_s, self.stats.target_sd.iterations - self.before[2], chosen)
 
     def finish(self, completed: bool) -> None:
-        self.planning.costs.detach(*self.lms)
+        self.metering.__exit__(None, None, None)
         if completed and self.config.learn:
             self.planning.save()
 

@@ -26,9 +26,10 @@ import re
 import statistics
 import time
 from bisect import bisect_left
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from tqdm.auto import tqdm
@@ -61,7 +62,7 @@ class CostGrid:
     each further cached token adds per row (attention and cache reads grow with the context).
     Between grid points the time is linear in n; past the largest n of a row count, that row count's
     curve follows the 1-row curve's shape; between and past row counts it is linear in R.
-    With ``padding`` a forward is priced (and run, through ``LM.pad_to``) at the n :meth:`padded_n` picks.
+    With ``padding`` a forward is priced (and run, through :meth:`CostTable.applied`) at the n :meth:`padded_n` picks.
     """
 
     points: dict[int, dict[int, float]]
@@ -166,21 +167,17 @@ class CostTable:
     target: CostGrid
     draft: CostGrid
 
-    def attach(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> None:
-        """From now on, pad both models' forwards where their grid says a larger n is cheaper, and
-        (with ``refine``) move the grids toward every forward the two models make."""
-        for lm, grid in ((draft_lm, self.draft), (target_lm, self.target)):  # one LM in both roles: the target's
-            lm.pad_to = grid.padded_n if grid.padding else None
-        if refine:
-            target_lm.listeners.append(self.target.observe)
-            if draft_lm is not target_lm:  # the same LM object in both roles: its forwards teach the target table
-                draft_lm.listeners.append(self.draft.observe)
-
-    def detach(self, target_lm: LM, draft_lm: LM) -> None:
-        for lm, grid in ((target_lm, self.target), (draft_lm, self.draft)):
-            lm.pad_to = None
-            if grid.observe in lm.listeners:
-                lm.listeners.remove(grid.observe)
+    @contextmanager
+    def applied(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> Iterator["CostTable"]:
+        """For the block, both models pad their forwards where their grid says a larger n is cheaper,
+        and (with ``refine``) every forward they make moves their grid toward it (:meth:`LM.metered`).
+        One LM in both roles pads and teaches as the target."""
+        with ExitStack() as stack:
+            for lm, grid in ((draft_lm, self.draft), (target_lm, self.target)):  # the target's policy innermost
+                teach = refine and (lm is not target_lm or grid is self.target)
+                stack.enter_context(lm.metered(grid.observe if teach else None,
+                                               grid.padded_n if grid.padding else None))
+            yield self
 
 
 # ---------------------------------------------------------------------------------------- measuring

@@ -6,8 +6,9 @@ rows' :class:`~lookahead_reasoning.cache.KVState`, builds per-row ``position_ids
 (real tokens only, so pads in the middle of a row do not shift positions), runs the model with the
 cache, and returns float32 logits for the last ``keep`` positions only (``logits_to_keep``).
 
-An LM may carry a padding policy (``LM.pad_to``, a :data:`PadPolicy`, set by mode ``auto`` from its
-measured cost table): where the table says a forward of more new tokens per row (a larger n of
+An LM may carry a padding policy (``LM.pad_to``, a :data:`PadPolicy`, installed for a run by mode
+``auto`` from its measured cost table through :meth:`LM.metered`, which also hands every forward's
+timing to a listener): where the table says a forward of more new tokens per row (a larger n of
 T(R, n)) is cheaper than the one asked for (a BLAS that picks its kernel by the number of rows it
 multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens up to that n and the
 cache is cropped back afterwards. Positions before the padding never see it
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import inspect
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -87,6 +89,23 @@ class LM:
         self.eos_ids = _eos_ids(tokenizer, model)
 
     widths = renamed_attribute("pad_to", "LM.widths")
+
+    @contextmanager
+    def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:
+        """For the block: call ``listener`` with every forward's :class:`ForwardTiming`, and with
+        ``pad_to`` run every forward at the n it gives (module docstring). Both leave with the block,
+        and what was installed before comes back (blocks nest: the innermost ``pad_to`` holds)."""
+        saved = self.pad_to
+        if pad_to is not None:
+            self.pad_to = pad_to
+        if listener is not None:
+            self.listeners.append(listener)
+        try:
+            yield self
+        finally:
+            self.pad_to = saved
+            if listener is not None and listener in self.listeners:
+                self.listeners.remove(listener)
 
     @classmethod
     def from_loaded(cls, loaded: Any) -> "LM":
