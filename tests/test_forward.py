@@ -237,3 +237,15 @@ def test_the_cache_goes_by_the_name_the_forward_takes(recwarn):
         assert max_abs_diff(got_new[b], got_old[b]) == 0.0
     assert state_new.row_lengths().tolist() == state_old.row_lengths().tolist()
     assert not [w for w in recwarn.list if "past_key_values" in str(w.message)]
+
+
+@pytest.mark.parametrize("arch_name", ["llama", "qwen2"])
+def test_a_forward_uses_no_deprecated_name(arch_name, monkeypatch):
+    """transformers logs, not warns, when the cache is passed or read by its old name: catch the log."""
+    from transformers.utils import generic
+
+    said: list[str] = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
+    lm = tiny_lm(arch_name)
+    feed_chunks(lm, [[[5, 6], [7]], [[8], [9, 10]]])
+    assert not [m for m in said if "deprecated" in m], said

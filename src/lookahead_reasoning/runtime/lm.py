@@ -184,7 +184,7 @@ class LM:
                          logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
         self.stats.calls += 1
         self.stats.tokens += real_tokens
-        returned = getattr(out, "past_key_values", None)
+        returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
         state.cache = state.cache if returned is None else returned
         state.mask = full_mask
         if padded > n:
