@@ -78,6 +78,7 @@ def main() -> int:
         print(f"{r:3d} {cells}  {a:6.3f}  {b:7.4f}  {b / b1:6.2f}")
     a, b = costs.draft.coefficients()
     print(f"draft T_d(n) = {a:.3f} + {b:.4f} n  (c per token against the target's b_1: {b / b1:.2f})")
+    print(f"overlap: a draft and a target request at once cost {costs.overlap:.2f}x the dearer alone")
     return 0
 
 

@@ -194,3 +194,43 @@ def test_chunks_teach_the_step_rates_nothing():
         planner.learn(_chunk_trace(200, 8.0))  # a 200-token chunk that met EOS: not a 200-token step
     assert (planner.rates.target_tokens, planner.rates.seen) == before
     assert [p for p in planner.costs.target[1].points if p[0] == 200] == []  # nor a row measurement
+
+
+def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
+    """The overlap ``ameasure`` finds (a draft and a target request at once, over the dearer alone)
+    multiplies the async price: where the two servers fight for one CPU's cores, async LR must not win."""
+    from lookahead_reasoning.engines import planning
+
+    costs, rates = budget_costs(), StepRates(accepted=9, rejected=1)
+    planner = EnginePlanner(costs, rates)
+    async_plan = CyclePlan(2, 1, "async")
+    base = price(async_plan, costs, rates)[1]
+    assert planner(0, True) == max(planner.speculative(), key=planner.rate)  # speculation pays here
+    costs.overlap = 8.0
+    assert price(async_plan, costs, rates)[1] == pytest.approx(8 * base)
+    assert price(CyclePlan(2, 1, "sync"), costs, rates) == price(CyclePlan(2, 1, "sync"), budget_costs(), rates)
+    assert planner(0, True).schedule != "async"
+    assert EngineCosts.from_json(json.loads(json.dumps(costs.to_json()))).overlap == 8.0
+
+    class Endpoint:
+        class client:
+            @staticmethod
+            async def acomplete(*args, **kwargs):
+                return None
+
+    running = {"n": 0}
+
+    async def timed(steps, context, rows, n):  # 20 ms alone, 100 ms beside another request
+        running["n"] += 1
+        await asyncio.sleep(0)
+        seconds = 0.1 if running["n"] > 1 else 0.02
+        await asyncio.sleep(seconds)
+        running["n"] -= 1
+        return n, seconds
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planning, "_timed", timed)
+        measured = asyncio.run(planning.ameasure(Endpoint(), Endpoint(), [1, 2], rows=1, repeats=1))
+        alone = asyncio.run(planning.ameasure(Endpoint(), None, [1, 2], rows=1, repeats=1))
+    assert measured.overlap == pytest.approx(5.0, rel=0.3)
+    assert alone.overlap == 1.0  # no draft, nothing to overlap

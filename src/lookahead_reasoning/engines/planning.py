@@ -17,7 +17,10 @@ drafts and one target step, ``E[tokens] = E[m] L_d + L_t``;
 
 * sync:  ``k T_d(1, L_d) + T_t(k + 1, L_t)`` (draft everything, then all rows at once);
 * async: row j starts when drafted step j exists, ``j T_d``; the cycle ends when the row that decides
-  it (row m) finishes, ``E[m T_d] + T_t(R, L_t)`` with R the rows in flight together, at most k + 1;
+  it (row m) finishes, ``E[m T_d] + T_t(R, L_t)`` with R the rows in flight together, at most k + 1,
+  times the measured ``overlap``: what a draft request and a target request cost run at once, over
+  the dearer one run alone (1 where the two endpoints share nothing; ``(T_t + T_d) / max`` where they
+  share a CPU's cores fairly; far more where each server's threads spin while the other's hold them);
 * ar (k = 0): ``T_t(1, L_t)`` per step; a chunk of c tokens in one request ``T_t(1, c)`` (the fixed
   part paid once: where no step speculation pays, the planner stands aside in chunks and only comes
   back to a step boundary when an LR plan is priced above the chunk).
@@ -84,6 +87,7 @@ class EngineCosts:
 
     target: dict[int, Line] = field(default_factory=dict)
     draft: Line = field(default_factory=Line)
+    overlap: float = 1.0  # a draft and a target request at once, over the dearer alone (module docstring)
 
     def target_s(self, rows: float, n: float) -> float:
         """Seconds of ``rows`` concurrent step requests of ``n`` tokens: a measured R as fitted,
@@ -110,7 +114,7 @@ class EngineCosts:
     def to_json(self) -> dict:
         """The measured points: ``{"target": {R: [[n, seconds], ...]}, "draft": [[n, seconds], ...]}``."""
         return {"target": {str(r): [list(p) for p in line.points] for r, line in sorted(self.target.items())},
-                "draft": [list(p) for p in self.draft.points]}
+                "draft": [list(p) for p in self.draft.points], "overlap": self.overlap}
 
     @classmethod
     def from_json(cls, data: dict) -> "EngineCosts":
@@ -118,10 +122,12 @@ class EngineCosts:
         try:
             target = {int(r): Line([(float(n), float(t)) for n, t in pts]) for r, pts in data["target"].items()}
             draft = Line([(float(n), float(t)) for n, t in data.get("draft", [])])
+            overlap = float(data.get("overlap", 1.0))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"not an engine cost table ({exc!r})") from None
         require(bool(target), "an engine cost table needs at least one row count")
-        return cls(target, draft)
+        require(overlap > 0, f"an engine cost table's overlap must be > 0, got {overlap}")
+        return cls(target, draft, overlap)
 
 
 async def _timed(steps: EngineSteps, context: list[int], rows: int, n: int) -> tuple[int, float]:
@@ -138,10 +144,21 @@ async def _point(steps: EngineSteps, context: list[int], rows: int, n: int, repe
     return float(np.median([t for t, _ in tries])), float(np.median([s for _, s in tries]))
 
 
+async def _together(target: EngineSteps, draft: EngineSteps, context: list[int], n: int, repeats: int) -> float:
+    """Seconds of one target and one draft request of ``n`` tokens sent at once: the median of ``repeats``."""
+    async def once() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(_timed(target, context, 1, n), _timed(draft, context, 1, n))
+        return time.perf_counter() - start
+    return float(np.median([await once() for _ in range(repeats)]))
+
+
 async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list[int], rows: int = 4,
                    repeats: int = 3, lengths: tuple[int, ...] = PROBE_TOKENS) -> EngineCosts:
     """Time R = 1..``rows`` concurrent requests of each of ``lengths`` tokens after ``context`` (a
-    warm-up request caches the prefix first); one point per (R, n), the median of ``repeats`` tries."""
+    warm-up request caches the prefix first); one point per (R, n), the median of ``repeats`` tries.
+    With a draft, also its cost alone and the ``overlap`` of a draft and a target request at once
+    (at the shortest length: a bad overlap can be very slow)."""
     costs = EngineCosts()
     await target.client.acomplete(context, 1, ())
     for r in range(1, rows + 1):
@@ -151,6 +168,9 @@ async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list
         await draft.client.acomplete(context, 1, ())
         for n in lengths:
             costs.draft.add(*await _point(draft, context, 1, n, repeats))
+        n = min(lengths)
+        alone = max(costs.target_s(1, n), costs.draft(n))
+        costs.overlap = max(1.0, await _together(target, draft, context, n, repeats) / alone) if alone > 0 else 1.0
     return costs
 
 
@@ -210,7 +230,7 @@ def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates, load: float = 0
     else:
         row = costs.target_s(1 + load, lt)
         in_flight = min(plan.k + 1, 1 + (math.ceil(row / td) if td > 0 else plan.k))
-        seconds = float(pmf @ (np.minimum(m, plan.k) * td)) + costs.target_s(in_flight + load, lt)
+        seconds = (float(pmf @ (np.minimum(m, plan.k) * td)) + costs.target_s(in_flight + load, lt)) * costs.overlap
     return tokens, seconds + judged * rates.verify_s
 
 
