@@ -136,13 +136,13 @@ class EngineRunner:
         messages, n, window = math_messages(problem.question), self.bench.max_new_tokens, self.bench.window
         if base in ("ar", "sd", "ngram"):
             pair = self.pairs["plain" if base == "ar" else base]
-            await asyncio.to_thread(pair.warm, 4, False)  # its server is hot, as the one before it was
+            await asyncio.to_thread(pair.warm, 4, False, messages)  # hot, and the prompt cached, for every mode
             if window:
                 result, timeline = await asyncio.to_thread(pair.ar_windows, messages, n, window)
                 return result, {"timeline": timeline}
             return await asyncio.to_thread(pair.ar, messages, n), {}
         pair, timeline = self.pairs["sd" if base == "lr-sd" else "plain"], []
-        await asyncio.to_thread(pair.warm, 4)
+        await asyncio.to_thread(pair.warm, 4, True, messages)
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
             planner = (await self._planner(pair.prompt_ids(messages))).fork()
         else:

@@ -71,13 +71,16 @@ class EnginePair:
         if self.draft is not None:
             check_same_tokenizer(self.target, self.draft)
 
-    def warm(self, tokens: int = 16, draft: bool = True) -> None:
+    def warm(self, tokens: int = 16, draft: bool = True, prompt: str | Messages | Sequence[int] | None = None) -> None:
         """One short completion from the target's endpoint (and the draft's, with ``draft``): a server
         that has just started, or that another server on the same cores has just pushed out of the
-        CPU's caches, is slow on its first forward, which no timed run should pay."""
+        CPU's caches, is slow on its first forward, which no timed run should pay. With ``prompt``, the
+        completion continues that prompt, so the server caches it: runs of several modes on one prompt
+        then all find it cached (otherwise the first pays its prefill and the others do not)."""
         for steps in (self.target, self.draft if draft else None):
             if steps is not None:
-                steps.client.complete(steps.encode("Count from one to ten."), tokens)
+                ids = self.prompt_ids(prompt) if prompt is not None else steps.encode("Count from one to ten.")
+                steps.client.complete(ids, tokens)
 
     # ------------------------------------------------------------------------------- prompts
     def prompt_ids(self, prompt: str | Messages | Sequence[int]) -> list[int]:
