@@ -70,6 +70,19 @@ def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
     assert chosen[-1] == 0  # the budget is full of other runs' requests: extra rows cost, stand aside
 
 
+def test_under_load_a_sync_cycle_pays_the_overlap_for_its_drafts():
+    """Alone, a sync cycle's drafts run while the target's endpoint is idle; with other runs' requests
+    in flight they run beside those rows and pay the measured overlap, as an async cycle does."""
+    costs, rates = budget_costs(), StepRates(accepted=9, rejected=1)
+    sync = CyclePlan(2, 1, "sync")
+    alone, busy = price(sync, costs, rates)[1], price(sync, costs, rates, load=3)[1]
+    costs.overlap = 4.0
+    assert price(sync, costs, rates)[1] == pytest.approx(alone)  # no load: nothing runs beside the drafts
+    drafting = 2 * costs.draft(rates.draft_tokens)
+    assert price(sync, costs, rates, load=3)[1] == pytest.approx(busy + 3 * drafting)
+    assert price(CyclePlan(0, chunk=256), costs, rates, load=3) == price(CyclePlan(0, chunk=256), budget_costs(), rates, load=3)
+
+
 def test_the_client_counts_its_requests_in_flight_and_forgets_failed_ones():
     client = EngineClient(Endpoint("http://127.0.0.1:9", retries=0))
     release = None

@@ -27,7 +27,8 @@ drafts and one target step, ``E[tokens] = E[m] L_d + L_t``;
 
 Load. The engine batches every request it serves at once: with B requests of other runs in flight
 (``EnginePlanner.load``, read when a cycle is planned; :mod:`~.load`), R rows cost ``T_t(R + B, n)``
-and a plain request ``T_t(1 + B, n)``. Where rows are nearly free (a GPU below its batch budget)
+and a plain request ``T_t(1 + B, n)``; a sync cycle's drafts then run beside the others' rows, so they
+pay the ``overlap`` as an async cycle's do. Where rows are nearly free (a GPU below its batch budget)
 load leaves LR's price alone until R + B passes the budget; where every row costs (a CPU) it makes
 every plan dearer. A sync cycle's rows teach the fit at R + B. The planner prices its own request's
 latency: far past the budget one more row adds only about 1/(R + B) to every forward, so LR can pay
@@ -225,8 +226,8 @@ def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates, load: float = 0
     tokens = float(pmf @ (m * ld)) + lt
     td = costs.draft(ld) if costs.draft.points else 0.0
     judged = float(pmf @ np.minimum(m + 1, plan.k))
-    if plan.schedule == "sync":
-        seconds = plan.k * td + costs.target_s(plan.k + 1 + load, lt)
+    if plan.schedule == "sync":  # under load the drafts run beside the other runs' rows: they overlap too
+        seconds = plan.k * td * (costs.overlap if load > 0 else 1.0) + costs.target_s(plan.k + 1 + load, lt)
     else:
         row = costs.target_s(1 + load, lt)
         in_flight = min(plan.k + 1, 1 + (math.ceil(row / td) if td > 0 else plan.k))
