@@ -218,11 +218,15 @@ def test_ctrl_c_while_a_record_is_saved_still_saves_it_whole(tmp_path, monkeypat
         return real_last_byte(path)
 
     monkeypatch.setattr(results, "_last_byte", interrupted_last_byte)
-    with pytest.raises(KeyboardInterrupt):
-        results.append_record(out, {"problem_id": "p-1", "mode": "ar", "sample": 0})
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job ignores it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            results.append_record(out, {"problem_id": "p-1", "mode": "ar", "sample": 0})
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before afterwards
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert results.done_pairs(out) == {("p-0", "ar", 0), ("p-1", "ar", 0)}
     assert out.read_text(encoding="utf-8").endswith("\n")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before afterwards
 
 
 def test_a_results_file_of_another_setup_is_not_resumed(dataset, tmp_path):

@@ -118,7 +118,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
 
     async def fake_planner(target, draft, context):
         measured.append(list(context))
-        await asyncio.sleep(0.05)  # the others must wait, not measure too
+        await asyncio.sleep(3.0)  # the others must wait, not measure too
         client = target.client
         return EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30), load=lambda: client.in_flight)
 
@@ -135,6 +135,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
     assert all(r["concurrency"] == 3 and r["plans"] for r in records)
     assert {r["batch"] for r in records} == {f"{records[0]['problem_id']}/auto"}  # one batch, named by its first run
     assert len({r["batch_wall_s"] for r in records}) == 1
+    assert records[0]["batch_wall_s"] < 3.0  # measured before the batch, not inside its wall time
 
 
 def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
