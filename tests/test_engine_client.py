@@ -8,6 +8,7 @@ endpoint and the cause, after bounded retries where a retry is safe, and nothing
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -28,9 +29,10 @@ class FakeEngine:
     """A loopback server whose answers a test scripts: ``script`` is a list of actions, one per
     completion request (the last repeats): "ok", "500", "400", "notjson", "notcompletion", "hang"."""
 
-    def __init__(self, script=("ok",), flavour="llama.cpp", text="Step one.", stop="\n\n", tokens=None):
+    def __init__(self, script=("ok",), flavour="llama.cpp", text="Step one.", stop="\n\n", tokens=None, delays=None):
         self.script, self.flavour, self.text, self.stop = list(script), flavour, text, stop
         self.tokens = tokens or {}  # text -> ids for /tokenize
+        self.delays = delays or {}  # a prompt's first id -> seconds its completions take
         self.requests: list[dict] = []
         self.port = free_port()
         engine = self
@@ -64,6 +66,8 @@ class FakeEngine:
                     return self._send(200, json.dumps({"content": "".join(map(chr, body["tokens"]))}).encode())
                 engine.requests.append(body)
                 action = engine.script[min(len(engine.requests) - 1, len(engine.script) - 1)]
+                prompt = body.get("prompt")
+                time.sleep(engine.delays.get(prompt[0] if isinstance(prompt, list) and prompt else None, 0.0))
                 if action == "hang":
                     time.sleep(5)
                     return self._send(200, b"{}")
@@ -299,3 +303,25 @@ def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_
         with pytest.raises(ConfigError, match="holds results of other models .*'another-model'.*'fake'"):
             run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",)), progress=False)
         assert engine.requests == []  # refused before any completion
+
+
+def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
+    """Runs on one event loop share its connections: a run that ends must not close them under another
+    run's request (that request then failed and went out again from scratch: the engine wrote it twice)."""
+    from lookahead_reasoning.decoding.stepwise import CyclePlan, agenerate_stepwise
+    from lookahead_reasoning.verifiers.registry import make_verifier
+
+    def chunks(generated, at_boundary):
+        return CyclePlan(0, chunk=16)
+
+    with FakeEngine(text="2 \\boxed{2}", stop=None, delays={7: 1.0}) as engine:
+        steps = EngineSteps(_client(engine.url, timeout_s=10.0), StepConfig(("\n\n",), 50))
+
+        async def both():
+            exact = make_verifier("exact")
+            return await asyncio.gather(agenerate_stepwise(steps, steps, [1, 2], exact, chunks, 16),
+                                        agenerate_stepwise(steps, steps, [7, 2], exact, chunks, 16))
+
+        quick, slow = asyncio.run(both())
+    assert quick.text == slow.text == "2 \\boxed{2}"
+    assert [r["prompt"][0] for r in engine.requests] in ([1, 7], [7, 1])  # each sent once

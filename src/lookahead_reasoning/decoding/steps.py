@@ -9,11 +9,13 @@ drafted after it, since what would follow does not start at a boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Awaitable, Sequence, TypeVar
 
 from ..errors import require
 from ..presets import MAX_STEP_TOKENS, STEP_DELIMITERS
 from ..stopping import StopCondition
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,3 +76,14 @@ def split_steps(text: str, delimiters: Sequence[str] = STEP_DELIMITERS) -> list[
     if start < len(text):
         steps.append(text[start:])
     return steps
+
+
+async def closing(run: Awaitable[T], *models: Any) -> T:
+    """``run``'s result, the step models' connections on this event loop closed after it (where they
+    have any: engine step writers share one pool per loop among the runs on it)."""
+    try:
+        return await run
+    finally:
+        for model in models:
+            if hasattr(model, "aclose"):
+                await model.aclose()

@@ -39,7 +39,7 @@ from ..errors import require
 from ..presets import DEFAULT_MAX_NEW_TOKENS
 from ..verifiers.base import Verdict, Verifier
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
-from .steps import Step
+from .steps import Step, closing
 from .streaming import TextStreamer
 
 SCHEDULES = ("sync", "async")
@@ -309,25 +309,22 @@ class StepwiseRun:
 async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier,
                              planner: Planner, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
-    """Cycles of :class:`Cycle` until EOS or ``max_new_tokens``; ``planner`` picks each cycle's plan."""
+    """Cycles of :class:`Cycle` until EOS or ``max_new_tokens``; ``planner`` picks each cycle's plan.
+    The models' connections stay open: other runs on the same event loop may share them, so whoever
+    runs the loop closes them (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), LRStats(), time.perf_counter()
-    try:
-        while run.done is None:
-            plan = planner(len(run.new), run.at_boundary)
-            stats.k = max(stats.k, plan.k)
-            trace = await Cycle(target, draft, verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
-            trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
-            stats.cycles.append(trace)
-            run.keep(trace)
-            if on_cycle is not None:
-                on_cycle(trace, run)
-    finally:
-        for model in (target, draft):
-            if hasattr(model, "aclose"):
-                await model.aclose()
+    while run.done is None:
+        plan = planner(len(run.new), run.at_boundary)
+        stats.k = max(stats.k, plan.k)
+        trace = await Cycle(target, draft, verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
+        trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
+        stats.cycles.append(trace)
+        run.keep(trace)
+        if on_cycle is not None:
+            on_cycle(trace, run)
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
                             mode="lr-stepwise", stats=stats)
@@ -339,8 +336,8 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     """:func:`agenerate_stepwise` for synchronous callers (default plan: sync LR with k = 2)."""
     streamer = TextStreamer(target.decode, on_text) if on_text else None
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(agenerate_stepwise(target, draft, prompt_ids, verifier, planner or fixed_plan(2),
-                                            max_new_tokens, on_cycle))
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, planner or fixed_plan(2),
+                                                    max_new_tokens, on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)
     return result

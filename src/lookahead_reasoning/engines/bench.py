@@ -201,15 +201,21 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     if first_auto is not None:  # nor a batch's wall time the one measurement of the endpoints
         await runner._planner(runner.pairs["plain"].prompt_ids(math_messages(first_auto.question)))
     bar = tqdm(total=len(order), disable=not progress, desc="engine bench")
-    for batch in _batches(order, bench.concurrency):
-        began = time.perf_counter()
-        results = await asyncio.gather(*(runner.run(p, m) for p, m in batch))
-        batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
-        tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
-        for (problem, mode), (result, extra) in zip(batch, results):
-            append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
-            bar.update(1)
-    bar.close()
+    try:
+        for batch in _batches(order, bench.concurrency):
+            began = time.perf_counter()
+            results = await asyncio.gather(*(runner.run(p, m) for p, m in batch))
+            batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
+            tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
+            for (problem, mode), (result, extra) in zip(batch, results):
+                append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
+                bar.update(1)
+    finally:  # the runs share this loop's connections: closed once, when none is left
+        bar.close()
+        for pair in runner.pairs.values():
+            for steps in (pair.target, pair.draft):
+                if steps is not None:
+                    await steps.aclose()
     return path
 
 

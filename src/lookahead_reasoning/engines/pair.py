@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..decoding.results import GenerationResult
-from ..decoding.steps import StepConfig
+from ..decoding.steps import StepConfig, closing
 from ..decoding.stepwise import Planner, agenerate_stepwise, fixed_plan
 from ..errors import EngineError, PromptError, require
 from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
@@ -139,7 +139,8 @@ class EnginePair:
 
     async def alr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
-        """Lookahead Reasoning over the engines, for asyncio (default plan: sync, k = 2)."""
+        """Lookahead Reasoning over the engines, for asyncio (default plan: sync, k = 2); the caller that
+        runs the event loop closes the pair's connections on it (other runs may share them)."""
         require(self.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
                 EngineError)
         ids = self.prompt_ids(prompt)
@@ -160,7 +161,7 @@ class EnginePair:
             for step in trace.kept_steps if on_text else ():
                 on_text(step.text)
 
-        return asyncio.run(self.alr(prompt, verifier, planner, max_new_tokens, each))
+        return asyncio.run(closing(self.alr(prompt, verifier, planner, max_new_tokens, each), self.target, self.draft))
 
     def close(self) -> None:
         for steps in (self.target, self.draft):
