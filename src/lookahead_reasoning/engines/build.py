@@ -7,7 +7,7 @@ the one ``llama-server`` target into
 
     <cache>/engines/llama.cpp-<version>-<cpu key>/bin/llama-server
 
-The build takes about 8 minutes on 2 cores; later calls find the binary and return at once. The CPU
+The build takes about 8-10 minutes on 2 cores; later calls find the binary and return at once. The CPU
 key is a hash of the CPU's instruction flags, because a native build runs only on CPUs that have the
 instructions it was built for. Everything goes through a temporary directory and a rename, so an
 interrupted build leaves nothing half-made; a lock file serialises concurrent first builds.
@@ -86,7 +86,7 @@ def _fetch_source(work: Path, version: str, log: Path) -> Path:
 
 def llama_server_binary(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION,
                         jobs: int | None = None) -> Path:
-    """The path of a built ``llama-server``, building it first if the cache has none (about 8 min)."""
+    """The path of a built ``llama-server``, building it first if the cache has none (about 8-10 min)."""
     home = build_dir(cache_dir, version)
     binary = home / "bin" / BINARY
     if binary.is_file():
