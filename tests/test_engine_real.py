@@ -81,6 +81,24 @@ def assert_engine_text(ids: list[int], reference: list[int], logprobs) -> None:
         return
     i = next((j for j, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
     assert i < min(len(ids), len(reference)), f"one text is a prefix of the other (lengths {len(ids)}, {len(reference)})"
+    assert_near_tie(logprobs, i)
+
+
+def assert_engine_prefix(text: str, done) -> None:
+    """``text`` starts with the completion's text, or first differs inside a token where the engine's
+    top-2 were a near-tie (the tokens' bytes locate the first differing character)."""
+    if text.startswith(done.text):
+        return
+    c = next(j for j, (a, b) in enumerate(zip(text, done.text)) if a != b)
+    at, ends = len(text[:c].encode("utf-8")), 0
+    for i, token in enumerate(done.logprobs):
+        ends += len(token.bytes)
+        if ends > at:
+            break
+    assert_near_tie(done.logprobs, i)
+
+
+def assert_near_tie(logprobs, i: int) -> None:
     top = logprobs[i].top
     gap = top[0][1] - top[1][1]
     assert gap <= NEAR_TIE, f"first difference at token {i}, where the engine's top-2 are {gap:.3f} nats apart"

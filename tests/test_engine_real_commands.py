@@ -18,7 +18,7 @@ from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.prompts import math_messages
 
-from test_engine_real import GSM8K, NEAR_TIE, _server, assert_engine_text
+from test_engine_real import GSM8K, _server, assert_engine_prefix, assert_engine_text
 
 pytestmark = [pytest.mark.engine, pytest.mark.real]
 
@@ -52,17 +52,3 @@ def test_pairs_and_generate_over_a_real_engine_write_its_greedy_text(tmp_path, c
     assert_engine_prefix(printed, done)
     assert f"engine {server.url}, stop: " in printed
 
-
-def assert_engine_prefix(text: str, done) -> None:
-    """``text`` starts with the completion's text, or first differs inside a token where the engine's
-    top-2 were a near-tie (the tokens' bytes locate the first differing character)."""
-    if text.startswith(done.text):
-        return
-    c = next(j for j, (a, b) in enumerate(zip(text, done.text)) if a != b)
-    at, ends = len(text[:c].encode("utf-8")), 0
-    for i, token in enumerate(done.logprobs):
-        ends += len(token.bytes)
-        if ends > at:
-            break
-    gap = token.top[0][1] - token.top[1][1]
-    assert gap <= NEAR_TIE, f"first difference at token {i}, where the engine's top-2 are {gap:.3f} nats apart"

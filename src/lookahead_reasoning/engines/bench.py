@@ -133,18 +133,19 @@ class EngineRunner:
         """One (problem, mode): the result and what its record adds (``plans`` of ``auto``; with a
         ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
         base, k, schedule = parse_engine_mode(mode)
-        messages, n, window = math_messages(problem.question), self.bench.max_new_tokens, self.bench.window
-        if base in ("ar", "sd", "ngram"):
-            pair = self.pairs["plain" if base == "ar" else base]
-            await asyncio.to_thread(pair.warm, 4, False, messages)  # hot, and the prompt cached, for every mode
+        n, window = self.bench.max_new_tokens, self.bench.window
+        plain = base in ("ar", "sd", "ngram")
+        pair = self.pairs[("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")]
+        ids = await asyncio.to_thread(pair.prompt_ids, math_messages(problem.question))  # once, for every request
+        await asyncio.to_thread(pair.warm, 4, not plain, ids)  # hot, and the prompt cached, for every mode
+        if plain:
             if window:
-                result, timeline = await asyncio.to_thread(pair.ar_windows, messages, n, window)
+                result, timeline = await asyncio.to_thread(pair.ar_windows, ids, n, window)
                 return result, {"timeline": timeline}
-            return await asyncio.to_thread(pair.ar, messages, n), {}
-        pair, timeline = self.pairs["sd" if base == "lr-sd" else "plain"], []
-        await asyncio.to_thread(pair.warm, 4, True, messages)
+            return await asyncio.to_thread(pair.ar, ids, n), {}
+        timeline = []
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
-            planner = (await self._planner(pair.prompt_ids(messages))).fork()
+            planner = (await self._planner(ids)).fork()
         else:
             planner = fixed_plan(k, 1, schedule)
         start = time.perf_counter()
@@ -155,7 +156,7 @@ class EngineRunner:
             done = (timeline[-1][0] if timeline else 0) + trace.tokens
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
-        result = await pair.alr(messages, self.verifier, planner, n, each)
+        result = await pair.alr(ids, self.verifier, planner, n, each)
         extra: dict[str, Any] = {"timeline": timeline} if window else {}
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
@@ -213,9 +214,7 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     finally:  # the runs share this loop's connections: closed once, when none is left
         bar.close()
         for pair in runner.pairs.values():
-            for steps in (pair.target, pair.draft):
-                if steps is not None:
-                    await steps.aclose()
+            await pair.aclose()
     return path
 
 

@@ -77,10 +77,10 @@ class EnginePair:
         CPU's caches, is slow on its first forward, which no timed run should pay. With ``prompt``, the
         completion continues that prompt, so the server caches it: runs of several modes on one prompt
         then all find it cached (otherwise the first pays its prefill and the others do not)."""
+        ids = self.prompt_ids(prompt) if prompt is not None else None
         for steps in (self.target, self.draft if draft else None):
             if steps is not None:
-                ids = self.prompt_ids(prompt) if prompt is not None else steps.encode("Count from one to ten.")
-                steps.client.complete(ids, tokens)
+                steps.client.complete(ids if ids is not None else steps.encode("Count from one to ten."), tokens)
 
     # ------------------------------------------------------------------------------- prompts
     def prompt_ids(self, prompt: str | Messages | Sequence[int]) -> list[int]:
@@ -161,12 +161,18 @@ class EnginePair:
             for step in trace.kept_steps if on_text else ():
                 on_text(step.text)
 
-        return asyncio.run(closing(self.alr(prompt, verifier, planner, max_new_tokens, each), self.target, self.draft))
+        return asyncio.run(closing(self.alr(prompt, verifier, planner, max_new_tokens, each), self))
 
     def close(self) -> None:
         for steps in (self.target, self.draft):
             if steps is not None:
                 steps.client.close()
+
+    async def aclose(self) -> None:
+        """Close this event loop's connections to both endpoints (once no run on the loop needs them)."""
+        for steps in (self.target, self.draft):
+            if steps is not None:
+                await steps.aclose()
 
 
 __all__ = ["EnginePair", "EngineSettings"]
