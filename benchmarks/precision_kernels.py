@@ -49,7 +49,7 @@ from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.kernels import apply_cpu_linear
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
 from lookahead_reasoning.precision import (
     Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8,

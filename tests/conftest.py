@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models.offline import CONVERTED_SUBDIR, _converted_ok, cache_root, offline_names, offline_spec
 from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 

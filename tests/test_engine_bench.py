@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from lookahead_reasoning.decoding.stepwise import CyclePlan
+from lookahead_reasoning.decoding.plan import CyclePlan
 from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner
 

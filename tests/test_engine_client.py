@@ -308,7 +308,8 @@ def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_
 def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
     """Runs on one event loop share its connections: a run that ends must not close them under another
     run's request (that request then failed and went out again from scratch: the engine wrote it twice)."""
-    from lookahead_reasoning.decoding.stepwise import CyclePlan, agenerate_stepwise
+    from lookahead_reasoning.decoding.plan import CyclePlan
+    from lookahead_reasoning.decoding.stepwise import agenerate_stepwise
     from lookahead_reasoning.verifiers.registry import make_verifier
 
     def chunks(generated, at_boundary):

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from lookahead_reasoning.decoding.stepwise import CyclePlan
+from lookahead_reasoning.decoding.plan import CyclePlan
 from lookahead_reasoning.engines import bench as engine_bench
 from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.engines.client import Endpoint, EngineClient

@@ -223,7 +223,7 @@ class _PastKeyValuesOnly(torch.nn.Module):
 def test_the_cache_goes_by_the_name_the_forward_takes(recwarn):
     """``cache=`` where the model's forward has it (no deprecation warning), ``past_key_values=`` where
     it has only that; both give the same logits and cache over two chunks."""
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
     from lookahead_reasoning.runtime.lm import cache_argument
 
     new = tiny_lm("qwen2")

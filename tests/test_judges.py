@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from lookahead_reasoning.errors import ConfigError, VerifierError
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import tiny_model
 from lookahead_reasoning.verifiers import (ALIGNED_QUESTION, CascadeVerifier, LLMJudgeVerifier, OpenAIJudgeVerifier,
                                            TargetScoreVerifier, judge_question, make_verifier, paper_judge)

@@ -10,7 +10,7 @@ from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.kernels import (apply_cpu_linear, onednn_linear_available, restore_linear,
                                          use_onednn_linear, uses_onednn_linear)
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import tiny_model
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="this torch build has no oneDNN linear")

@@ -265,7 +265,7 @@ def test_bad_step_config_and_mode():
 
 def test_prompt_errors_are_clear():
     from lookahead_reasoning.errors import PromptError
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
 
     with pytest.raises(PromptError, match="empty"):
         TARGET.prompt_ids("   ")

@@ -8,7 +8,7 @@ import pytest
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.cli import build_parser
 from lookahead_reasoning.decoding.steps import StepConfig
-from lookahead_reasoning.options import GeneratorSettings, GeneratorSpec, decoding_settings, generator_spec
+from lookahead_reasoning.options import GeneratorSpec, decoding_settings, generator_spec
 from lookahead_reasoning.presets import LR_SD_TOKEN_SD
 from lookahead_reasoning.sampling import SamplingConfig
 
@@ -63,15 +63,3 @@ def test_a_bad_number_is_refused_when_the_spec_is_made_naming_its_option(argv, m
     with pytest.raises(ConfigError) as refused:
         spec_of(*argv)
     assert str(refused.value).startswith(message), str(refused.value)
-
-
-def test_generator_settings_is_a_deprecated_spelling_of_the_spec():
-    with pytest.deprecated_call():
-        old = GeneratorSettings(target="t", temperature=1.0, delimiters=("\n",), token_sd_draft=None,
-                                draft_stop_below=None, precision="int8")
-    assert old == GeneratorSpec(target="t", precision="int8", settings=decoding_settings(
-        {"temperature": 1.0, "delimiter": ("\n",), "token_sd_draft": None, "draft_stop_below": None}))
-    assert old.settings.sampling.temperature == 1.0 and old.settings.token_sd == TokenSD(target="draft")
-    assert old.settings.draft_stop_below is None and old.settings.steps.delimiters == ("\n",)
-    with pytest.deprecated_call():
-        assert GeneratorSettings() == GeneratorSpec()

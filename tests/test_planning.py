@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.lm import ForwardTiming
-from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Plan, Planner, PlannerConfig, Prefill,
+from lookahead_reasoning.runtime.lm import ForwardTiming
+from lookahead_reasoning.decoding.plan import CyclePlan
+from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
                                           load_or_profile)
 from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
@@ -287,8 +288,8 @@ def test_planner_picks_the_analytically_best_plan(c, sigma, a_s, a_u, alpha1, lt
         return lr_cycle(plan.k, plan.gamma, step, token, t, d, o_c).rate
 
     choices = sorted({0.4, *config.draft_stop_below_choices})
-    plans = [Plan(0, 0)] + [Plan(0, g, s) for g in config.gammas for s in choices] + [
-        Plan(k, g, s if g else None) for k in (1, 2) for g in config.row_gammas for s in choices]
+    plans = [CyclePlan(0, gamma=0)] + [CyclePlan(0, gamma=g, draft_stop_below=s) for g in config.gammas for s in choices] + [
+        CyclePlan(k, gamma=g, draft_stop_below=s if g else None) for k in (1, 2) for g in config.row_gammas for s in choices]
     best = max(rate(p) for p in plans)
     assert rate(choice.plan) == pytest.approx(best, rel=1e-9)
     assert choice.rate == pytest.approx(best, rel=1e-9)
@@ -302,8 +303,8 @@ def test_the_first_cycle_pays_for_the_prompt_and_the_draft_only_when_it_drafts()
     prefill = Prefill(target=120, draft=118)
     t_pre, d_pre = costs.target(1, 120, 0), costs.draft(1, 118, 0)
     assert t_pre > costs.target(1, 96, 0) > 0 and d_pre > 0  # past the grid: extrapolated, still growing
-    for plan, paid in ((Plan(0, 0), t_pre), (Plan(0, 12, 0.4), t_pre + d_pre), (Plan(1, 0), t_pre + d_pre),
-                       (Plan(2, 8, 0.4), t_pre + d_pre)):
+    for plan, paid in ((CyclePlan(0, gamma=0), t_pre), (CyclePlan(0, gamma=12, draft_stop_below=0.4), t_pre + d_pre), (CyclePlan(1, gamma=0), t_pre + d_pre),
+                       (CyclePlan(2, gamma=8, draft_stop_below=0.4), t_pre + d_pre)):
         bare, first = planner.estimate(plan, 300), planner.estimate(plan, 300, prefill)
         assert first.tokens == bare.tokens
         assert first.seconds == pytest.approx(bare.seconds + paid)
@@ -315,11 +316,11 @@ def test_hysteresis_keeps_a_plan_that_is_nearly_as_good():
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     planner = Planner(costs, Book(), PlannerConfig(margin=0.5))
     first = planner.choose(300).plan
-    planner.current = Plan(0, 4) if first != Plan(0, 4) else Plan(0, 6)
+    planner.current = CyclePlan(0, gamma=4) if first != CyclePlan(0, gamma=4) else CyclePlan(0, gamma=6)
     kept = planner.current
     assert planner.estimate(kept, 300).rate * 1.5 >= planner.estimate(first, 300).rate
     assert planner.choose(300).plan == kept  # within the margin: no switch
-    planner.current = Plan(0, 0)
+    planner.current = CyclePlan(0, gamma=0)
     planner.config = PlannerConfig(margin=0.0)
     assert planner.choose(300).plan == first  # plain decoding is far slower here: switch
 
@@ -332,7 +333,7 @@ def test_different_costs_give_different_plans():
     free = Planner(table(lambda r, n: 0.02, lambda r, n: 0.002), book, config, draft_stop_below=0.4).choose(300).plan
     dear = Planner(table(_linear(0.3, 1.0, 1.0), _linear(0.1, 1.0, 1.0)), book, config,
                    draft_stop_below=0.4).choose(300).plan
-    assert free.gamma >= 8 and dear == Plan(0, 0)
+    assert free.gamma >= 8 and dear == CyclePlan(0, gamma=0)
 
 
 def test_the_stop_follows_what_the_target_accepts_of_doubtful_drafts():
@@ -354,8 +355,8 @@ def test_the_stop_follows_what_the_target_accepts_of_doubtful_drafts():
         assert plan.k == 0 and plan.gamma > 0, plan
         chosen.append(plan.draft_stop_below)
     assert chosen == [min(PlannerConfig().draft_stop_below_choices), 0.7]
-    assert Plan(0, 12, 0.4).label == "sd@g12s0.4" and Plan(1, 8, 0.3).label == "lr-sd@k1g8s0.3"
-    assert Plan(0, 12).label == "sd@g12" and Plan(2, 0).label == "lr@k2"
+    assert CyclePlan(0, gamma=12, draft_stop_below=0.4).label == "sd@g12s0.4" and CyclePlan(1, gamma=8, draft_stop_below=0.3).label == "lr-sd@k1g8s0.3"
+    assert CyclePlan(0, gamma=12).label == "sd@g12" and CyclePlan(2, gamma=0).label == "lr@k2"
 
 
 def test_step_gate_keeps_rows_only_where_they_pay():
@@ -363,7 +364,7 @@ def test_step_gate_keeps_rows_only_where_they_pay():
     book.step.bands = [Beta(1, 99)] * 4 + [Beta(99, 1)]  # only fully agreeing steps are accepted
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     planner = Planner(costs, book, PlannerConfig(), draft_stop_below=0.4)
-    plan = Plan(2, 8)
+    plan = CyclePlan(2, gamma=8)
     assert planner.rows_to_run(plan, 300, [40, 40], [0.1, 0.2]) == 1  # hopeless drafts: the target alone
     # exact drafts: their rows cost nothing; a third row would write a new step in a 3-row batch,
     # dearer than writing it alone next cycle

@@ -26,7 +26,7 @@ from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.kernels import apply_cpu_linear
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.precision import (
     PRECISIONS, Int8WeightOnlyLinear, apply_precision, int8_kernel_available, normalize_precision, precision_of,
     quantize_linears_int8, quantize_rows_int8, reference_int8_linear, resolve_precision, weight_bytes,

@@ -21,7 +21,7 @@ from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.drafters import NGramDrafter
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.planning.costs import cost_key
 from lookahead_reasoning.precision import (
     Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, normalize_precision, precision_of,

@@ -27,7 +27,7 @@ def _questions(n: int) -> list[str]:
 def _load(name: str, dtype: str):
     models = pytest.importorskip("lookahead_reasoning.models")
     from lookahead_reasoning.errors import ModelLoadError
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
 
     try:
         return LM.from_loaded(models.load_model(name, dtype=dtype, device="cpu"))
@@ -44,7 +44,7 @@ def small_fp32():
 def test_lr_exact_with_identical_real_models_equals_ar(small_fp32):
     from lookahead_reasoning import LookaheadGenerator, StepConfig
     from lookahead_reasoning.decoding import generate
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
     from lookahead_reasoning.prompts import math_messages
 
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")  # same weights, own counters
@@ -76,7 +76,7 @@ def test_auto_measures_the_machine_and_stays_lossless(small_fp32, tmp_path):
     (a cost table on disk), plans every cycle, and writes greedy AR's text."""
     from lookahead_reasoning import LookaheadGenerator
     from lookahead_reasoning.decoding import generate
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
     from lookahead_reasoning.planning import PlannerConfig
     from lookahead_reasoning.prompts import math_messages
 
@@ -97,7 +97,7 @@ def test_auto_measures_the_machine_and_stays_lossless(small_fp32, tmp_path):
 def test_lr_exact_identical_three_problems(small_fp32, k):
     from lookahead_reasoning import LookaheadGenerator
     from lookahead_reasoning.decoding import generate
-    from lookahead_reasoning.lm import LM
+    from lookahead_reasoning.runtime.lm import LM
     from lookahead_reasoning.prompts import math_messages
 
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
-from lookahead_reasoning.decoding.cycle import CyclePlan, make_tools
+from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.plan import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.results import LRStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
@@ -73,17 +73,14 @@ def test_auto_reaches_into_no_decoding_object():
     assert "run_lr" in names  # the one LR driver
 
 
-def test_draft_quantize_still_works_and_says_what_replaces_it():
+def test_the_draft_precision_is_given_in_the_precision_mapping():
     target, draft = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)
-    with pytest.warns(DeprecationWarning, match="precision"):
-        gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), draft_quantize=None)
+    gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": None})
     assert gen.draft_quantize is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        same = LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": None})
-    assert same.draft_quantize is None
     with pytest.raises(ConfigError, match="precision keys"):
         LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"drafts": "int8"})
+    with pytest.raises(ConfigError, match="draft's precision"):
+        LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": "int4"})
 
 
 def test_generator_settings_read_and_set_as_attributes():

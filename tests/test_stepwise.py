@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from lookahead_reasoning import StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
 from lookahead_reasoning.decoding.reference import LocalSteps
-from lookahead_reasoning.decoding.stepwise import Cycle, CyclePlan, StepRequest, fixed_plan, generate_stepwise
+from lookahead_reasoning.decoding.plan import CyclePlan
+from lookahead_reasoning.decoding.stepwise import Cycle, StepRequest, fixed_plan, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.testing import perturbed_copy
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.presets import DEFAULT_VERIFIER
 from lookahead_reasoning.testing import tiny_model
 from lookahead_reasoning.verifiers import (CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier,

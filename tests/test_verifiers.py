@@ -20,7 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from lookahead_reasoning import verifiers as V
 from lookahead_reasoning.errors import ConfigError, VerifierError
-from lookahead_reasoning.lm import LM
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.verifiers import (
     CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier, NumbersEmbeddingVerifier,
     OpenAIJudgeVerifier, RandomVerifier, Verdict, Verifier, make_verifier, normalize_step, step_numbers,

@@ -10,7 +10,7 @@ from .decoding.results import GenerationResult, LRStats, SDStats
 from .decoding.steps import StepConfig
 from .errors import ConfigError, LookaheadError, ModelLoadError, PromptError, TokenizerMismatchError, VerifierError
 from .generator import LookaheadGenerator
-from .lm import LM
+from .runtime.lm import LM
 from .sampling import SamplingConfig
 
 __version__ = "0.1.0"

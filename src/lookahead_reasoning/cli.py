@@ -71,7 +71,7 @@ def _stream(text: str) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .decoding.autoregressive import generate
-    from .lm import LM
+    from .runtime.lm import LM
     from .models import load_model
     from .options import DTYPES, check_fits_context
     from .sampling import SamplingConfig

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import warnings
 from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
@@ -43,7 +42,7 @@ from .verifiers.registry import check_verifier_spec, make_verifier
 log = logging.getLogger(__name__)
 
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
-_OWN_OPTIONS = ("verifier_kwargs", "planner", "draft_quantize")
+_OWN_OPTIONS = ("verifier_kwargs", "planner")
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
 
@@ -62,21 +61,15 @@ def as_lm(model: Any, **load_kwargs: Any) -> LM:
                       "an LM or a (model, tokenizer) pair")
 
 
-def split_precision(precision: Any, draft_quantize: Any) -> tuple[str | None, str | None]:
-    """(the target's precision, the draft's) from ``precision`` (a name or a {"target", "draft"}
-    mapping) and the deprecated ``draft_quantize`` ("int8" is the draft's "int8-dynamic")."""
+def split_precision(precision: Any) -> tuple[str | None, str | None]:
+    """(the target's precision, the draft's) from ``precision``: a name (the target's; the draft's is
+    "auto") or a {"target", "draft"} mapping."""
     if isinstance(precision, dict):
         unknown = sorted(set(precision) - {"target", "draft"})
         require(not unknown, f"precision keys must be 'target' and 'draft', got {', '.join(map(str, unknown))}")
         target, draft = precision.get("target"), precision.get("draft", "auto")
     else:
         target, draft = precision, "auto"
-    if draft_quantize != "auto":
-        warnings.warn("draft_quantize is deprecated: pass precision={'draft': 'int8-dynamic'} (or None, 'auto')",
-                      DeprecationWarning, stacklevel=3)
-        require(draft_quantize in (None, "none", "int8"),
-                f"draft_quantize must be None, 'int8' or 'auto', got {draft_quantize!r}")
-        draft = "int8-dynamic" if draft_quantize == "int8" else None
     require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
     if target is not None:
         normalize_precision(target)
@@ -111,7 +104,6 @@ class LookaheadGenerator:
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
         gamma: drafted tokens per iteration for modes "sd", "sd-ngram" and "lr-sd"; None takes each
             mode's preset.
-        draft_quantize: deprecated, use ``precision={"draft": ...}`` ("int8" is "int8-dynamic").
         draft_stop_below: the draft model stops drafting after a token it gave less than this
             probability (modes "sd" and "lr-sd" inside the target's branches); with it a large gamma
             pays. None drafts gamma tokens every time. Mode "auto" treats it as one candidate among
@@ -130,7 +122,7 @@ class LookaheadGenerator:
             changed); None leaves the draft as loaded.
         options: the keywords above that are not parameters (``k``, ``width``, ``steps``, ``token_sd``,
             ``sampling``, ``gamma``, ``alt_temperature``, ``draft_stop_below``, ``verifier_kwargs``,
-            ``planner``, ``draft_quantize``); the rest is passed to load_model for names (dtype=,
+            ``planner``); the rest is passed to load_model for names (dtype=,
             device=, cpu_linear=, ...).
     """
 
@@ -154,7 +146,7 @@ class LookaheadGenerator:
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
         self.planner, self._planning = own.get("planner"), None
-        target_precision, draft_precision = split_precision(precision, own.get("draft_quantize", "auto"))
+        target_precision, draft_precision = split_precision(precision)
         self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
         pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                           if target_precision is not None else {})),
@@ -209,7 +201,7 @@ class LookaheadGenerator:
             choice = "int8-dynamic" if own_model and owned and fits else None
         if choice != "int8-dynamic":
             return None
-        require(own_model, "draft_quantize='int8' needs a draft model of its own (the draft is the target here)")
+        require(own_model, "precision={'draft': 'int8-dynamic'} needs a draft model of its own (the draft is the target here)")
         quantize_draft_int8(self.draft.model)
         return "int8"
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -123,21 +122,6 @@ class GeneratorSpec:
             cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
         kwargs.update(overrides)
         return LookaheadGenerator(**kwargs)
-
-
-# the decoding fields of the former flat settings class -> their option names in decoding_settings
-_FLAT_FIELDS = {"k": "k", "width": "width", "gamma": "gamma", "draft_stop_below": "draft_stop_below",
-                "token_sd_target": "token_sd_target", "token_sd_draft": "token_sd_draft", "delimiters": "delimiter",
-                "max_step_tokens": "max_step_tokens", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p"}
-
-
-def GeneratorSettings(**fields_: Any) -> GeneratorSpec:  # noqa: N802  (the name of the class it stands for)
-    """Deprecated: a :class:`GeneratorSpec` from the flat fields of the former settings class (its
-    decoding numbers, ``k`` to ``top_p``, make the spec's ``settings``; unset ones take the presets)."""
-    warnings.warn("GeneratorSettings is deprecated: use GeneratorSpec, whose decoding numbers are one Settings",
-                  DeprecationWarning, stacklevel=2)
-    numbers = {_FLAT_FIELDS[name]: fields_.pop(name) for name in list(fields_) if name in _FLAT_FIELDS}
-    return GeneratorSpec(**fields_, settings=decoding_settings(numbers))
 
 
 # Above any context window of the models this library runs (the offline pair holds 32768 tokens); a
@@ -247,5 +231,5 @@ def generator_spec(args: argparse.Namespace) -> GeneratorSpec:
 generator_settings = generator_spec  # its former name
 
 
-__all__ = ["GeneratorSettings", "GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
+__all__ = ["GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
            "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_settings", "generator_spec"]

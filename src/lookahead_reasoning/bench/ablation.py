@@ -305,7 +305,7 @@ class _Models:
 
     def target(self) -> Any:
         if self._target is None:
-            from ..lm import LM
+            from ..runtime.lm import LM
             from ..models import load_model
 
             self._target = LM.from_loaded(load_model(self.args.target, dtype=self.args.dtype, device=self.args.device))

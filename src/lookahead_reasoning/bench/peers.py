@@ -1,7 +1,7 @@
 """The peer baselines: transformers' own ``generate`` (plain, assisted, prompt lookup).
 
 They are what a user would otherwise run, so every benchmark puts them beside this library's loops on
-the same loaded models. They live here, with the benchmark, not in :mod:`lookahead_reasoning.lm`
+the same loaded models. They live here, with the benchmark, not in :mod:`lookahead_reasoning.runtime.lm`
 (the one place the library's own loops call a model through).
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..lm import LM
+from ..runtime.lm import LM
 
 
 def _compact_input(module: torch.nn.Module, args: tuple) -> tuple:

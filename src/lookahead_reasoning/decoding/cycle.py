@@ -9,11 +9,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..deprecation import renamed_attribute, renamed_keywords
 from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
+from .plan import CyclePlan
 from .drafters import Drafter, Learner, make_drafter
 from .results import LRStats, SDStats
 from .settings import Settings, TokenSD
@@ -48,22 +48,6 @@ RowDrafter = Callable[[LRState, int, "float | None"], Drafter]
 # rows to run (>= 1).
 # Rows beyond are dropped before any of them runs; the last kept row is then a bonus row (not judged).
 Gate = Callable[[list[int], list[float]], int]
-
-
-@renamed_keywords(stop="draft_stop_below")
-@dataclass(frozen=True)
-class CyclePlan:
-    """What one cycle runs: ``k`` drafted steps (0: the target writes the next step alone), ``gamma``
-    drafted tokens per SD iteration in the target's rows (None: the tools' own; 0: the rows decode
-    token by token), ``draft_stop_below``: the draft's confidence stop for those iterations, ``overshoot`` (only
-    when nothing is drafted): an SD iteration that runs past the step's end keeps what it accepted."""
-
-    k: int
-    gamma: int | None = None
-    draft_stop_below: float | None = None
-    overshoot: bool = False
-
-    stop = renamed_attribute("draft_stop_below", "CyclePlan.stop")
 
 
 @dataclass

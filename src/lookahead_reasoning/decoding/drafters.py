@@ -21,7 +21,6 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from ..deprecation import renamed_attribute, renamed_keywords
 from ..errors import require
 from ..presets import NGRAM_MAX, NGRAM_MIN
 from ..runtime.lm import LM
@@ -87,7 +86,6 @@ class Drafter(Protocol):
     def update(self, outcome: DraftOutcome) -> None: ...  # optional: a drafter without it is not told
 
 
-@renamed_keywords(stop_below="draft_stop_below")
 class ModelDrafter:
     """Drafts with a small LM that shares the target's vocabulary.
 
@@ -128,7 +126,6 @@ class ModelDrafter:
         self.longest_asked = 0  # the largest gamma the loop has asked for
         self.session: Session | None = None
 
-    stop_below = renamed_attribute("draft_stop_below", "ModelDrafter.stop_below")
 
     def attach(self, session: Session) -> None:
         """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
-from ..deprecation import renamed_keywords
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..verifiers.base import Verifier
-from .cycle import CyclePlan, CycleTools, Gate, LRState, make_tools
+from .cycle import CycleTools, Gate, LRState, make_tools
+from .plan import CyclePlan
 from .lookahead import run_cycle
 from .results import CycleTrace, GenerationResult, LRStats
 from .settings import Settings
@@ -45,7 +45,6 @@ class CyclePolicy(Protocol):
     def finish(self, completed: bool) -> None: ...
 
 
-@renamed_keywords(stop="draft_stop_below")
 class FixedK:
     """Every cycle drafts ``k`` steps; the target's rows use the writers' own gamma and the draft
     stops below ``draft_stop_below``. No gate, nothing learned."""

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from ..runtime.session import Session
 from ..sampling import probs_from_logits
 from ..verifiers.base import Verdict, Verifier
-from .cycle import CyclePlan, CycleTools, Gate, LRState
+from .cycle import CycleTools, Gate, LRState
+from .plan import CyclePlan
 from .rejection import greedy_accept, speculative_accept
 from .results import CycleTrace
 from .steps import Step

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..deprecation import renamed_function
 from ..errors import require
 from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, NGRAM_MAX, NGRAM_MIN,
                        TOKEN_GAMMA, mode_k)
@@ -27,7 +26,6 @@ def check_draft_stop_below(draft_stop_below: float | None) -> None:
             f"got {draft_stop_below!r}")
 
 
-check_stop_below = renamed_function(check_draft_stop_below, "check_stop_below")
 
 
 def _positive_int(value: Any) -> bool:

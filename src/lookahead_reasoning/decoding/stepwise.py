@@ -38,12 +38,10 @@ from typing import Callable, Protocol, Sequence
 from ..errors import require
 from ..presets import DEFAULT_MAX_NEW_TOKENS
 from ..verifiers.base import Verdict, Verifier
+from .plan import SCHEDULES, CyclePlan
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .steps import Step, closing
 from .streaming import TextStreamer
-
-SCHEDULES = ("sync", "async")
-
 
 @dataclass(frozen=True)
 class StepRequest:
@@ -94,33 +92,6 @@ class Node:
     def opens(self, budget: int) -> bool:
         """Whether text may follow this node in this cycle: it ends on a delimiter and leaves budget."""
         return (self.step is None or self.step.boundary) and self.used < budget
-
-
-@dataclass(frozen=True)
-class CyclePlan:
-    """What one cycle runs: ``k`` drafted levels (0: the target writes the next step alone), ``width``
-    drafts per level, and the ``schedule`` ("sync" or "async"). ``chunk`` > 0 (with k = 0 only): the
-    target writes up to ``chunk`` tokens of plain decoding in one request, past step ends (where no
-    step speculation pays, fewer requests cost less); the text is then mid-step."""
-
-    k: int
-    width: int = 1
-    schedule: str = "sync"
-    chunk: int = 0
-
-    def __post_init__(self) -> None:
-        require(isinstance(self.k, int) and self.k >= 0, f"k (drafted steps per cycle) must be an integer >= 0, got {self.k!r}")
-        require(isinstance(self.width, int) and self.width >= 1,
-                f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
-        require(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
-                f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
-
-    @property
-    def label(self) -> str:
-        if self.k == 0:
-            return f"ar@c{self.chunk}" if self.chunk else "ar"
-        return f"lr@k{self.k}" + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
 
 
 class Cycle:
@@ -343,5 +314,5 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["Cycle", "CyclePlan", "Node", "SCHEDULES", "StepModel", "StepRequest", "StepwiseRun",
+__all__ = ["Cycle", "Node", "StepModel", "StepRequest", "StepwiseRun",
            "fixed_plan", "generate_stepwise", "agenerate_stepwise", "run_cycle_over"]

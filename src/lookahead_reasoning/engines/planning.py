@@ -50,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ..decoding.results import CycleTrace, PlanNote
-from ..decoding.stepwise import CyclePlan
+from ..decoding.plan import CyclePlan
 from ..errors import ConfigError, require
 from .client import Sampling
 from .steps import EngineSteps

@@ -33,7 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..decoding.cycle import CyclePlan, Gate, LRState, make_tools
+from ..decoding.cycle import Gate, LRState, make_tools
+from ..decoding.plan import CyclePlan
 from ..decoding.driver import run_lr, split_options, start_state
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
 from ..decoding.settings import Settings, TokenSD
@@ -43,7 +44,7 @@ from ..sampling import make_generator
 from ..verifiers.base import Verifier
 from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
 from .estimates import Book, load_book, save_book
-from .planner import Plan, Planner, PlannerConfig, Prefill
+from .planner import Planner, PlannerConfig, Prefill
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class AutoPolicy:
 
     def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
         self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
-        self.chosen: tuple[Plan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
+        self.chosen: tuple[CyclePlan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
         self.before: tuple = ()  # both models' forward counters and the SD iterations at the cycle's start
 
     def start(self, state: LRState, stats: LRStats) -> None:
@@ -126,7 +127,7 @@ class AutoPolicy:
             plan, rate = self.planner.best_alone(context, prefill)
         self.chosen = (plan, rate, context)
         self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), self.stats.target_sd.iterations)
-        return CyclePlan(plan.k, plan.gamma, plan.draft_stop_below, overshoot=choice.plan.k == 0)
+        return replace(plan, overshoot=choice.plan.k == 0)
 
     def gate(self, state: LRState, plan: CyclePlan) -> Gate:
         chosen, _, context = self.chosen
@@ -180,7 +181,7 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
 
 
 def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: float, iterations: int,
-           plan: Plan) -> None:
+           plan: CyclePlan) -> None:
     """Update the book from one finished cycle (token-level rates were recorded as it ran)."""
     step = book.step
     for verdict, agreement in zip(trace.verdicts, trace.agreements):

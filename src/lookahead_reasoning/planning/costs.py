@@ -37,7 +37,6 @@ from tqdm.auto import tqdm
 from ..kernels import uses_onednn_linear
 from ..models import cache_root
 from ..runtime import hardware
-from ..deprecation import renamed_method
 from ..runtime.lm import LM, ForwardTiming
 
 log = logging.getLogger(__name__)
@@ -95,7 +94,6 @@ class CostGrid:
                 best, best_t = m, t
         return best
 
-    width = renamed_method("padded_n", "CostGrid.width")
 
     def _curve(self, rows: int, n: float) -> float:
         """T(rows, n) on one measured row count: linear between its points, 1-row shape beyond."""

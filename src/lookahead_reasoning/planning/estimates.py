@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..deprecation import renamed_keywords
 from ..errors import require
 from ..presets import DRAFT_STOP_BELOW
 from ..theory import StepModel, TokenModel
@@ -120,7 +119,6 @@ class TokenBook:
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
 
     @classmethod
-    @renamed_keywords(stop="draft_stop_below")
     def from_rates(cls, sigma: float, alpha_sure: float, alpha_unsure: float,
                    draft_stop_below: float = DRAFT_STOP_BELOW, weight: float = 50.0) -> "TokenBook":
         """A book whose :meth:`model` at ``draft_stop_below`` is exactly (sigma, alpha_sure, alpha_unsure),
@@ -151,7 +149,6 @@ class TokenBook:
             elif j == accepted:
                 self.rejected[b] += 1
 
-    @renamed_keywords(stop="draft_stop_below")
     def model(self, draft_stop_below: float | None = None) -> TokenModel:
         """The token model of drafting with confidence stop ``draft_stop_below`` (None: no stop, sigma = 1)."""
         def rate(lo: int, hi: int) -> float:

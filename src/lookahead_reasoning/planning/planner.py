@@ -1,6 +1,6 @@
 """Before every cycle, price every plan in seconds and pick the fastest.
 
-A :class:`Plan` is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
+A plan (:class:`~..decoding.plan.CyclePlan`) is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
 next step alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and
 the draft's confidence stop (the draft stops after a token it gives less than ``draft_stop_below``). So
 (0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..deprecation import renamed_attribute, renamed_keywords
+from ..decoding.plan import CyclePlan
 from ..errors import require
 from ..presets import PRESETS
 from ..theory.costed import CycleEstimate, ScoredChain, gated_cycle, lr_cycle, step_cycle
@@ -31,28 +31,6 @@ from .costs import CostTable
 from .estimates import Book
 
 
-@renamed_keywords(stop="draft_stop_below")
-@dataclass(frozen=True)
-class Plan:
-    """k drafted steps per cycle, gamma drafted tokens per SD iteration in the target's rows, and the
-    draft's confidence stop of those iterations (None: no stop; meaningless when gamma is 0)."""
-
-    k: int
-    gamma: int
-    draft_stop_below: float | None = None
-
-    stop = renamed_attribute("draft_stop_below", "Plan.stop")
-
-    @property
-    def label(self) -> str:
-        """"ar", "sd@g12s0.4", "lr@k2", "lr-sd@k1g8s0.3" (no "s..." without a stop)."""
-        stop = f"s{self.draft_stop_below:g}" if self.draft_stop_below is not None else ""
-        if self.k == 0:
-            return "ar" if self.gamma == 0 else f"sd@g{self.gamma}{stop}"
-        return f"lr@k{self.k}" if self.gamma == 0 else f"lr-sd@k{self.k}g{self.gamma}{stop}"
-
-
-@renamed_keywords(stops="draft_stop_below_choices")
 @dataclass(frozen=True)
 class PlannerConfig:
     """Settings of mode ``auto``.
@@ -95,7 +73,6 @@ class PlannerConfig:
                 "planner draft_stop_below_choices (draft confidences) must be numbers in (0, 1), "
                 f"got {self.draft_stop_below_choices!r}")
 
-    stops = renamed_attribute("draft_stop_below_choices", "PlannerConfig.stops")
 
 
 @dataclass(frozen=True)
@@ -116,12 +93,11 @@ class Prefill:
 class Choice:
     """The plan picked for a cycle, its predicted speed, and every candidate's (for the trace)."""
 
-    plan: Plan
+    plan: CyclePlan
     rate: float
     rates: dict[str, float] = field(default_factory=dict)
 
 
-@renamed_keywords(stop="draft_stop_below")
 class Planner:
     """Prices plans with a cost table and a book; picks one per cycle with hysteresis. Plans that draft
     tokens try ``draft_stop_below`` (the generator's) and ``config.draft_stop_below_choices``; none
@@ -133,7 +109,7 @@ class Planner:
         self.can_draft, self.can_sd = can_draft, can_sd
         choices = sorted({draft_stop_below, *config.draft_stop_below_choices}) if draft_stop_below is not None else []
         self.draft_stop_below_choices: tuple[float | None, ...] = tuple(choices) or (None,)
-        self.current: Plan | None = None
+        self.current: CyclePlan | None = None
         self._memo: dict[tuple[str, int, int, int], float] = {}  # costs read since the last choice
 
     def _costs_at(self, context: int):
@@ -153,17 +129,17 @@ class Planner:
             return memo[key]
         return target, draft
 
-    def candidates(self) -> list[Plan]:
+    def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()
         choices = self.draft_stop_below_choices
-        plans = [Plan(0, 0)] + [Plan(0, g, s) for g in gammas for s in choices]
+        plans = [CyclePlan(0, gamma=0)] + [CyclePlan(0, gamma=g, draft_stop_below=s) for g in gammas for s in choices]
         if self.can_draft:
             row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
-            plans += [Plan(k, g, s) for k in range(1, self.config.max_k + 1) for g in row_gammas
+            plans += [CyclePlan(k, gamma=g, draft_stop_below=s) for k in range(1, self.config.max_k + 1) for g in row_gammas
                       for s in (choices if g else (None,))]
         return plans
 
-    def estimate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
+    def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
@@ -177,7 +153,7 @@ class Planner:
             cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
         return cycle
 
-    def prefill_seconds(self, plan: Plan, prefill: Prefill) -> float:
+    def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
         (read from the tables at an empty cache, once per choice)."""
         target, draft = self._costs_at(0)
@@ -186,7 +162,7 @@ class Planner:
             seconds += draft(1, prefill.draft)
         return seconds
 
-    def rate(self, plan: Plan, context: int, prefill: Prefill = Prefill()) -> float:
+    def rate(self, plan: CyclePlan, context: int, prefill: Prefill = Prefill()) -> float:
         """Predicted tokens per second of ``plan``: the formula's, times what this kind of plan has
         realised against it so far (``Book.factor``)."""
         return self.estimate(plan, context, prefill).rate * self.book.factor(plan.label)
@@ -201,13 +177,13 @@ class Planner:
         self.current = best
         return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
 
-    def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[Plan, float]:
+    def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps and its speed (the rate a dropped row is measured against)."""
         rates = {plan: self.rate(plan, context, prefill) for plan in self.candidates() if plan.k == 0}
         best = max(rates, key=rates.get)
         return best, rates[best]
 
-    def rows_to_run(self, plan: Plan, context: int, drafted_tokens: list[int], agreements: list[float]) -> int:
+    def rows_to_run(self, plan: CyclePlan, context: int, drafted_tokens: list[int], agreements: list[float]) -> int:
         """How many of the cycle's target rows to run, given what the scoring pass showed.
 
         With R rows, rows 0..R-2 are judged against their drafted steps and row R-1 is a bonus row.
@@ -234,4 +210,4 @@ class Planner:
         return max(range(1, len(agreements) + 2), key=value)
 
 
-__all__ = ["Choice", "Plan", "Planner", "PlannerConfig", "Prefill"]
+__all__ = ["Choice", "CyclePlan", "Planner", "PlannerConfig", "Prefill"]

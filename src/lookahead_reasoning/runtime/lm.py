@@ -27,7 +27,6 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState
-from ..deprecation import renamed_attribute, renamed_globals
 from ..errors import PromptError, require
 from .session import Session
 
@@ -62,12 +61,10 @@ class ForwardTiming:
     cached: int
     seconds: float
 
-    width = renamed_attribute("n", "ForwardTiming.width")
 
 
 ForwardListener = Callable[[ForwardTiming], None]
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
-__getattr__ = renamed_globals(__name__, WidthPolicy="PadPolicy")
 
 
 class LM:
@@ -88,7 +85,6 @@ class LM:
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
 
-    widths = renamed_attribute("pad_to", "LM.widths")
 
     @contextmanager
     def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:

@@ -198,7 +198,7 @@ class LLMJudgeVerifier(BatchedLocalJudge):
     followed by "\\nAnswer:". All pairs of a batch go through one left-padded forward pass.
 
     Args:
-        judge: an :class:`~lookahead_reasoning.lm.LM` (or a LoadedModel: anything with .model/.tokenizer).
+        judge: an :class:`~lookahead_reasoning.runtime.lm.LM` (or a LoadedModel: anything with .model/.tokenizer).
         options: a :class:`JudgeOptions` (or its threshold); ``changes`` change its fields
             (``threshold=``, ``answers=``, ``prefill=``, ``min_mass=``, ``question=``, ``rule=``).
         batch_size: rows per forward pass.

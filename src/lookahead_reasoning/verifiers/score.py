@@ -34,7 +34,7 @@ class TargetScoreVerifier(BatchedLocalJudge):
     of the probability the target is answering something else: rejected as "unclear" (a failure).
 
     Args:
-        target: the target's :class:`~lookahead_reasoning.lm.LM` (or a LoadedModel). The verifier
+        target: the target's :class:`~lookahead_reasoning.runtime.lm.LM` (or a LoadedModel). The verifier
             wraps the same weights in an LM of its own, so its forwards do not count as the target's
             decoding forwards in the generation statistics.
         threshold: the lowest accepted score, an integer in 0..9 (the paper: 9).
