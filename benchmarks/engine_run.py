@@ -42,7 +42,7 @@ def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192
 
 def main() -> int:
     from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
-    from lookahead_reasoning.engines.pair import EngineSettings
+    from lookahead_reasoning import Settings
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -60,7 +60,7 @@ def main() -> int:
                  args.spec_max) as urls:
         bench = EngineBench(args.dataset, args.out, EngineURLs(**urls), modes=args.modes, limit=args.limit,
                             offset=args.offset, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                            settings=EngineSettings())
+                            settings=Settings())
         print(run_engine_bench(bench))
     return 0
 

@@ -12,6 +12,7 @@ import json
 from lookahead_reasoning.decoding.plan import CyclePlan
 from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner
+from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
 
 from test_engine_client import FakeEngine
 
@@ -69,7 +70,7 @@ def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
                          progress=False)
         assert [r["max_tokens"] for r in draft.requests] == [16]  # ar never asks the draft: only the warm-up
         # the run's warm-up, then one just before the timed run, then the run
-        assert [r["max_tokens"] for r in target.requests] == [16, 4, 1024]
+        assert [r["max_tokens"] for r in target.requests] == [16, 4, DEFAULT_MAX_NEW_TOKENS]
         # the warm-up just before the run sends the problem's own prompt: every mode finds it cached,
         # none pays its prefill in the timed run (the first mode on a problem did, and ran slower)
         assert target.requests[1]["prompt"] == target.requests[2]["prompt"] != target.requests[0]["prompt"]

@@ -23,6 +23,7 @@ from lookahead_reasoning.engines.llamacpp import free_port
 from lookahead_reasoning.engines.pair import EnginePair
 from lookahead_reasoning.engines.steps import EngineSteps
 from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismatchError
+from conftest import tiny_lm
 
 
 class FakeEngine:
@@ -252,21 +253,48 @@ def test_engine_bench_modes_and_urls_are_checked(tmp_path):
         EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("ar", "ar"))
 
 
-def test_lookahead_generator_with_engine_urls_runs_the_engine_modes():
-    from lookahead_reasoning import LookaheadGenerator
-    from lookahead_reasoning.engines.generator import EngineGenerator
+def test_lookahead_generator_with_engine_urls_is_the_same_class_and_honours_or_refuses_each_option():
+    from lookahead_reasoning import LookaheadGenerator, Settings
 
     with FakeEngine() as engine:
-        gen = LookaheadGenerator(target=engine.url, draft=engine.url, verifier="exact")
-        assert isinstance(gen, EngineGenerator)
+        gen = LookaheadGenerator(target=engine.url, draft=engine.url, verifier="exact", mode="lr", k=1)
+        assert type(gen) is LookaheadGenerator and "__new__" not in LookaheadGenerator.__dict__
         ar = gen.generate("What is 2 + 2?", mode="ar", max_new_tokens=16)
         assert ar.text == "Step one." and ar.mode == "engine-ar"
-        lr = gen.generate("What is 2 + 2?", mode="lr", k=2, schedule="async", max_new_tokens=30)
-        assert lr.num_tokens == 30 and lr.stop_reason == "budget"
+        lr = gen.generate("What is 2 + 2?", k=2, schedule="async", max_new_tokens=30)  # the generator's mode lr
+        assert lr.num_tokens == 30 and lr.stop_reason == "budget" and lr.stats.k == 2
         assert all(c.accepted == len(c.drafted) for c in lr.stats.cycles)  # the fake's draft equals its target
-        with pytest.raises(ConfigError, match="mode must be one of"):
+        assert all(c.plan.plan.endswith("-async") for c in lr.stats.cycles if c.drafted)
+        one = gen.generate("What is 2 + 2?", max_new_tokens=30)  # the generator's own k
+        assert one.stats.k == 1
+        with pytest.raises(ConfigError, match="mode sd runs token-level SD in this process"):
             gen.generate("x", mode="sd")
+        with pytest.raises(ConfigError, match="gamma"):
+            gen.generate("x", mode="lr", gamma=4)
+        with pytest.raises(ConfigError, match="timeout_s and retries are fixed"):
+            gen.generate("x", mode="ar", timeout_s=1.0)
+        with pytest.raises(ConfigError, match="planner measures the endpoints"):
+            gen.planning()
         gen.close()
+        with pytest.raises(ConfigError, match="device, dtype: loading options"):
+            LookaheadGenerator(target=engine.url, draft=engine.url, dtype="bf16", device="cpu")
+        with pytest.raises(ConfigError, match="precision: loading options"):
+            LookaheadGenerator(target=engine.url, precision="int8")
+        with pytest.raises(ConfigError, match="the draft must be an engine URL too"):
+            LookaheadGenerator(target=engine.url, draft="qwen2.5-coder-0.5b")
+        with pytest.raises(ConfigError, match="target-score"):
+            LookaheadGenerator(target=engine.url, draft=engine.url, verifier="target-score")
+        slow = LookaheadGenerator(target=engine.url, settings=Settings(timeout_s=7.0, retries=0))
+        assert slow.engine.pair.target.client.endpoint.timeout_s == 7.0
+        assert slow.engine.pair.target.client.endpoint.retries == 0
+        slow.close()
+
+
+def test_engine_names_are_refused_for_models_in_this_process():
+    from lookahead_reasoning import LookaheadGenerator
+
+    with pytest.raises(ConfigError, match="template: only for a target served by an engine"):
+        LookaheadGenerator(target=tiny_lm("qwen2", 0), template=object())
 
 
 def test_command_line_over_engines_answers_bad_input_in_one_line(capsys):

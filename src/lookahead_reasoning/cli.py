@@ -26,13 +26,13 @@ from .errors import LookaheadError, PromptError, require
 from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET
 
 
-def _add_prompt_args(p: argparse.ArgumentParser, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
+def _add_prompt_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("question")
     g.add_argument("--prompt", help="the question (default: a built-in GSM8K-style problem)")
     g.add_argument("--dataset", help="a GSM8K/AIME-format jsonl file to take the question from")
     g.add_argument("--index", type=int, default=0, help="which problem of --dataset (0-based)")
     g.add_argument("--raw", action="store_true", help="use the prompt text as is, without the chat template")
-    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    g.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     g.add_argument("--seed", type=int, default=0)
 
 
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=1.0)
-    _add_prompt_args(g, max_new_tokens=384)
+    _add_prompt_args(g)
     g.set_defaults(func=cmd_generate)
     from .engines.cli import add_url_options
 

@@ -27,6 +27,7 @@ from .decoding.drafters import make_drafter
 from .decoding.results import GenerationResult
 from .decoding.settings import Settings, TokenSD
 from .decoding.speculative import generate_sd
+from .engines.generator import ENGINE_NAMES, EngineRuntime, engine_verifier, is_url, refuse_local_options
 from .errors import ConfigError, require
 from .kernels import quantize_draft_int8
 from .models import load_model
@@ -42,7 +43,7 @@ from .verifiers.registry import check_verifier_spec, make_verifier
 log = logging.getLogger(__name__)
 
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
-_OWN_OPTIONS = ("verifier_kwargs", "planner")
+_OWN_OPTIONS = ("verifier_kwargs", "planner", *ENGINE_NAMES)
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
 
@@ -82,8 +83,10 @@ class LookaheadGenerator:
     Args:
         target, draft: model names (offline short names, hub ids, local dirs, .gguf files),
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
-            URLs of OpenAI-compatible engines (``http://...``) run the engine modes instead
-            (:mod:`lookahead_reasoning.engines.generator`).
+            A URL of an OpenAI-compatible engine (``http://...``) for the target (and the draft)
+            runs over the engines (:mod:`lookahead_reasoning.engines.generator`): the same
+            ``generate``, modes auto, lr and ar; ``template``, ``target_model`` and ``draft_model``
+            are for that case (a local tokenizer whose chat template to use; the served models' names).
         verifier: a Verifier, a name for :func:`lookahead_reasoning.verifiers.make_verifier`
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
@@ -122,18 +125,9 @@ class LookaheadGenerator:
             changed); None leaves the draft as loaded.
         options: the keywords above that are not parameters (``k``, ``width``, ``steps``, ``token_sd``,
             ``sampling``, ``gamma``, ``alt_temperature``, ``draft_stop_below``, ``verifier_kwargs``,
-            ``planner``); the rest is passed to load_model for names (dtype=,
-            device=, cpu_linear=, ...).
+            ``planner``, ``schedule``, ``timeout_s``, ``retries``, the engine names above); the rest is
+            passed to load_model for names (dtype=, device=, cpu_linear=, ...).
     """
-
-    def __new__(cls, target: Any = None, *args: Any, **kwargs: Any):
-        """A target given as an engine URL (``http://...``) makes an
-        :class:`~lookahead_reasoning.engines.generator.EngineGenerator` instead (same ``generate``)."""
-        from .engines.generator import EngineGenerator, is_url
-
-        if is_url(target):
-            return EngineGenerator(target, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(self, target: Any, draft: Any = None, verifier: Any = DEFAULT_VERIFIER,
                  settings: Settings | None = None, *, mode: str = DEFAULT_MODE, precision: Any = None,
@@ -146,8 +140,18 @@ class LookaheadGenerator:
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
         self.planner, self._planning = own.get("planner"), None
-        target_precision, draft_precision = split_precision(precision)
         self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
+        self.engine: EngineRuntime | None = None
+        if is_url(target):
+            refuse_local_options(load_kwargs, precision)
+            self.target = self.draft = self.draft_quantize = None
+            self.same_vocab = True
+            self.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
+            self.engine = EngineRuntime(target, draft, self.settings, own)
+            return
+        unused = sorted(name for name in ENGINE_NAMES if name in own)
+        require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
+        target_precision, draft_precision = split_precision(precision)
         pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                           if target_precision is not None else {})),
                           None if draft is None else as_lm(draft, **load_kwargs))
@@ -207,6 +211,8 @@ class LookaheadGenerator:
 
     def planning(self):
         """Mode ``auto``'s cost tables and learned rates for this pair (measured or read on first use)."""
+        require(self.engine is None, "over engines mode auto's planner measures the endpoints on its first call "
+                                     "(gen.engine.planner); there is no PyTorch cost table")
         if self._planning is None:
             self._planning = Planning.load(self.target, self.draft, getattr(self.verifier, "name", "verifier"),
                                            self.planner or PlannerConfig())
@@ -223,6 +229,11 @@ class LookaheadGenerator:
         draft_ids = target_ids if self.same_vocab else self.draft.prompt_ids(prompt, raw=raw)
         return target_ids, draft_ids
 
+    def close(self) -> None:
+        """Close the connections to the engines (nothing to do for models in this process)."""
+        if self.engine is not None:
+            self.engine.close()
+
     # ------------------------------------------------------------------ warm-up
     def warmup(self, modes: Sequence[str] = ("lr",), tokens: int = 8) -> None:
         """Run each mode once on a short question, untimed, and call the verifier once.
@@ -232,6 +243,9 @@ class LookaheadGenerator:
         mode without this charges it for the process's start-up, not for its decoding.
         """
         probe = math_messages("What is 2 + 3?")
+        if self.engine is not None:  # a short completion from each endpoint: the servers' first forwards
+            self.engine.warm()
+            modes = ()
         for mode in modes:
             self.generate(probe, mode=mode, max_new_tokens=tokens, learn=False)
         if any(m in STEP_MODES for m in modes):
@@ -258,6 +272,9 @@ class LookaheadGenerator:
         k = overrides.pop("k", None)
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
+        if self.engine is not None:
+            return self.engine.generate(prompt, mode, settings, self.verifier, k=self.k if k is None else k,
+                                        learn=learn, raw=raw, on_text=on_text)
         if mode == "auto":
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
         gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)

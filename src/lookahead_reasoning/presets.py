@@ -38,6 +38,9 @@ ALT_TEMPERATURE = 0.7  # width > 1 under greedy decoding: the alternative drafts
 TOKEN_GAMMA = 4  # drafted tokens per SD iteration where a mode has no gamma of its own
 LR_SD_TOKEN_SD = {"target": "draft", "draft": "ngram"}  # lr-sd: q drafts tokens for p's rows, prompt lookup for q's steps
 NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup matches the last 3 tokens down to the last 1
+SCHEDULE = "sync"  # an LR cycle drafts every step, then runs the target's rows ("async": a row starts with its prefix)
+ENGINE_TIMEOUT_S = 300.0  # one request to a serving engine may take this long (a long answer in one request)
+ENGINE_RETRIES = 2  # a request an engine refused to connect is tried this many more times
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,6 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
-           "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_mode",
+           "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_mode",
            "mode_gamma", "mode_k"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from ..errors import require
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..verifiers.base import Verifier
@@ -113,9 +114,13 @@ def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_pr
 
 def split_options(settings: Settings | None, options: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
     """``options`` of a front door: the pair's (``draft_prompt_ids``, ``same_vocab``) apart, the rest
-    applied to ``settings`` (a :class:`~.settings.Settings` field each)."""
+    applied to ``settings`` (a :class:`~.settings.Settings` field each). This process's loops run a
+    cycle's rows in one batched forward, so they refuse the async schedule (it would only reorder work)."""
     pair = {"draft_prompt_ids": options.pop("draft_prompt_ids", None), "same_vocab": options.pop("same_vocab", True)}
-    return (settings or Settings()).with_overrides(**options), pair
+    settings = (settings or Settings()).with_overrides(**options)
+    require(settings.schedule == "sync", "schedule 'async' runs over engines only: in this process a cycle's rows "
+            "run in one batched forward, where async would change nothing but the order of work")
+    return settings, pair
 
 
 def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,

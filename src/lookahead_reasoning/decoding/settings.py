@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import require
-from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, NGRAM_MAX, NGRAM_MIN,
-                       TOKEN_GAMMA, mode_k)
+from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, ENGINE_RETRIES, ENGINE_TIMEOUT_S,
+                       NGRAM_MAX, NGRAM_MIN, SCHEDULE, TOKEN_GAMMA, mode_k)
+from .plan import SCHEDULES
 from ..sampling import SamplingConfig
 from .steps import StepConfig
 
@@ -62,7 +63,9 @@ class Settings:
     ``draft_stop_below``: the draft stops drafting after a token it gave less than this probability
     (None, in a bare ``Settings``: never; :meth:`preset`, which the generator and mode ``auto`` start
     from, takes :data:`~lookahead_reasoning.presets.DRAFT_STOP_BELOW`); ``max_new_tokens``: the
-    answer's budget; ``seed``: of the run's ``torch.Generator``.
+    answer's budget; ``seed``: of the run's ``torch.Generator`` (over an engine: of its sampled
+    requests); ``schedule``: "sync" or "async" LR cycles (async pays only where rows run elsewhere, over
+    an engine; this process's loops refuse it); ``timeout_s``, ``retries``: per engine request.
     """
 
     k: int | None = None
@@ -75,6 +78,9 @@ class Settings:
     draft_stop_below: float | None = None
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     seed: int | None = 0
+    schedule: str = SCHEDULE
+    timeout_s: float = ENGINE_TIMEOUT_S
+    retries: int = ENGINE_RETRIES
 
     def __post_init__(self) -> None:
         require(self.k is None or _positive_int(self.k),
@@ -87,6 +93,11 @@ class Settings:
         require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,
                 f"alt_temperature must be a number > 0, got {self.alt_temperature!r}")
         check_draft_stop_below(self.draft_stop_below)
+        require(self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        require(isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0,
+                f"timeout_s (seconds one engine request may take) must be > 0, got {self.timeout_s!r}")
+        require(isinstance(self.retries, int) and not isinstance(self.retries, bool) and self.retries >= 0,
+                f"retries (of one engine request) must be an integer >= 0, got {self.retries!r}")
 
     @classmethod
     def preset(cls, **fields_: Any) -> "Settings":

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from ..errors import require
-from ..presets import DEFAULT_MAX_NEW_TOKENS
+from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..verifiers.base import Verdict, Verifier
 from .plan import SCHEDULES, CyclePlan
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
@@ -304,10 +304,10 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
                       planner: Planner | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                       on_text: Callable[[str], None] | None = None) -> GenerationResult:
-    """:func:`agenerate_stepwise` for synchronous callers (default plan: sync LR with k = 2)."""
+    """:func:`agenerate_stepwise` for synchronous callers (default plan: sync LR with mode lr's k)."""
     streamer = TextStreamer(target.decode, on_text) if on_text else None
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, planner or fixed_plan(2),
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, planner or fixed_plan(mode_k("lr")),
                                                     max_new_tokens, on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)

@@ -31,10 +31,12 @@ from ..bench.datasets import Problem, load_dataset
 from ..bench.grading import grade
 from ..bench.results import append_record, check_writable, done_pairs, read_records
 from ..decoding.results import GenerationResult
+from ..decoding.settings import Settings
 from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
+from ..presets import DEFAULT_MAX_NEW_TOKENS
 from ..prompts import math_messages
-from .pair import EnginePair, EngineSettings
+from .pair import EnginePair
 from .planning import EnginePlanner, ameasured_planner
 
 _MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
@@ -81,11 +83,11 @@ class EngineBench:
     modes: tuple[str, ...] = ("ar", "auto")
     limit: int | None = None
     offset: int = 0
-    max_new_tokens: int = 1024
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 1
     verifier: Any = "exact"
     window: int = 0  # > 0: records carry a timeline; plain modes then decode in requests of this many tokens
-    settings: EngineSettings = field(default_factory=EngineSettings)
+    settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
         if isinstance(self.modes, str):

@@ -23,8 +23,12 @@ import json
 import sys
 import time
 
+from ..bench.grading import grade
+from ..decoding.settings import Settings
+from ..decoding.steps import StepConfig
 from ..errors import require
-from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS
+from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, ENGINE_TIMEOUT_S, MAX_STEP_TOKENS, SCHEDULE, STEP_DELIMITERS
+from ..sampling import SamplingConfig
 
 
 def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
@@ -36,29 +40,26 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     if uses != "generate":
         g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
         g.add_argument("--draft-model", help="the draft's model name on its engine")
-    g.add_argument("--engine-timeout", type=float, default=300.0, help="seconds one engine request may take")
+    g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S, help="seconds one engine request may take")
     if uses != "all":
         return
     g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
     g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
     g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
-    g.add_argument("--schedule", default="sync", choices=["sync", "async"],
+    g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
                    help="lr over an engine: draft every step then send the rows (sync), or send each row as soon "
                         "as its drafted prefix exists (async)")
 
 
-def engine_settings(args: argparse.Namespace):
-    """The engine-side settings the shared options describe (steps, sampling, seed, timeout); a
-    command without an option gets its default (``pairs``: greedy)."""
-    from ..decoding.steps import StepConfig
-    from ..sampling import SamplingConfig
-    from .pair import EngineSettings
-
+def engine_settings(args: argparse.Namespace) -> Settings:
+    """The settings the shared options describe for a run over engines (steps, sampling, seed, schedule,
+    timeout); a command without an option gets its default (``pairs``: greedy)."""
     steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
                        getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
     sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
                               getattr(args, "top_p", 1.0))
-    return EngineSettings(steps, sampling, getattr(args, "seed", 0), args.engine_timeout)
+    return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0),
+                    schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
 
 
 def engine_verifier(args: argparse.Namespace):
@@ -125,39 +126,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> int:
-    """``lr --target-url``: the mode over the engine, with the engine's plain decoding for the speedup."""
-    import asyncio
-
-    from ..decoding.stepwise import fixed_plan
-    from .pair import EnginePair
-    from .planning import ameasured_planner
+    """``lr --target-url``: the mode over the engine (:class:`.generator.EngineRuntime`, what
+    ``LookaheadGenerator`` runs over URLs), with the engine's plain decoding for the speedup."""
+    from .generator import EngineRuntime
 
     mode = args.mode or "auto"
-    require(mode in ("auto", "lr", "ar"), f"over an engine --mode must be auto, lr or ar, got {mode!r}")
+    settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
     verifier = engine_verifier(args)
-    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
-                      settings=engine_settings(args))
+    runtime = EngineRuntime(args.target_url, args.draft_url, settings,
+                            {"target_model": args.target_model, "draft_model": args.draft_model})
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
-    if mode == "auto":
-        planner = asyncio.run(ameasured_planner(pair.target, pair.draft, pair.prompt_ids(prompt)))
-        result = pair.lr(prompt, verifier, planner, args.max_new_tokens, on_text=show, on_cycle=planner.learn)
-    elif mode == "lr":
-        result = pair.lr(prompt, verifier, fixed_plan(args.k or 2, args.width, args.schedule), args.max_new_tokens,
-                         on_text=show)
-    else:
-        result = pair.ar(prompt, args.max_new_tokens, on_text=show)
-    print()
-    out = {"mode": f"engine-{mode}", **result.summary()}
-    if not args.no_compare:
-        ar = pair.ar(prompt, args.max_new_tokens)
-        out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3), speedup=round(result.tokens_per_s / ar.tokens_per_s, 3),
-                   same_text_as_ar=ar.text == result.text)
+    try:
+        result = runtime.generate(prompt, mode, settings, verifier, k=args.k, raw=True, on_text=show)
+        print()
+        out = {"mode": f"engine-{mode}", **result.summary()}
+        if not args.no_compare:
+            ar = runtime.generate(prompt, "ar", settings, verifier, raw=True)
+            out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3),
+                       speedup=round(result.tokens_per_s / ar.tokens_per_s, 3), same_text_as_ar=ar.text == result.text)
+    finally:
+        runtime.close()
     if gold is not None:
-        from ..bench.grading import grade
-
         out.update(gold=gold, correct=grade(result.text, gold).correct)
     print(json.dumps(out, indent=1))
-    pair.close()
     return 0
 
 

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import httpx
 
 from ..errors import EngineError, require
+from ..presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
 from .load import InFlight
 
 ENDS = ("stop_string", "eos", "budget")  # why a completion ended, in the vocabulary of decoding.steps
@@ -49,8 +50,8 @@ class Endpoint:
     url: str
     model: str | None = None
     api_key: str | None = None
-    timeout_s: float = 120.0
-    retries: int = 2
+    timeout_s: float = ENGINE_TIMEOUT_S
+    retries: int = ENGINE_RETRIES
     backoff_s: float = 0.5
 
     def __post_init__(self) -> None:

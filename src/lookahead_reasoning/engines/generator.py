@@ -1,69 +1,119 @@
-"""``LookaheadGenerator`` over serving engines: what ``LookaheadGenerator(target="http://...")`` returns.
+"""What :class:`~lookahead_reasoning.LookaheadGenerator` runs when its target is an engine's URL.
 
     gen = LookaheadGenerator(target="http://127.0.0.1:8080", draft="http://127.0.0.1:8081")
     result = gen.generate("A bakery sells muffins ...", max_new_tokens=512)          # mode auto
     same = gen.generate("A bakery sells muffins ...", mode="lr", k=2, schedule="async")
     base = gen.generate("A bakery sells muffins ...", mode="ar")                     # the engine alone
 
-The modes are the engine's: ``ar`` (one completion), ``lr`` (fixed k, sync or async schedule) and
-``auto`` (:class:`~.planning.EnginePlanner`, which measures the endpoints on its first call and keeps
-what it learns across calls).
+The generator stays one class with one ``generate``; over engines it hands each call to an
+:class:`EngineRuntime`, which honours the settings an engine can honour (sampling, seed, steps, k,
+width, schedule, max_new_tokens, timeouts) and refuses the rest by name: modes ``sd``, ``sd-ngram``
+and ``lr-sd`` run token SD in this process (an engine does its own: start it with its SD and use
+``ar``), and the loading options (dtype, device, precision, ...) belong to models this process loads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any, Callable, Sequence
 
 from ..decoding.results import GenerationResult
+from ..decoding.settings import Settings
 from ..decoding.stepwise import fixed_plan
-from ..errors import require
-from ..presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_VERIFIER
+from ..errors import ConfigError, require
+from ..presets import mode_k
 from ..prompts import math_messages
-from .pair import EnginePair, EngineSettings
+from ..verifiers.options import VerifierSettings, build_verifier
+from ..verifiers.registry import make_verifier
+from .pair import EnginePair
 from .planning import EnginePlanner, ameasured_planner
 
 ENGINE_MODES = ("auto", "lr", "ar")
+ENGINE_NAMES = ("template", "target_model", "draft_model")  # options that only an engine target takes
 
 
 def is_url(model: Any) -> bool:
     return isinstance(model, str) and model.startswith(("http://", "https://"))
 
 
-class EngineGenerator:
-    """Generation over a target engine and a draft engine (module docstring)."""
+def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:
+    """The verifier object for a run over engines: a judge over HTTP works; a verifier that reads the
+    target's weights (``target-score``) cannot, since an engine shares none."""
+    name = verifier.name if isinstance(verifier, VerifierSettings) else verifier if isinstance(verifier, str) else None
+    require(name is None or "target-score" not in name, "the target-score verifier reads the target's weights, "
+            "which an engine does not share: pick another verifier over engines")
+    if isinstance(verifier, str):
+        return make_verifier(verifier, **(verifier_kwargs or {}))
+    if isinstance(verifier, VerifierSettings):
+        return build_verifier(verifier)
+    return verifier
 
-    def __init__(self, target: str, draft: str | None = None, verifier: Any = DEFAULT_VERIFIER, *,
-                 settings: EngineSettings | None = None, **names: Any):
-        from ..verifiers.registry import make_verifier
 
-        self.pair = EnginePair(target, draft, settings=settings, target_model=names.get("target_model"),
-                               draft_model=names.get("draft_model"), template=names.get("template"))
-        self.verifier = make_verifier(verifier) if isinstance(verifier, str) else verifier
+class EngineRuntime:
+    """Target and draft endpoints, and mode ``auto``'s planner for them (measured on first use)."""
+
+    def __init__(self, target: str, draft: Any, settings: Settings, names: dict[str, Any]):
+        require(draft is None or is_url(draft), f"with an engine target the draft must be an engine URL too (or "
+                f"None, or draft_model= on the target's engine), got {type(draft).__name__} {draft!r}")
+        self.pair = EnginePair(target, draft, target_model=names.get("target_model"),
+                               draft_model=names.get("draft_model"), settings=settings, template=names.get("template"))
         self.planner: EnginePlanner | None = None
 
-    def _prompt(self, prompt: str | Sequence, raw: bool):
-        return prompt if raw or not isinstance(prompt, str) else math_messages(prompt)
-
-    def generate(self, prompt: str | Sequence, *, mode: str = "auto", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                 k: int = 2, schedule: str = "sync", raw: bool = False,
+    def generate(self, prompt: str | Sequence, mode: str, settings: Settings, verifier: Any, *,
+                 k: int | None = None, learn: bool = True, raw: bool = False,
                  on_text: Callable[[str], None] | None = None) -> GenerationResult:
-        """One answer in ``mode``; a question string is wrapped as a math problem unless ``raw``."""
-        require(mode in ENGINE_MODES, f"over engines the mode must be one of {', '.join(ENGINE_MODES)}, got {mode!r}")
-        messages = self._prompt(prompt, raw)
+        """One answer in ``mode`` with ``settings`` (a question string is wrapped as a math problem
+        unless ``raw``); ``k``: mode lr's drafted steps, mode auto's cap on them."""
+        require(mode in ENGINE_MODES, f"mode {mode} runs token-level SD in this process; over an engine the modes "
+                f"are {', '.join(ENGINE_MODES)} (for the engine's own token SD, start it with its SD and use ar)")
+        require(settings.gamma is None, "gamma is not used over engines (the engine drafts its own tokens, if "
+                                        "started with SD): leave it unset")
+        self.pair.use(settings)
+        messages = prompt if raw or not isinstance(prompt, str) else math_messages(prompt)
         if mode == "ar":
-            return self.pair.ar(messages, max_new_tokens, on_text)
+            return self.pair.ar(messages, settings.max_new_tokens, on_text)
         if mode == "lr":
-            return self.pair.lr(messages, self.verifier, fixed_plan(k, 1, schedule), max_new_tokens, on_text)
+            plan = fixed_plan(mode_k("lr", k), settings.width, settings.schedule)
+            return self.pair.lr(messages, verifier, plan, settings.max_new_tokens, on_text)
+        require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
+        planner = self._planner(messages, k, learn)
+        result = self.pair.lr(messages, verifier, planner, settings.max_new_tokens, on_text,
+                              planner.learn if learn else None)
+        result.mode = "engine-auto"
+        return result
+
+    def _planner(self, messages: Sequence, k: int | None, learn: bool) -> EnginePlanner:
+        """The pair's planner (measured once); a throwaway copy when nothing is to be learned or when
+        ``k`` caps the drafted steps differently from the planner's own."""
+
         if self.planner is None:
             self.planner = asyncio.run(ameasured_planner(self.pair.target, self.pair.draft,
                                                          self.pair.prompt_ids(messages)))
-        result = self.pair.lr(messages, self.verifier, self.planner, max_new_tokens, on_text, self.planner.learn)
-        result.mode = "engine-auto"
-        return result
+        if k is None and learn:
+            return self.planner
+        planner = copy.deepcopy(self.planner)
+        if k is not None:
+            require(isinstance(k, int) and not isinstance(k, bool) and k >= 0,
+                    f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {k!r}")
+            planner.max_k = k
+        return planner
+
+    def warm(self) -> None:
+        self.pair.warm()
 
     def close(self) -> None:
         self.pair.close()
 
 
-__all__ = ["ENGINE_MODES", "EngineGenerator", "is_url"]
+def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
+    """ConfigError naming the loading options given with an engine target (the engine loads its models)."""
+    given = sorted(name for name, value in options.items() if value is not None)
+    if precision is not None:
+        given.append("precision")
+    if given:
+        raise ConfigError(f"{', '.join(given)}: loading options apply to models this process loads; an engine "
+                          f"target loads its own (set them where the engine starts)")
+
+
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "EngineRuntime", "engine_verifier", "is_url", "refuse_local_options"]

@@ -18,39 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..decoding.results import GenerationResult
-from ..decoding.steps import StepConfig, closing
+from ..decoding.settings import Settings
+from ..decoding.steps import closing
 from ..decoding.stepwise import Planner, agenerate_stepwise, fixed_plan
 from ..errors import EngineError, PromptError, require
-from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
-from ..sampling import SamplingConfig
+from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from .client import Endpoint, EngineClient, Sampling
 from .steps import EngineSteps, check_same_tokenizer
 
 Messages = Sequence[dict[str, str]]
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the pair talks to its engines and cuts steps (one place for the engine-side defaults)."""
-
-    steps: StepConfig = StepConfig()
-    sampling: SamplingConfig = SamplingConfig()
-    seed: int | None = 0
-    timeout_s: float = 300.0
-    retries: int = 2
-    alt_temperature: float = ALT_TEMPERATURE
-
-
 class EnginePair:
-    """Target and draft step writers over engines (module docstring)."""
+    """Target and draft step writers over engines (module docstring). Of ``settings`` (the library's one
+    :class:`~..decoding.settings.Settings`) it reads the steps, the sampling, the seed, ``alt_temperature``
+    and the requests' ``timeout_s`` and ``retries``."""
 
     def __init__(self, target_url: str, draft_url: str | None = None, *, target_model: str | None = None,
-                 draft_model: str | None = None, settings: EngineSettings | None = None, template: Any = None):
-        self.settings = settings or EngineSettings()
+                 draft_model: str | None = None, settings: Settings | None = None, template: Any = None):
+        self.settings = settings or Settings()
         s = self.settings
 
         def steps_at(url: str, model: str | None) -> EngineSteps:
@@ -62,6 +51,18 @@ class EnginePair:
         self.draft = steps_at(draft_url or target_url, draft_model) if has_draft else None
         self.template = template
         self.check()
+
+    def use(self, settings: Settings) -> None:
+        """Run the next requests with ``settings``' steps, sampling, seed and ``alt_temperature``; the
+        connections' ``timeout_s`` and ``retries`` were fixed when the pair connected."""
+        require(settings.timeout_s == self.settings.timeout_s and settings.retries == self.settings.retries,
+                "timeout_s and retries are fixed when the generator connects to its engines: give them to the "
+                "constructor, not to one call")
+        self.settings = settings
+        for steps in (self.target, self.draft):
+            if steps is not None:
+                steps.steps, steps.sampling = settings.steps, settings.sampling
+                steps.seed, steps.alt_temperature = settings.seed, settings.alt_temperature
 
     def check(self) -> None:
         """EngineError unless every endpoint answers; TokenizerMismatchError unless they share a tokenizer."""
@@ -139,12 +140,12 @@ class EnginePair:
 
     async def alr(self, prompt: str | Messages | Sequence[int], verifier, planner: Planner | None = None,
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
-        """Lookahead Reasoning over the engines, for asyncio (default plan: sync, k = 2); the caller that
+        """Lookahead Reasoning over the engines, for asyncio (default plan: sync, mode lr's k); the caller that
         runs the event loop closes the pair's connections on it (other runs may share them)."""
         require(self.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
                 EngineError)
         ids = self.prompt_ids(prompt)
-        result = await agenerate_stepwise(self.target, self.draft, ids, verifier, planner or fixed_plan(2),
+        result = await agenerate_stepwise(self.target, self.draft, ids, verifier, planner or fixed_plan(mode_k("lr")),
                                           max_new_tokens, on_cycle)
         result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
         result.mode = "engine-lr"
@@ -175,4 +176,4 @@ class EnginePair:
                 await steps.aclose()
 
 
-__all__ = ["EnginePair", "EngineSettings"]
+__all__ = ["EnginePair"]

@@ -49,9 +49,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..decoding.results import CycleTrace, PlanNote
 from ..decoding.plan import CyclePlan
+from ..decoding.results import CycleTrace, PlanNote
 from ..errors import ConfigError, require
+from ..presets import PRESETS
 from .client import Sampling
 from .steps import EngineSteps
 
@@ -243,7 +244,7 @@ class EnginePlanner:
 
     costs: EngineCosts
     rates: StepRates = field(default_factory=StepRates)
-    max_k: int = 3
+    max_k: int = PRESETS["auto"].k  # the most drafted steps a plan may use (mode auto's preset)
     schedules: tuple[str, ...] = ("sync", "async")
     chunk: int = 256  # tokens of plain decoding one standing-aside request writes (0: never chunk)
     calibration: dict[str, list[float]] = field(default_factory=dict)  # plan kind -> [realised s, predicted s]
