@@ -8,9 +8,11 @@ of ``auto`` at the same time each plan with their own planner, sharing what they
 from __future__ import annotations
 
 import json
+import time
 
 from lookahead_reasoning.decoding.plan import CyclePlan
 from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.engines.pair import EnginePair
 from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
 
@@ -75,6 +77,34 @@ def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
         # none pays its prefill in the timed run (the first mode on a problem did, and ran slower)
         assert target.requests[1]["prompt"] == target.requests[2]["prompt"] != target.requests[0]["prompt"]
     assert json.loads(out.read_text())["mode"] == "ar"
+
+
+def test_a_batch_warms_every_run_before_it_times_any(tmp_path, monkeypatch):
+    """At concurrency C, a run that warms its endpoints while another run of its batch decodes slows
+    that one on a shared CPU (auto warms the draft too, ar does not: under load auto lost 23-33% of
+    ar's throughput that way). Here problem B's requests are slow: its warm-up must still end before
+    problem A's timed request starts."""
+    data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
+    events: list[tuple[str, float]] = []
+    warm, ar = EnginePair.warm, EnginePair.ar
+
+    def timed_warm(self, *args, **kwargs):
+        warm(self, *args, **kwargs)
+        events.append(("warmed", time.perf_counter()))
+
+    def timed_ar(self, *args, **kwargs):
+        events.append(("timed", time.perf_counter()))
+        return ar(self, *args, **kwargs)
+
+    monkeypatch.setattr(EnginePair, "warm", timed_warm)
+    monkeypatch.setattr(EnginePair, "ar", timed_ar)
+    with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 0.5}) as target:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+                                     max_new_tokens=16), progress=False)
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["warmed", "warmed", "warmed", "timed", "timed"], kinds  # the bench's, then A's and B's
+    assert len(out.read_text().splitlines()) == 2
 
 
 def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():

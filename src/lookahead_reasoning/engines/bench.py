@@ -102,6 +102,16 @@ class EngineBench:
         require(isinstance(self.window, int) and self.window >= 0, f"window must be an integer >= 0, got {self.window!r}")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One (problem, mode) ready to be timed: the pair it runs on and the prompt's ids."""
+
+    problem: Problem
+    mode: str
+    pair: EnginePair
+    ids: list[int]
+
+
 class EngineRunner:
     """The pairs a benchmark's modes need, the planner ``auto`` keeps across problems, one run each."""
 
@@ -131,16 +141,22 @@ class EngineRunner:
                 self.planner = await ameasured_planner(pair.target, pair.draft, prompt)
         return self.planner
 
-    async def run(self, problem: Problem, mode: str) -> tuple[GenerationResult, dict[str, Any]]:
-        """One (problem, mode): the result and what its record adds (``plans`` of ``auto``; with a
-        ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
-        base, k, schedule = parse_engine_mode(mode)
-        n, window = self.bench.max_new_tokens, self.bench.window
+    async def prepare(self, problem: Problem, mode: str) -> Prepared:
+        """What one (problem, mode) needs before its timed part: the prompt's ids (tokenized once, for
+        every request) and its endpoints hot with the prompt cached (every mode then finds it so)."""
+        base, _, _ = parse_engine_mode(mode)
         plain = base in ("ar", "sd", "ngram")
         pair = self.pairs[("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")]
-        ids = await asyncio.to_thread(pair.prompt_ids, math_messages(problem.question))  # once, for every request
-        await asyncio.to_thread(pair.warm, 4, not plain, ids)  # hot, and the prompt cached, for every mode
-        if plain:
+        ids = await asyncio.to_thread(pair.prompt_ids, math_messages(problem.question))
+        await asyncio.to_thread(pair.warm, 4, not plain, ids)
+        return Prepared(problem, mode, pair, ids)
+
+    async def run(self, ready: Prepared) -> tuple[GenerationResult, dict[str, Any]]:
+        """The timed part of one prepared (problem, mode): the result and what its record adds
+        (``plans`` of ``auto``; with a ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
+        base, k, schedule = parse_engine_mode(ready.mode)
+        n, window, pair, ids = self.bench.max_new_tokens, self.bench.window, ready.pair, ready.ids
+        if base in ("ar", "sd", "ngram"):
             if window:
                 result, timeline = await asyncio.to_thread(pair.ar_windows, ids, n, window)
                 return result, {"timeline": timeline}
@@ -206,8 +222,12 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     bar = tqdm(total=len(order), disable=not progress, desc="engine bench")
     try:
         for batch in _batches(order, bench.concurrency):
+            # every run of the batch is tokenized and warmed before any is timed: a run warming its
+            # endpoints while another decodes would slow that one (on a shared CPU, by far more than
+            # the warm-up's own cost) and charge the batch for it
+            ready = [await runner.prepare(p, m) for p, m in batch]
             began = time.perf_counter()
-            results = await asyncio.gather(*(runner.run(p, m) for p, m in batch))
+            results = await asyncio.gather(*(runner.run(r) for r in ready))
             batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
             tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
             for (problem, mode), (result, extra) in zip(batch, results):
