@@ -4,7 +4,7 @@ tokens after a shared, cached prefix, and the draft's T_d(n).
     .venv/bin/python benchmarks/engine_costs.py --out benchmarks/results/engine-costs-avx512-cpu.json
 
 The same measurement mode ``auto`` makes before its first cycle over an engine
-(:func:`lookahead_reasoning.engines.planning.ameasure`), over more rows and lengths: R = 1..--rows,
+(:func:`lookahead_reasoning.planning.engine.ameasure`), over more rows and lengths: R = 1..--rows,
 n in --lengths, the median of --repeats tries per point, after a GSM8K prompt. Writes the points
 (``EngineCosts.to_json``) with the fitted ``a_R + b_R n`` and the batch cost ratio
 beta(R) = b_R / b_1 (what one more row costs per token), and prints the table. Notebook 07 reads it.
@@ -38,8 +38,8 @@ def cpu_flags() -> list[str]:
 def main() -> int:
     from engine_run import servers
 
-    from lookahead_reasoning.engines.pair import EnginePair
-    from lookahead_reasoning.engines.planning import ameasure
+    from lookahead_reasoning.runtime.engine.pair import EnginePair
+    from lookahead_reasoning.planning.engine import ameasure
     from lookahead_reasoning.prompts import math_messages
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

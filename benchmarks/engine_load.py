@@ -52,7 +52,7 @@ def table(out: str, levels: list[int], modes: list[str]) -> str:
 def main() -> int:
     from engine_run import servers
 
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="results prefix: <out>-c<C>.jsonl per C, <out>.md the table")

@@ -98,7 +98,7 @@ def main() -> int:
     from engine_run import servers
 
     from lookahead_reasoning.bench.results import read_records
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)

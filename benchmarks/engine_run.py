@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @contextlib.contextmanager
 def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192, spec_max: int = 8):
     """The llama.cpp servers ``modes`` need, started on loopback and stopped on exit: role -> URL."""
-    from lookahead_reasoning.engines.bench import parse_engine_mode
-    from lookahead_reasoning.engines.llamacpp import LlamaServer, ServerConfig
+    from lookahead_reasoning.bench.engine import parse_engine_mode
+    from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
 
     bases = {parse_engine_mode(m)[0] for m in modes.split(",")}
     common = dict(parallel=parallel, context=context, threads=threads)
@@ -41,7 +41,7 @@ def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192
 
 
 def main() -> int:
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
     from lookahead_reasoning import Settings
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.theory import (
-    StepModel, TokenModel, drafted_pmf, expected_accepted, expected_tokens, f_sync_batched, f_sync_costed,
-    h_combined, lr_cycle, predict, sd_rate, simulate_costed_lr, simulate_costed_sd, simulate_lr_sd, step_cycle,
+    CostedPlay, LRSDPlay, StepModel, TokenModel, drafted_pmf, expected_accepted, expected_tokens, f_sync_batched,
+    f_sync_costed, h_combined, lr_cycle, predict, sd_rate, simulate_costed_lr, simulate_costed_sd, simulate_lr_sd,
+    step_cycle,
 )
 from lookahead_reasoning.theory.costed import iteration_seconds, max_pmf
 
@@ -42,7 +43,7 @@ def test_lr_cycle_with_plain_rows_matches_its_simulation(k, alpha1, lt, head, ld
     step = StepModel(alpha1, lt, ld, min(head, ld, lt), 0.01)
     step = StepModel(alpha1, lt, ld, float(int(step.head_tokens)), 0.01)
     closed = lr_cycle(k, 0, step, TokenModel.plain(0.7), target, draft).rate
-    sim = simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft, cycles=4000, seed=2)
+    sim = simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft, CostedPlay(cycles=4000, seed=2))
     assert sim.agrees(closed), (sim, closed)
 
 
@@ -51,7 +52,7 @@ def test_sd_inside_rows_makes_the_batch_wait_for_its_slowest_row():
     target, draft = linear_costs(0.3, 0.35, 0.05), linear_costs(0.04, 0.1, 0.3)
     step, token = StepModel(0.5, 40, 38, 12, 0.02), TokenModel(0.8, 0.85, 0.4)
     closed = lr_cycle(2, 6, step, token, target, draft).rate
-    sim = simulate_costed_lr(2, 6, step, token, target, draft, cycles=3000, seed=3)
+    sim = simulate_costed_lr(2, 6, step, token, target, draft, CostedPlay(cycles=3000, seed=3))
     assert sim.speedup < closed and sim.speedup > 0.85 * closed
 
 
@@ -121,11 +122,11 @@ def test_one_row_is_no_batch():
 def test_lr_sd_simulation_plays_the_joint_process():
     """h = f g assumes every row of a batch takes the mean step time; the joint process pays for the
     slowest row (and for the tokens an iteration writes past a step's end)."""
-    joint = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=20_000, seed=5)
+    joint = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, LRSDPlay(mode="sync", cycles=20_000, seed=5))
     assert joint.speedup < 0.97 * h_combined(3, 5, 0.6, 0.2, 0.7, 0.1, "sync")
-    plain = simulate_lr_sd(1, 1, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=2_000, seed=5)
+    plain = simulate_lr_sd(1, 1, 0.6, 0.2, 0.7, 0.1, LRSDPlay(mode="sync", cycles=2_000, seed=5))
     assert plain.speedup == pytest.approx(1.0)
-    composed = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=20_000, seed=5, step_tokens=None)
+    composed = simulate_lr_sd(3, 5, 0.6, 0.2, 0.7, 0.1, LRSDPlay(mode="sync", cycles=20_000, seed=5, step_tokens=None))
     assert composed.agrees(h_combined(3, 5, 0.6, 0.2, 0.7, 0.1, "sync"))
 
 

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.cycle import ToolOptions, make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome,
                                                    make_drafter)
 from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats
 from lookahead_reasoning.decoding.session import Session
-from lookahead_reasoning.decoding.settings import Settings, TokenSD
+from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
 from lookahead_reasoning.sampling import SamplingConfig, make_generator
 from lookahead_reasoning.stopping import StopChecker, StopCondition
@@ -133,7 +133,7 @@ def test_lr_rows_teach_the_learners_given_to_the_tools_in_row_order():
     settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
     learner, stats = Recorder(), LRStats(k=2)
     tools = make_tools(target, draft, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats,
-                       confidence=True, learners=[learner])
+                       options=ToolOptions(confidence=True, learners=[learner]))
     result = run_lr(start_state(target, draft, prompt, None, settings.max_new_tokens), tools, FixedK(2), stats)
     assert learner.calls == stats.target_sd.log and len(learner.calls) > len(result.stats.cycles)
     assert all(entry[3] is not None for entry in learner.calls)  # the confidences the tools asked for

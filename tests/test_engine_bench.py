@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import time
 
-from lookahead_reasoning.decoding.plan import CyclePlan
-from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
-from lookahead_reasoning.engines.pair import EnginePair
-from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner
-from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
-
 from test_engine_client import FakeEngine
+
+from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.engines import runs
+from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner
+from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
+from lookahead_reasoning.runtime.engine.pair import EnginePair
 
 
 def _problems(tmp_path, n: int):
@@ -87,18 +88,18 @@ def test_a_batch_warms_every_run_before_it_times_any(tmp_path, monkeypatch):
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
     data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
     events: list[tuple[str, float]] = []
-    warm, ar = EnginePair.warm, EnginePair.ar
+    warm, ar = EnginePair.warm, runs.ar
 
     def timed_warm(self, *args, **kwargs):
         warm(self, *args, **kwargs)
         events.append(("warmed", time.perf_counter()))
 
-    def timed_ar(self, *args, **kwargs):
+    def timed_ar(*args, **kwargs):
         events.append(("timed", time.perf_counter()))
-        return ar(self, *args, **kwargs)
+        return ar(*args, **kwargs)
 
     monkeypatch.setattr(EnginePair, "warm", timed_warm)
-    monkeypatch.setattr(EnginePair, "ar", timed_ar)
+    monkeypatch.setattr(runs, "ar", timed_ar)
     with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 0.5}) as target:
         run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
                                      max_new_tokens=16), progress=False)
@@ -121,7 +122,7 @@ def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():
 def test_every_mode_follows_different_modes_across_problems():
     from collections import defaultdict
 
-    from lookahead_reasoning.engines.bench import mode_order
+    from lookahead_reasoning.bench.engine import mode_order
 
     modes = ("ar", "sd", "ngram", "lr@k2", "lr-sd@k2", "auto")
     before, first = defaultdict(set), set()

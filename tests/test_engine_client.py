@@ -15,15 +15,20 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from lookahead_reasoning.decoding.steps import StepConfig
-from lookahead_reasoning.decoding.stepwise import StepRequest
-from lookahead_reasoning.engines.client import Endpoint, EngineClient, parse_completion, request_body, Sampling
-from lookahead_reasoning.engines.llamacpp import free_port
-from lookahead_reasoning.engines.pair import EnginePair
-from lookahead_reasoning.engines.steps import EngineSteps
-from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismatchError
 from conftest import tiny_lm
+
+from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismatchError
+from lookahead_reasoning.runtime.engine.client import (
+    Endpoint,
+    EngineClient,
+    Sampling,
+    parse_completion,
+    request_body,
+)
+from lookahead_reasoning.runtime.engine.llamacpp import free_port
+from lookahead_reasoning.runtime.engine.pair import EnginePair
+from lookahead_reasoning.runtime.engine.steps import EngineSteps
+from lookahead_reasoning.steps import StepConfig, StepRequest
 
 
 class FakeEngine:
@@ -189,7 +194,7 @@ def test_a_draft_with_another_tokenizer_is_refused():
         probe = "x"
         target.tokens[probe] = [1, 2]
         draft.tokens[probe] = [1, 3]
-        from lookahead_reasoning.engines.steps import check_same_tokenizer
+        from lookahead_reasoning.runtime.engine.steps import check_same_tokenizer
         with pytest.raises(TokenizerMismatchError, match="tokenize text differently"):
             check_same_tokenizer(EngineSteps(_client(target.url)), EngineSteps(_client(draft.url)), probe)
 
@@ -215,7 +220,11 @@ def test_openai_completion_logprobs_are_read():
 def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_path):
     """The engine fails on the third problem: the two finished records stay on disk, the error names
     the endpoint, and a second run does only what is missing."""
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import (
+        EngineBench,
+        EngineURLs,
+        run_engine_bench,
+    )
 
     data = tmp_path / "problems.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
@@ -238,7 +247,11 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
 
 
 def test_engine_bench_modes_and_urls_are_checked(tmp_path):
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, parse_engine_mode
+    from lookahead_reasoning.bench.engine import (
+        EngineBench,
+        EngineURLs,
+        parse_engine_mode,
+    )
 
     assert parse_engine_mode("lr@k3-async") == ("lr", 3, "async")
     assert parse_engine_mode("auto") == ("auto", None, "sync")
@@ -321,7 +334,11 @@ def test_command_line_runs_lr_over_an_engine(capsys):
 
 
 def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_path):
-    from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import (
+        EngineBench,
+        EngineURLs,
+        run_engine_bench,
+    )
 
     data = tmp_path / "problems.jsonl"
     data.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "#### 2"}) + "\n")
@@ -336,8 +353,8 @@ def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_
 def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
     """Runs on one event loop share its connections: a run that ends must not close them under another
     run's request (that request then failed and went out again from scratch: the engine wrote it twice)."""
-    from lookahead_reasoning.decoding.plan import CyclePlan
     from lookahead_reasoning.decoding.stepwise import agenerate_stepwise
+    from lookahead_reasoning.plan import CyclePlan
     from lookahead_reasoning.verifiers.registry import make_verifier
 
     def chunks(generated, at_boundary):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lookahead_reasoning.cli import main
-from lookahead_reasoning.engines.llamacpp import free_port
+from lookahead_reasoning.runtime.engine.llamacpp import free_port
 
 from test_engine_client import FakeEngine
 

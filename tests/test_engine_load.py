@@ -12,11 +12,11 @@ import json
 
 import pytest
 
-from lookahead_reasoning.decoding.plan import CyclePlan
-from lookahead_reasoning.engines import bench as engine_bench
-from lookahead_reasoning.engines.bench import EngineBench, EngineURLs, run_engine_bench
-from lookahead_reasoning.engines.client import Endpoint, EngineClient
-from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner, StepRates, price
+from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.bench import engine as engine_bench
+from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
+from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner, StepRates, price
 from lookahead_reasoning.errors import EngineError
 
 from test_engine_client import FakeEngine
@@ -139,7 +139,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
 
 
 def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
-    from lookahead_reasoning.engines import planning
+    from lookahead_reasoning.planning import engine as planning
 
     tries = iter([0.26, 1.70, 0.27])  # one try of (1 row, 8 tokens) meets a passing load
 
@@ -161,7 +161,7 @@ def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
 
 
 def test_engine_costs_survive_a_round_trip_through_json():
-    from lookahead_reasoning.engines.planning import ConfigError
+    from lookahead_reasoning.planning.engine import ConfigError
 
     costs = budget_costs()
     again = EngineCosts.from_json(json.loads(json.dumps(costs.to_json())))
@@ -176,7 +176,7 @@ def test_engine_costs_survive_a_round_trip_through_json():
 
 def _chunk_trace(ids: int, wall_s: float, end: str = "eos"):
     from lookahead_reasoning.decoding.results import CycleTrace
-    from lookahead_reasoning.decoding.steps import Step
+    from lookahead_reasoning.steps import Step
 
     return CycleTrace([], [Step(list(range(ids)), "x" * ids, end)], [], 0, True, 0.0, wall_s, 0.0, 1,
                       tokens=ids, wall_s=wall_s)
@@ -213,7 +213,7 @@ def test_chunks_teach_the_step_rates_nothing():
 def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
     """The overlap ``ameasure`` finds (a draft and a target request at once, over the dearer alone)
     multiplies the async price: where the two servers fight for one CPU's cores, async LR must not win."""
-    from lookahead_reasoning.engines import planning
+    from lookahead_reasoning.planning import engine as planning
 
     costs, rates = budget_costs(), StepRates(accepted=9, rejected=1)
     planner = EnginePlanner(costs, rates)

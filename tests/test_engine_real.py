@@ -15,14 +15,14 @@ import re
 import threading
 
 import pytest
+from conftest import USER_CACHE
 
 from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.decoding.stepwise import fixed_plan
+from lookahead_reasoning.engines import runs
 from lookahead_reasoning.errors import EngineError
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.verifiers.registry import make_verifier
-
-from conftest import USER_CACHE
 
 pytestmark = [pytest.mark.engine, pytest.mark.real]
 
@@ -32,7 +32,7 @@ GSM8K = "../shared/data/gsm8k/train.jsonl"
 
 
 def _binary():
-    from lookahead_reasoning.engines.build import build_dir
+    from lookahead_reasoning.runtime.engine.build import build_dir
 
     binary = build_dir(USER_CACHE) / "bin" / "llama-server"
     if not binary.is_file():
@@ -41,8 +41,8 @@ def _binary():
 
 
 def _server(model: str):
-    from lookahead_reasoning.engines.llamacpp import LlamaServer, ServerConfig
     from lookahead_reasoning.models.offline import offline_spec
+    from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
 
     _binary()
     spec = offline_spec(model)
@@ -54,7 +54,7 @@ def _server(model: str):
 
 @pytest.fixture(scope="module")
 def pair():
-    from lookahead_reasoning.engines.pair import EnginePair
+    from lookahead_reasoning.runtime.engine.pair import EnginePair
 
     with _server("qwen2.5-coder-1.5b") as target, _server("qwen2.5-coder-0.5b") as draft:
         engines = EnginePair(target.url, draft.url)
@@ -109,7 +109,7 @@ def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
     for problem in problems:
         messages = math_messages(problem.question)
         reference, logprobs = _engine_greedy(pair, messages)
-        lr = pair.lr(messages, exact, fixed_plan(2), TOKENS)
+        lr = runs.lr(pair, messages, exact, fixed_plan(2), TOKENS)
         assert_engine_text(lr.token_ids, reference, logprobs)
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
 
@@ -117,7 +117,7 @@ def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
 def test_plain_decoding_in_windows_writes_the_engines_greedy_text(pair, problems):
     messages = math_messages(problems[2].question)
     reference, logprobs = _engine_greedy(pair, messages)
-    result, timeline = pair.ar_windows(messages, TOKENS, 32)
+    result, timeline = runs.ar_windows(pair, messages, TOKENS, 32)
     assert_engine_text(result.token_ids, reference, logprobs)
     assert [t for t, _ in timeline] == [min(32 * (i + 1), len(result.token_ids)) for i in range(len(timeline))]
 
@@ -126,8 +126,8 @@ def test_async_and_sync_schedules_agree(pair, problems):
     exact = make_verifier("exact")
     messages = math_messages(problems[0].question)
     reference, logprobs = _engine_greedy(pair, messages)
-    sync = pair.lr(messages, exact, fixed_plan(2, 1, "sync"), TOKENS)
-    asyn = pair.lr(messages, exact, fixed_plan(2, 1, "async"), TOKENS)
+    sync = runs.lr(pair, messages, exact, fixed_plan(2, 1, "sync"), TOKENS)
+    asyn = runs.lr(pair, messages, exact, fixed_plan(2, 1, "async"), TOKENS)
     assert_engine_text(asyn.token_ids, reference, logprobs)
     assert_engine_text(sync.token_ids, reference, logprobs)
     assert any(c.target_rows > 1 for c in asyn.stats.cycles)
@@ -136,14 +136,14 @@ def test_async_and_sync_schedules_agree(pair, problems):
 def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
     import asyncio
 
-    from lookahead_reasoning.engines.planning import EnginePlanner, ameasure
+    from lookahead_reasoning.planning.engine import EnginePlanner, ameasure
 
     messages = math_messages(problems[1].question)
     prompt = pair.prompt_ids(messages)
     costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
     assert costs.target_s(3, 40) > costs.target_s(1, 40) > costs.target_s(1, 8) > 0
     planner = EnginePlanner(costs, max_k=2)
-    auto = asyncio.run(pair.alr(messages, make_verifier("exact"), planner, TOKENS, planner.learn))
+    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS, planner.learn))
     reference, logprobs = _engine_greedy(pair, messages)
     assert_engine_text(auto.token_ids, reference, logprobs)
     assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles)
@@ -153,7 +153,7 @@ def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
 def test_a_server_killed_mid_run_is_a_clear_error(problems):
     """Kill the target's server after the first cycle: the run ends at once with an EngineError
     naming the endpoint, not a hang and not a traceback from deep inside."""
-    from lookahead_reasoning.engines.pair import EnginePair
+    from lookahead_reasoning.runtime.engine.pair import EnginePair
 
     with _server("qwen2.5-coder-0.5b") as server:
         pair = EnginePair(server.url, server.url)
@@ -167,6 +167,6 @@ def test_a_server_killed_mid_run_is_a_clear_error(problems):
         import asyncio
 
         with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
-            asyncio.run(pair.alr(math_messages(problems[0].question), make_verifier("exact"), fixed_plan(1), TOKENS,
+            asyncio.run(runs.alr(pair, math_messages(problems[0].question), make_verifier("exact"), fixed_plan(1), TOKENS,
                                  kill_after_first))
         assert killed.is_set()

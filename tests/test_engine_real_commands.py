@@ -27,7 +27,7 @@ OFFSET = 400
 
 
 def test_pairs_and_generate_over_a_real_engine_write_its_greedy_text(tmp_path, capsys):
-    from lookahead_reasoning.engines.pair import EnginePair
+    from lookahead_reasoning.runtime.engine.pair import EnginePair
 
     if not Path(GSM8K).is_file():
         pytest.skip(f"no GSM8K file at {GSM8K}")

@@ -19,8 +19,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from lookahead_reasoning.errors import ConfigError, VerifierError
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import tiny_model
-from lookahead_reasoning.verifiers import (ALIGNED_QUESTION, CascadeVerifier, LLMJudgeVerifier, OpenAIJudgeVerifier,
-                                           TargetScoreVerifier, judge_question, make_verifier, paper_judge)
+from lookahead_reasoning.verifiers import (ALIGNED_QUESTION, CascadeVerifier, JudgeOptions, LLMJudgeVerifier,
+                                           OpenAIJudgeVerifier, TargetScoreVerifier, judge_question, make_verifier,
+                                           paper_judge)
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -271,10 +272,11 @@ def test_http_judge_equals_the_local_judge_on_the_same_model(model_server):
     """Same model, same prompt text: the server's answer read over HTTP gives the local judge's score."""
     url, server, lm = model_server
     pairs = [(STEPS[i], STEPS[j]) for i, j in [(0, 1), (2, 3), (4, 5), (1, 4)]]
-    scores = sorted(v.score for v in LLMJudgeVerifier(lm, min_mass=0.0).verify(pairs))
+    scores = sorted(v.score for v in LLMJudgeVerifier(lm, JudgeOptions(min_mass=0.0)).verify(pairs))
     middle = (scores[1] + scores[2]) / 2  # a threshold that accepts two pairs and rejects two
-    local = LLMJudgeVerifier(lm, min_mass=0.0, threshold=middle).verify(pairs)
-    remote = OpenAIJudgeVerifier(url, None, format_prompt=lm.chat_prompt, min_mass=0.0, threshold=middle)
+    options = JudgeOptions(min_mass=0.0, threshold=middle)
+    local = LLMJudgeVerifier(lm, options).verify(pairs)
+    remote = OpenAIJudgeVerifier(url, None, options, format_prompt=lm.chat_prompt)
     got = remote.verify(pairs)
     assert [g.score for g in got] == pytest.approx([g.score for g in local], abs=1e-5)
     assert [g.accepted for g in got] == [g.accepted for g in local] and sum(g.accepted for g in got) == 2

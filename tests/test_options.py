@@ -7,7 +7,7 @@ import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.cli import build_parser
-from lookahead_reasoning.decoding.steps import StepConfig
+from lookahead_reasoning.steps import StepConfig
 from lookahead_reasoning.options import GeneratorSpec, decoding_settings, generator_spec
 from lookahead_reasoning.presets import LR_SD_TOKEN_SD
 from lookahead_reasoning.sampling import SamplingConfig

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.lm import ForwardTiming
-from lookahead_reasoning.decoding.plan import CyclePlan
+from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
                                           load_or_profile)
 from lookahead_reasoning.planning import costs as costs_mod

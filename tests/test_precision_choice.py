@@ -1,6 +1,6 @@
 """Which precision runs where, decided from the CPU's instruction flags, and said before any model loads.
 
-The flags are faked at the one place they are read (``runtime.hardware.cpu_flags``): every answer that
+The flags are faked at the one place they are read (``hardware.cpu_flags``): every answer that
 depends on them (native bf16, int8 dot products, the precision ``auto`` picks, the warning for
 ``w8a8``) must follow that one fake.
 """
@@ -15,7 +15,7 @@ import lookahead_reasoning.precision as precision
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.models import placement
 from lookahead_reasoning.precision import precision_warning, resolve_precision
-from lookahead_reasoning.runtime import hardware
+from lookahead_reasoning import hardware
 
 AVX2_ONLY = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"}  # an AVX2 EPYC: no VNNI, no AMX, no AVX512
 AVX512_VNNI = AVX2_ONLY | {"avx512f", "avx512_vnni", "avx512_bf16"}

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig, TokenizerMismatchError
+from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, StepConfig, TokenizerMismatchError
 from lookahead_reasoning.decoding import generate, generate_lr_reference
-from lookahead_reasoning.decoding.reference import lr_cycle_reference
+from lookahead_reasoning.decoding.reference import LocalSteps, lr_cycle_reference
 from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.testing import perturbed_copy
 
@@ -46,8 +46,8 @@ def _both(draft_name: str, rule, prompt, k: int, cap: int = 30, max_new_tokens: 
     """(reference result, optimised result, the verifiers they used) for one setting."""
     steps = _steps(tuple(prompt), cap)
     ref_verifier, opt_verifier = ScriptedVerifier(rule), ScriptedVerifier(rule)
-    ref = generate_lr_reference(TARGET, DRAFTS[draft_name](), prompt, ref_verifier, k=k, steps=steps,
-                                max_new_tokens=max_new_tokens)
+    ref = generate_lr_reference(TARGET, DRAFTS[draft_name](), prompt, ref_verifier,
+                                Settings(k=k, steps=steps, max_new_tokens=max_new_tokens))
     gen = LookaheadGenerator(target=TARGET, draft=DRAFTS[draft_name](), verifier=opt_verifier, k=k, steps=steps,
                              mode="lr")
     return ref, gen.generate(prompt, max_new_tokens=max_new_tokens), ref_verifier, opt_verifier
@@ -112,7 +112,7 @@ def test_eos_inside_an_accepted_step_ends_the_reference_there():
     target, draft = tiny_lm(0, eos_id=eos), tiny_lm(0, eos_id=eos)
     steps = StepConfig((frequent_char(TARGET, prompt),), 5)
     ar = generate(target, prompt, max_new_tokens=40)
-    ref = generate_lr_reference(target, draft, prompt, exact(), k=4, steps=steps, max_new_tokens=40)
+    ref = generate_lr_reference(target, draft, prompt, exact(), Settings(k=4, steps=steps, max_new_tokens=40))
     assert ar.stop_reason == "eos" and ref.token_ids == ar.token_ids and ref.stop_reason == "eos"
     assert ref.stats.accepted_steps > 0
 
@@ -120,8 +120,8 @@ def test_eos_inside_an_accepted_step_ends_the_reference_there():
 @pytest.mark.parametrize("budget", [0, 1, 7, 23])
 def test_reference_budget_is_exact(budget):
     prompt = [1, 2, 3]
-    ref = generate_lr_reference(TARGET, tiny_lm(0), prompt, exact(), k=2, steps=_steps((1, 2, 3), 10),
-                                max_new_tokens=budget)
+    ref = generate_lr_reference(TARGET, tiny_lm(0), prompt, exact(),
+                                Settings(k=2, steps=_steps((1, 2, 3), 10), max_new_tokens=budget))
     assert ref.token_ids == generate(TARGET, prompt, max_new_tokens=budget).token_ids
     assert len(ref.token_ids) == budget and ref.stop_reason == "budget"
 
@@ -132,7 +132,8 @@ def test_one_cycle_keeps_drafts_up_to_the_first_rejection_then_the_targets_step(
     prompt, steps = [40, 41], _steps((40, 41), 40)
     answers = iter([True, False])
     verifier = ScriptedVerifier(lambda d, t: next(answers))
-    cycle = lr_cycle_reference(TARGET, DRAFTS["close"](), prompt, verifier, k=3, steps=steps, budget=80)
+    cycle = lr_cycle_reference(LocalSteps(TARGET, steps), LocalSteps(DRAFTS["close"](), steps), prompt, verifier, k=3,
+                               budget=80)
     assert len(cycle.drafted) == 3 and all(s.boundary for s in cycle.drafted)
     assert cycle.target_rows == 4 and [v.accepted for v in cycle.verdicts] == [True, False]
     assert cycle.accepted == 1 and cycle.appended_target_step
@@ -144,16 +145,18 @@ def test_one_cycle_keeps_drafts_up_to_the_first_rejection_then_the_targets_step(
 
 def test_sampled_reference_is_reproducible_and_seed_dependent():
     prompt = [9, 8, 7, 6]
-    run = functools.partial(generate_lr_reference, TARGET, tiny_lm(1), prompt, exact(), k=2,
-                            steps=_steps((9, 8, 7, 6), 10), max_new_tokens=30, sampling=SamplingConfig(temperature=1.0))
-    assert run(seed=3).token_ids == run(seed=3).token_ids != run(seed=4).token_ids
+    sampled = Settings(k=2, steps=_steps((9, 8, 7, 6), 10), max_new_tokens=30, sampling=SamplingConfig(temperature=1.0))
+
+    def run(seed: int):
+        return generate_lr_reference(TARGET, tiny_lm(1), prompt, exact(), sampled.with_overrides(seed=seed))
+    assert run(3).token_ids == run(3).token_ids != run(4).token_ids
 
 
 def test_bad_input_is_refused():
     with pytest.raises(ConfigError, match="k "):
-        generate_lr_reference(TARGET, TARGET, [1, 2], exact(), k=0)
+        generate_lr_reference(TARGET, TARGET, [1, 2], exact(), Settings(k=0))
     with pytest.raises(ConfigError, match="max_new_tokens"):
-        generate_lr_reference(TARGET, TARGET, [1, 2], exact(), max_new_tokens=-1)
+        generate_lr_reference(TARGET, TARGET, [1, 2], exact(), Settings(max_new_tokens=-1))
     with pytest.raises(ConfigError, match="prompt"):
         generate_lr_reference(TARGET, TARGET, [], exact())
     with pytest.raises(TokenizerMismatchError):

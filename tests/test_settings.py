@@ -10,7 +10,7 @@ import pytest
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
 from lookahead_reasoning.decoding.cycle import make_tools
-from lookahead_reasoning.decoding.plan import CyclePlan
+from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.results import LRStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
@@ -47,12 +47,15 @@ def test_run_lr_with_fixed_k_is_generate_lr():
     assert len(result.stats.cycles) == len(expected.stats.cycles)
 
 
-def test_loop_keywords_still_work_beside_settings():
+def test_the_lr_loop_takes_its_knobs_in_settings_only():
+    """generate_lr names every argument it takes: single knobs change a Settings (``with_overrides``)."""
     target, draft, prompt = tiny_lm("qwen2", 0), tiny_lm("qwen2", 0), [9, 8, 7]
     ar = generate(target, prompt, max_new_tokens=20).token_ids
-    by_keywords = generate_lr(target, draft, prompt, exact(), k=3, max_new_tokens=20)
+    by_overrides = generate_lr(target, draft, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
     by_settings = generate_lr(target, draft, prompt, exact(), Settings(k=3, max_new_tokens=20))
-    assert by_keywords.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
+    assert by_overrides.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
+    with pytest.raises(TypeError):
+        generate_lr(target, draft, prompt, exact(), k=3)
 
 
 def test_a_cycle_plan_carries_the_drafts_stop():

@@ -15,16 +15,16 @@ import functools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lr_helpers import ScriptedVerifier, exact, frequent_char, tiny_lm
 
-from lookahead_reasoning import StepConfig
+from lookahead_reasoning import Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
 from lookahead_reasoning.decoding.reference import LocalSteps
-from lookahead_reasoning.decoding.plan import CyclePlan
-from lookahead_reasoning.decoding.stepwise import Cycle, StepRequest, fixed_plan, generate_stepwise
+from lookahead_reasoning.decoding.stepwise import Cycle, fixed_plan, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.steps import StepRequest
 from lookahead_reasoning.testing import perturbed_copy
-
-from lr_helpers import ScriptedVerifier, exact, frequent_char, tiny_lm
 
 TARGET = tiny_lm(0)
 DRAFTS = {"same": lambda: tiny_lm(0), "close": lambda: perturbed_copy(TARGET, 0.3, seed=1), "other": lambda: tiny_lm(1)}
@@ -65,8 +65,8 @@ def test_sync_width_one_keeps_what_algorithm_1_keeps_with_a_lenient_verifier(pro
     rule = lambda d, t: len(d) % 2 == len(t) % 2  # noqa: E731
     mine, seen_mine = _run(prompt, draft, CyclePlan(k), rule, cap=cap)
     ref_verifier = ScriptedVerifier(rule)
-    ref = generate_lr_reference(TARGET, DRAFTS[draft](), prompt, ref_verifier, k=k, steps=_steps(tuple(prompt), cap),
-                                max_new_tokens=48)
+    ref = generate_lr_reference(TARGET, DRAFTS[draft](), prompt, ref_verifier,
+                                Settings(k=k, steps=_steps(tuple(prompt), cap), max_new_tokens=48))
     assert mine.token_ids == ref.token_ids and mine.stop_reason == ref.stop_reason
     assert seen_mine.seen == ref_verifier.seen
     assert [[s.text for s in c.kept_steps] for c in mine.stats.cycles] == \
@@ -140,7 +140,11 @@ def test_chunks_of_plain_decoding_between_cycles_keep_the_greedy_text():
 
 
 def test_the_engine_planner_stands_aside_in_chunks_when_steps_are_rejected():
-    from lookahead_reasoning.engines.planning import EngineCosts, EnginePlanner, StepRates
+    from lookahead_reasoning.planning.engine import (
+        EngineCosts,
+        EnginePlanner,
+        StepRates,
+    )
 
     costs = EngineCosts()
     for rows in (1, 2, 3, 4):  # a CPU: every row costs nearly a full one more

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.theory import (
-    Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_lr_only,
+    LRSDPlay, Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_lr_only,
     best_sd_only, best_split, expected_ceil, expected_mod, expected_tokens, f_async, f_step, f_sync, f_sync_batched,
     feasible, g_token, h_combined, hybrid_conditions, lookahead_pays, paper_hybrid_box, parallel_degree, predict, regime,
     sample_run_lengths, sd_ceiling, sd_speedup, simulate_lr_async, simulate_lr_sd, simulate_lr_sync,
@@ -241,7 +241,7 @@ def test_lr_async_matches_simulation_both_branches(k1, alpha1, c1):
        st.sampled_from(["sync", "async"]))
 def test_lr_sd_matches_simulation(alpha1, c1, k1, alpha2, c2, k2, mode):
     """h = f g against the composition it assumes (the joint sync process is tests/test_costed.py's)."""
-    sim = simulate_lr_sd(k1, k2, alpha1, c1, alpha2, c2, mode=mode, cycles=20_000, seed=5, step_tokens=None)
+    sim = simulate_lr_sd(k1, k2, alpha1, c1, alpha2, c2, LRSDPlay(mode=mode, cycles=20_000, seed=5, step_tokens=None))
     closed = h_combined(k1, k2, alpha1, c1, alpha2, c2, mode)
     assert sim.agrees(closed), (sim, closed)
 

@@ -22,7 +22,7 @@ from lookahead_reasoning import verifiers as V
 from lookahead_reasoning.errors import ConfigError, VerifierError
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.verifiers import (
-    CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, LLMJudgeVerifier, NumbersEmbeddingVerifier,
+    CascadeVerifier, EmbeddingVerifier, ExactMatchVerifier, JudgeOptions, LLMJudgeVerifier, NumbersEmbeddingVerifier,
     OpenAIJudgeVerifier, RandomVerifier, Verdict, Verifier, make_verifier, normalize_step, step_numbers,
 )
 
@@ -275,7 +275,7 @@ def test_judge_scores_a_batch_in_one_left_padded_forward():
     assert [g.accepted for g in got] == [True, False, True]
     assert [g.score for g in got] == pytest.approx([0.75, 0.25, 0.75], abs=1e-6)
     assert all(g.verifier == "judge" and g.latency_s >= 0.02 for g in got)  # 0.06 s shared by 3 pairs
-    strict = LLMJudgeVerifier(lm, threshold=0.8).verify(pairs)
+    strict = LLMJudgeVerifier(lm, 0.8).verify(pairs)
     assert [g.accepted for g in strict] == [False, False, False]
     # batch_size splits the forward passes without changing the verdicts
     lm.calls.clear()
@@ -284,7 +284,7 @@ def test_judge_scores_a_batch_in_one_left_padded_forward():
 
 
 def test_judge_prompt_holds_both_steps_and_opens_the_assistant_turn():
-    judge = LLMJudgeVerifier(ScriptedJudge(), prefill="")
+    judge = LLMJudgeVerifier(ScriptedJudge(), JudgeOptions(prefill=""))
     text = judge.prompt("  MATCH apples\n", "cost 3 dollars")
     assert "Step A:\nMATCH apples\n" in text and "Step B:\ncost 3 dollars" in text
     assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
@@ -317,7 +317,7 @@ def test_judge_answering_something_else_is_unclear():
 def test_judge_on_a_real_tiny_model_batched_equals_one_by_one():
     tok = word_tokenizer()
     lm = LM(tiny_judge_model(tok, seed=3), tok, name="tiny-judge")
-    judge = LLMJudgeVerifier(lm, min_mass=0.0)
+    judge = LLMJudgeVerifier(lm, JudgeOptions(min_mass=0.0))
     pairs = [("apples cost 3 dollars", "total 12"), ("MATCH", "apples"),
              ("3 dollars", "3 dollars total cost 12 apples")]
     batched = [(v.score, v.accepted) for v in judge.verify(pairs)]
@@ -331,11 +331,11 @@ def test_judge_on_a_real_tiny_model_batched_equals_one_by_one():
 def test_judge_bad_options():
     lm = ScriptedJudge()
     with pytest.raises(ConfigError, match="threshold"):
-        LLMJudgeVerifier(lm, threshold=1.5)
+        LLMJudgeVerifier(lm, 1.5)
     with pytest.raises(ConfigError, match="answer words"):
-        LLMJudgeVerifier(lm, answers=("yes", "Yes"))
+        LLMJudgeVerifier(lm, JudgeOptions(answers=("yes", "Yes")))
     with pytest.raises(ConfigError, match="cannot tell"):
-        LLMJudgeVerifier(lm, answers=("maybe", "perhaps"))  # both unknown words: the same <unk> token
+        LLMJudgeVerifier(lm, JudgeOptions(answers=("maybe", "perhaps")))  # both unknown words: the same <unk> token
     with pytest.raises(VerifierError, match="judge=LM"):
         LLMJudgeVerifier(None)
 
@@ -414,7 +414,8 @@ def free_port() -> int:
 
 def test_openai_judge_parses_a_completions_answer(judge_server):
     url, server = judge_server(completions)
-    judge = OpenAIJudgeVerifier(url, "judge-7b", api_key="sk-test", check_connection=True)
+    judge = OpenAIJudgeVerifier(url, "judge-7b", api_key="sk-test")
+    assert judge.check_connection() == ["judge-7b"]
     got = judge.verify([("MATCH x = 3", "x is 3"), ("x = 4", "x = 5"), ("a", "MATCH b")])
     assert [g.accepted for g in got] == [True, False, True]
     assert [g.score for g in got] == pytest.approx([0.9, 0.2, 0.9], abs=1e-9)
@@ -470,12 +471,12 @@ def test_openai_judge_http_error_and_timeout_are_rejections(judge_server):
 def test_openai_judge_unreachable_endpoint(judge_server):
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(VerifierError, match="judge endpoint unreachable"):
-        OpenAIJudgeVerifier(url, "m", check_connection=True)
+        OpenAIJudgeVerifier(url, "m").check_connection()
     [got] = OpenAIJudgeVerifier(url, "m", timeout=2.0).verify([("a", "b")])  # verify() never raises
     assert not got.accepted and "connection failed" in got.reason and got.error == "connection"
     served, _ = judge_server(completions)
     with pytest.raises(VerifierError, match="does not serve model 'other'.*judge-7b"):
-        OpenAIJudgeVerifier(served, "other", check_connection=True)
+        OpenAIJudgeVerifier(served, "other").check_connection()
 
 
 def test_openai_judge_bad_config():

@@ -27,13 +27,13 @@ import time
 import numpy as np
 
 from lookahead_reasoning.theory import (
-    Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_split,
+    LRSDPlay, Regime, async_depth, async_event_timeline, async_s1, async_s2, async_schedule, best_gamma, best_split,
     expected_ceil, expected_mod, f_async, f_sync, f_sync_batched, g_token, h_combined, hybrid_conditions, paper_hybrid_box,
     predict, regime, sample_run_lengths, sd_ceiling, sd_speedup, simulate_lr_async, simulate_lr_sd,
     simulate_lr_sync, simulate_sd, speedup_grid,
 )
 from lookahead_reasoning.theory import (  # noqa: E402 - the costed part
-    StepModel, TokenModel, f_sync_costed, lr_cycle, sd_rate, simulate_costed_lr, simulate_costed_sd,
+    CostedPlay, StepModel, TokenModel, f_sync_costed, lr_cycle, sd_rate, simulate_costed_lr, simulate_costed_sd,
 )
 
 Z = 5.0  # simulation tolerance, in standard errors
@@ -173,9 +173,11 @@ def simulations() -> None:
     for i, mode in enumerate(("sync", "async")):
         compare(f"LR+SD h(4, 4) {mode}, alpha1=.6 c1=.2 alpha2=.7 c2=.1 (the composition h assumes)",
                 h_combined(4, 4, 0.6, 0.2, 0.7, 0.1, mode),
-                simulate_lr_sd(4, 4, 0.6, 0.2, 0.7, 0.1, mode=mode, cycles=CYCLES, seed=400 + i, step_tokens=None))
+                simulate_lr_sd(4, 4, 0.6, 0.2, 0.7, 0.1,
+                               LRSDPlay(mode=mode, cycles=CYCLES, seed=400 + i, step_tokens=None)))
     for k1, k2, tokens in ((2, 5, 40), (4, 4, 40), (4, 4, 100), (2, 9, 40)):
-        joint = simulate_lr_sd(k1, k2, 0.6, 0.2, 0.7, 0.1, mode="sync", cycles=CYCLES // 5, seed=450, step_tokens=tokens)
+        joint = simulate_lr_sd(k1, k2, 0.6, 0.2, 0.7, 0.1, LRSDPlay(mode="sync", cycles=CYCLES // 5, seed=450,
+                                                                    step_tokens=tokens))
         h = h_combined(k1, k2, 0.6, 0.2, 0.7, 0.1, "sync")
         info(f"h({k1}, {k2}) = f g = {h:.3f} vs the joint process (rows wait for the slowest, steps of {tokens} "
              f"tokens) {joint.speedup:.3f} +- {joint.stderr:.3f}: h overstates by {100 * (h / joint.speedup - 1):.1f}%")
@@ -193,11 +195,11 @@ def costed() -> None:
     for i, k in enumerate((1, 2, 3)):
         compare(f"lr_cycle(k={k}, plain rows; alpha1=.5, L_t=40, L_d=38, H=12)", lr_cycle(k, 0, step, TokenModel.plain(0.7),
                 target, draft).rate, simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft,
-                                                        cycles=CYCLES // 10, seed=850 + i))
+                                                        CostedPlay(cycles=CYCLES // 10, seed=850 + i)))
     token = TokenModel(0.8, 0.85, 0.4)
     for k, gamma in ((1, 6), (2, 6), (2, 12)):
         closed = lr_cycle(k, gamma, step, token, target, draft).rate
-        joint = simulate_costed_lr(k, gamma, step, token, target, draft, cycles=CYCLES // 20, seed=870)
+        joint = simulate_costed_lr(k, gamma, step, token, target, draft, CostedPlay(cycles=CYCLES // 20, seed=870))
         info(f"lr_cycle(k={k}, gamma={gamma}) = {closed:.3f} tok/s vs the joint rows {joint.speedup:.3f} +- "
              f"{joint.stderr:.3f}: the mean-rows closed form overstates by {100 * (closed / joint.speedup - 1):.1f}%")
     worst = max(abs(f_sync_costed(k, a, c, target) - f_sync_batched(k, a, c, target(k, 1) / target(1, 1)))

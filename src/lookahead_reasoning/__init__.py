@@ -5,13 +5,20 @@ The front door is :class:`LookaheadGenerator`; the decoding loops live in
 the speedup formulas in :mod:`lookahead_reasoning.theory`.
 """
 
-from .decoding.settings import Settings, TokenSD
 from .decoding.results import GenerationResult, LRStats, SDStats
-from .decoding.steps import StepConfig
-from .errors import ConfigError, LookaheadError, ModelLoadError, PromptError, TokenizerMismatchError, VerifierError
+from .errors import (
+    ConfigError,
+    LookaheadError,
+    ModelLoadError,
+    PromptError,
+    TokenizerMismatchError,
+    VerifierError,
+)
 from .generator import LookaheadGenerator
 from .runtime.lm import LM
 from .sampling import SamplingConfig
+from .settings import Settings, TokenSD
+from .steps import StepConfig
 
 __version__ = "0.1.0"
 

@@ -22,8 +22,29 @@ import logging
 import sys
 from pathlib import Path
 
+from . import engine_cli
+from .bench.cli import add_bench_commands
+from .bench.datasets import load_jsonl
+from .bench.grading import grade
+from .bench.pairs import add_pairs_commands
+from .bench.runner import check_writable
+from .decoding.autoregressive import generate
+from .engine_cli import add_serve_command, add_url_options, run_generate_over_engine, run_lr_over_engine
 from .errors import LookaheadError, PromptError, require
+from .models import load_model
+from .options import (
+    DTYPES,
+    add_generator_args,
+    check_cache_writable,
+    check_fits_context,
+    check_max_new_tokens,
+    generator_spec,
+)
 from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET
+from .prompts import EXAMPLE_QUESTION, math_messages
+from .render import render_html, render_terminal
+from .runtime.lm import LM
+from .sampling import SamplingConfig
 
 
 def _add_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -37,7 +58,6 @@ def _add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_prompt_args(args: argparse.Namespace) -> None:
-    from .options import check_max_new_tokens
 
     check_max_new_tokens(args.max_new_tokens)
     require(args.prompt is None or args.prompt.strip() != "", "--prompt is empty: give a question", PromptError)
@@ -47,11 +67,9 @@ def _check_prompt_args(args: argparse.Namespace) -> None:
 
 def _question(args: argparse.Namespace) -> tuple[str | list, str | None]:
     """The prompt (messages unless --raw) and the gold answer when it comes from a dataset."""
-    from .prompts import EXAMPLE_QUESTION, math_messages
 
     gold = None
     if args.dataset:
-        from .bench.datasets import load_jsonl
 
         everything = load_jsonl(args.dataset)
         require(args.index < len(everything),
@@ -70,15 +88,9 @@ def _stream(text: str) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .decoding.autoregressive import generate
-    from .runtime.lm import LM
-    from .models import load_model
-    from .options import DTYPES, check_fits_context
-    from .sampling import SamplingConfig
 
     _check_prompt_args(args)
     if args.target_url:  # the engine's own decoding (lookahead_reasoning.engines)
-        from .engines.cli import run_generate_over_engine
 
         return run_generate_over_engine(args, _question(args)[0])
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
@@ -95,11 +107,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_lr(args: argparse.Namespace) -> int:
-    from .options import check_cache_writable, check_fits_context, generator_spec
-    from .render import render_html, render_terminal
 
     if args.target_url:  # over serving engines (lookahead_reasoning.engines)
-        from .engines.cli import run_lr_over_engine
 
         _check_prompt_args(args)
         return run_lr_over_engine(args, *_question(args))
@@ -111,7 +120,6 @@ def cmd_lr(args: argparse.Namespace) -> int:
     if args.mode == "auto":
         check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
-        from .bench.runner import check_writable
 
         check_writable(Path(args.html), "the trace")
     prompt, gold = _question(args)
@@ -148,7 +156,6 @@ def _run_modes(gen, args: argparse.Namespace, prompt) -> dict:
 
 def _lr_summary(results: dict, mode: str, gold: str | None) -> dict:
     """The main mode's summary, its speedup over ``ar`` when that ran, and the graded answers."""
-    from .bench.grading import grade
 
     main = results[mode]
     summary = main.summary()
@@ -174,7 +181,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .options import add_generator_args
 
     parser = Parser(prog="lookahead-reasoning", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -190,7 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     _add_prompt_args(g)
     g.set_defaults(func=cmd_generate)
-    from .engines.cli import add_url_options
 
     add_url_options(g, "generate")
 
@@ -204,30 +209,26 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--color", action="store_true", help="colour the trace even when not on a terminal")
     o.add_argument("--html", help="write the trace as an HTML page here")
     lr.set_defaults(func=cmd_lr)
-    from .engines.cli import add_serve_command, add_url_options
 
     add_url_options(lr)
     add_serve_command(sub)
 
-    from .bench.cli import add_bench_commands
-    from .bench.pairs import add_pairs_commands
 
     add_bench_commands(sub)
     add_pairs_commands(sub)
-    bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.engines.bench)
+    bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
     add_url_options(bench)
     bench.set_defaults(func=_local_or_engine(bench.get_default("func")))
-    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.engines.pairs)
+    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.engine_pairs)
     add_url_options(pairs, "pairs")
     pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
     return parser
 
 
 def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
-    """A command that runs ``engines.cli.<over_engine>`` when --target-url is given, else ``local``."""
+    """A command that runs ``engine_cli.<over_engine>`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
         if args.target_url:
-            from .engines import cli as engine_cli
 
             return getattr(engine_cli, over_engine)(args)
         return local(args)

@@ -11,7 +11,7 @@ same loaded models so that their speeds can be compared in one process. It only 
 dispatches: the loops themselves live in :mod:`lookahead_reasoning.decoding` (``ar``, ``sd``,
 ``sd-ngram``, ``lr``, ``lr-sd``) and :mod:`lookahead_reasoning.planning` (``auto``); the modes and
 their defaults in :mod:`lookahead_reasoning.presets`; the knobs in one
-:class:`~lookahead_reasoning.decoding.settings.Settings`.
+:class:`~lookahead_reasoning.settings.Settings`.
 """
 
 from __future__ import annotations
@@ -22,21 +22,35 @@ import logging
 from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
-from .decoding.driver import generate_lr
 from .decoding.drafters import make_drafter
+from .decoding.driver import DraftPrompt, generate_lr
 from .decoding.results import GenerationResult
-from .decoding.settings import Settings, TokenSD
 from .decoding.speculative import generate_sd
-from .engines.generator import ENGINE_NAMES, EngineRuntime, engine_verifier, is_url, refuse_local_options
+from .engines.generator import (
+    ENGINE_NAMES,
+    EngineRuntime,
+    engine_verifier,
+    is_url,
+    refuse_local_options,
+)
 from .errors import ConfigError, require
 from .kernels import quantize_draft_int8
 from .models import load_model
-from .planning import Planning, PlannerConfig, generate_auto
+from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
 from .precision import normalize_precision
-from .presets import DEFAULT_MODE, DEFAULT_VERIFIER, LR_SD_TOKEN_SD, STEP_MODES, check_mode, mode_gamma, mode_k
+from .presets import (
+    DEFAULT_MODE,
+    DEFAULT_VERIFIER,
+    LR_SD_TOKEN_SD,
+    STEP_MODES,
+    check_mode,
+    mode_gamma,
+    mode_k,
+)
 from .prompts import math_messages
 from .runtime.lm import LM
 from .runtime.pair import check_same_vocabulary, model_pair
+from .settings import Settings, TokenSD
 from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
 from .verifiers.registry import check_verifier_spec, make_verifier
 
@@ -91,7 +105,7 @@ class LookaheadGenerator:
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
             (what the command line builds; checked before any model loads).
-        settings: a :class:`~lookahead_reasoning.decoding.settings.Settings` with every knob below
+        settings: a :class:`~lookahead_reasoning.settings.Settings` with every knob below
             from ``k`` to ``draft_stop_below`` (keywords given beside it change its fields).
         mode: the mode ``generate`` runs when it is not given one (see :mod:`lookahead_reasoning.presets`).
             Mode ``auto`` supports one draft per position (``width=1``).
@@ -147,7 +161,7 @@ class LookaheadGenerator:
             self.target = self.draft = self.draft_quantize = None
             self.same_vocab = True
             self.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
-            self.engine = EngineRuntime(target, draft, self.settings, own)
+            self.engine = EngineRuntime(target, draft, self.settings, self.verifier, own)
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
@@ -273,7 +287,7 @@ class LookaheadGenerator:
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if self.engine is not None:
-            return self.engine.generate(prompt, mode, settings, self.verifier, k=self.k if k is None else k,
+            return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
         if mode == "auto":
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
@@ -293,8 +307,8 @@ class LookaheadGenerator:
                                on_text=on_text)
         token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None
         return generate_lr(self.target, self.draft, target_ids, self.verifier,
-                           settings.with_overrides(k=k, token_sd=token_sd), draft_prompt_ids=draft_ids,
-                           same_vocab=self.same_vocab, on_text=on_text)
+                           settings.with_overrides(k=k, token_sd=token_sd),
+                           draft_prompt=DraftPrompt(draft_ids, self.same_vocab), on_text=on_text)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:
@@ -310,6 +324,6 @@ class LookaheadGenerator:
             config = dataclasses.replace(config, learn=False, refine=False)
             planning = copy.deepcopy(planning)
         target_ids, draft_ids = self._prompts(prompt, raw)
-        return generate_auto(self.target, self.draft, target_ids, self.verifier, settings, max_k=max_k,
-                             config=config, planning=planning, draft_prompt_ids=draft_ids,
-                             same_vocab=self.same_vocab, on_text=on_text)
+        options = AutoOptions(config, planning, max_k, DraftPrompt(draft_ids, self.same_vocab))
+        return generate_auto(self.target, self.draft, target_ids, self.verifier, settings, options=options,
+                             on_text=on_text)

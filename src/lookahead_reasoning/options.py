@@ -6,7 +6,7 @@
     gen = spec.build()                         # loads the models: a LookaheadGenerator
 
 The decoding numbers (k, gamma, width, steps, sampling, token-level SD, the draft's stop) become the
-one :class:`~lookahead_reasoning.decoding.settings.Settings` the generator runs, checked once when it
+one :class:`~lookahead_reasoning.settings.Settings` the generator runs, checked once when it
 is made; a refusal names the command-line option (``--gamma (drafted tokens per iteration) must
 be ...``). An option left unset takes the preset (:mod:`lookahead_reasoning.presets`, through
 ``Settings.preset``), so the command line, the benchmark and the Python API run the same settings.
@@ -19,13 +19,31 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .decoding.settings import Settings, TokenSD
-from .decoding.steps import StepConfig
 from .errors import ConfigError, LookaheadError, require
-from .presets import (DEFAULT_DRAFT, DEFAULT_MODE, DEFAULT_TARGET, DEFAULT_VERIFIER, DRAFT_STOP_BELOW, LR_SD_TOKEN_SD,
-                      MAX_STEP_TOKENS)
+from .generator import LookaheadGenerator
+from .models.loading import context_window
+from .models.offline import cache_root
+from .planning import PlannerConfig
+from .precision import normalize_precision, resolve_precision
+from .presets import (
+    DEFAULT_DRAFT,
+    DEFAULT_MODE,
+    DEFAULT_TARGET,
+    DEFAULT_VERIFIER,
+    DRAFT_STOP_BELOW,
+    LR_SD_TOKEN_SD,
+    MAX_STEP_TOKENS,
+    MODES,
+)
 from .sampling import SamplingConfig
-from .verifiers.options import VerifierSettings, add_verifier_args, check_verifier_settings, verifier_settings_from_args
+from .settings import Settings, TokenSD
+from .steps import StepConfig
+from .verifiers.options import (
+    VerifierSettings,
+    add_verifier_args,
+    check_verifier_settings,
+    verifier_settings_from_args,
+)
 
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 
@@ -72,7 +90,7 @@ def decoding_settings(options: Mapping[str, Any]) -> Settings:
 class GeneratorSpec:
     """What ``lr`` and ``bench`` build a :class:`~lookahead_reasoning.LookaheadGenerator` from: the
     models and how they load, the verifier, the mode, and ``settings``, the one checked
-    :class:`~lookahead_reasoning.decoding.settings.Settings` of every decoding number."""
+    :class:`~lookahead_reasoning.settings.Settings` of every decoding number."""
 
     target: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
@@ -89,7 +107,6 @@ class GeneratorSpec:
     def check(self) -> None:
         """Raise ConfigError, naming the option, for a name or choice that cannot work (the decoding
         numbers were checked when ``settings`` was made). Loads nothing."""
-        from .presets import MODES
 
         require(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         require(self.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
@@ -101,7 +118,6 @@ class GeneratorSpec:
 
     def _check_precision(self) -> None:
         """A precision name this device can run, refused or warned about (one line) before loading."""
-        from .precision import normalize_precision, resolve_precision
 
         try:
             name = normalize_precision(self.precision)
@@ -111,17 +127,16 @@ class GeneratorSpec:
                 f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
         resolve_precision(name, self.device)  # refuses what cannot run here, warns where w8a8 is slow
 
-    def build(self, **overrides: Any):
-        """Load the models and build the generator (``overrides``: LookaheadGenerator arguments)."""
-        from .generator import LookaheadGenerator
-        from .planning import PlannerConfig
+    def build(self, *, target: Any = None, draft: Any = None, verifier: Any = None):
+        """Load the models and build the generator. ``target``, ``draft``, ``verifier``: what to use instead
+        of the spec's names (anything :class:`~lookahead_reasoning.LookaheadGenerator` takes for them,
+        such as loaded models or a verifier object); None: the spec's."""
 
-        kwargs: dict[str, Any] = dict(
-            target=self.target, draft=self.draft, verifier=self.verifier, settings=self.settings, mode=self.mode,
+        return LookaheadGenerator(
+            target=self.target if target is None else target, draft=self.draft if draft is None else draft,
+            verifier=self.verifier if verifier is None else verifier, settings=self.settings, mode=self.mode,
             planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
             cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
-        kwargs.update(overrides)
-        return LookaheadGenerator(**kwargs)
 
 
 # Above any context window of the models this library runs (the offline pair holds 32768 tokens); a
@@ -144,7 +159,6 @@ def check_fits_context(model: Any, max_new_tokens: int) -> None:
     ``model``: a name or path, whose config.json is read without loading it (a local directory or an
     offline model already converted; anything else passes), or a loaded transformers model.
     """
-    from .models.loading import context_window
 
     if isinstance(model, (str, os.PathLike)):
         name, window = str(model), context_window(model)
@@ -161,7 +175,6 @@ def check_cache_writable(why: str) -> None:
     """Refuse, before any model loads, a cache folder that cannot be written (``why``: what needs it)."""
     import tempfile
 
-    from .models.offline import cache_root
 
     root = cache_root()
     try:
@@ -175,7 +188,6 @@ def check_cache_writable(why: str) -> None:
 
 def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     """Add the generator's options to ``parser`` (``mode``: also ``--mode``)."""
-    from .presets import MODES
 
     m = parser.add_argument_group("models")
     m.add_argument("--target", default=DEFAULT_TARGET, help="offline name, hub id, local directory or .gguf file")

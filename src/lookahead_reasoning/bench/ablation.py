@@ -25,6 +25,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, DatasetError, require
+from ..models import load_model
+from ..runtime.lm import LM
+from ..verifiers.options import (
+    VerifierSettings,
+    build_verifier,
+    check_verifier_settings,
+    load_judge,
+    verifier_settings_from_args,
+)
+from ..verifiers.registry import stage_names
+from ..verifiers.text import step_numbers
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
@@ -46,7 +57,6 @@ class Entry:
     @property
     def family(self) -> str | None:
         """The key entries share when one run serves them all (None: this entry runs on its own)."""
-        from ..verifiers.registry import stage_names
 
         stages = stage_names(self.name)
         if len(stages) != 1 or stages[0] not in _FAMILY_GRID:
@@ -113,7 +123,6 @@ class AblationRow:
 
 def numbers_differ(pairs: Sequence[dict[str, Any]]) -> list[bool]:
     """Per pair: do the drafted and the target's step write different sets of numbers?"""
-    from ..verifiers.text import step_numbers
 
     return [step_numbers(p["draft"]) != step_numbers(p["target"]) for p in pairs]
 
@@ -243,8 +252,6 @@ def plot_tradeoff(rows: Sequence[AblationRow], runs: dict[str, list[Any]], entri
 
 def entry_settings(entry: Entry, base: Any) -> Any:
     """The verifier settings of one entry: its name and threshold, plus the judge options it uses."""
-    from ..verifiers.options import VerifierSettings
-    from ..verifiers.registry import stage_names
 
     stages = set(stage_names(entry.name))
     local = bool(stages & {"judge", "paper-judge"}) and base.judge_model is not None
@@ -258,8 +265,6 @@ def entry_settings(entry: Entry, base: Any) -> Any:
 
 def run_ablation_command(args: Any) -> int:
     """The ``verifiers`` command: check everything, load what is needed once, judge, write the outputs."""
-    from ..verifiers.options import build_verifier, check_verifier_settings, verifier_settings_from_args
-    from ..verifiers.registry import stage_names
 
     entries = parse_entries(args.verifiers)
     base = verifier_settings_from_args(args)
@@ -305,14 +310,11 @@ class _Models:
 
     def target(self) -> Any:
         if self._target is None:
-            from ..runtime.lm import LM
-            from ..models import load_model
 
             self._target = LM.from_loaded(load_model(self.args.target, dtype=self.args.dtype, device=self.args.device))
         return self._target
 
     def judge(self, settings: Any, target: Any) -> Any:
-        from ..verifiers.options import load_judge
 
         key = settings.judge_model
         if key not in self._judges:

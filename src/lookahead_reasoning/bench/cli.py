@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 from ..errors import require
+from ..options import add_generator_args, check_cache_writable, check_fits_context, generator_spec
 from ..presets import DEFAULT_MAX_NEW_TOKENS
+from .datasets import load_dataset
+from .report import fidelity_table, load_results, markdown_table, plot, summarize
+from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
-    from ..options import add_generator_args
-    from .runner import ALL_MODES
 
     b = sub.add_parser("bench", help="run modes side by side on a dataset; results appended to a JSONL (resumable)")
     d = b.add_argument_group("problems and modes")
@@ -42,9 +44,6 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..options import check_cache_writable, check_fits_context, generator_spec
-    from .datasets import load_dataset
-    from .runner import BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
     spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
     spec.check()
@@ -73,7 +72,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import fidelity_table, load_results, markdown_table, plot, summarize
 
     records = load_results(args.results)
     rows = summarize(records)

@@ -38,17 +38,17 @@ from typing import Any, Iterator
 import torch
 
 from ..decoding.drafters import make_drafter
-from ..decoding.steps import StepConfig
 from ..decoding.writers import StepWriter, Translator
 from ..errors import LookaheadError, require
 from ..models import load_model
-from ..presets import (DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS,
-                       TOKEN_GAMMA)
+from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS
+from ..presets import TOKEN_GAMMA
 from ..prompts import math_messages
 from ..runtime.lm import LM
 from ..runtime.pair import model_pair
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator
+from ..steps import StepConfig
 from ..stopping import common_prefix
 from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers

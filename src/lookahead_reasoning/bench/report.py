@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError
+from ..theory import predict
 
 
 def _key(rec: dict[str, Any]) -> tuple:
@@ -145,10 +146,6 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
 
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:
     """The theory's speedup for this mode from the measured rates, where the inputs exist."""
-    try:
-        from ..theory import predict
-    except ImportError:
-        return None
     try:
         as_int = {key: int(round(stats[key])) if stats.get(key) is not None else None for key in ("gamma", "k")}
         pred = predict({"alpha": stats.get("alpha"), "gamma": as_int["gamma"], "c": stats.get("c"),

@@ -22,10 +22,19 @@ from typing import Any, Iterable
 from ..errors import require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
+from ..prompts import math_messages
 from .datasets import Problem, load_dataset
 from .grading import grade
-from .results import (SETUP_FIELDS, append_record, check_same_setup, check_writable, done_pairs, setup_of,  # noqa: F401
-                      shard_path)
+from .peers import Peer, hf_generate
+from .results import (  # noqa: F401
+    SETUP_FIELDS,
+    append_record,
+    check_same_setup,
+    check_writable,
+    done_pairs,
+    setup_of,
+    shard_path,
+)
 
 OUR_MODES = MODES
 PEER_MODES = ("hf-generate", "hf-assisted", "hf-lookup")
@@ -125,7 +134,6 @@ class ModeRunner:
                 self._peer(base, probe, tokens, None, 0)
 
     def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
-        from .peers import Peer, hf_generate
 
         # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
         gamma = gamma or ((self.gen.gamma or NGRAM_GAMMA) if base == "hf-lookup" else None)
@@ -134,7 +142,6 @@ class ModeRunner:
         return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.sampling, seed=seed)
 
     def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
-        from ..prompts import math_messages
 
         messages = math_messages(problem.question)
         cfg = self.config

@@ -6,7 +6,7 @@ from .lookahead import run_cycle
 from .reference import generate_lr_reference
 from .results import GenerationResult, SDStats
 from .session import Session
-from .settings import Settings, TokenSD
+from ..settings import Settings, TokenSD
 from .speculative import decode_rows_sd, generate_sd
 
 __all__ = ["CyclePolicy", "FixedK", "GenerationResult", "SDStats", "Session", "Settings", "TokenSD", "decode_rows",

@@ -13,10 +13,10 @@ from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
-from .plan import CyclePlan
-from .drafters import Drafter, Learner, make_drafter
+from ..plan import CyclePlan
+from .drafters import Drafter, Learner, ModelDrafter, NGramDrafter
 from .results import LRStats, SDStats
-from .settings import Settings, TokenSD
+from ..settings import Settings, TokenSD
 from .writers import StepWriter, Translator
 
 log = logging.getLogger(__name__)
@@ -74,34 +74,43 @@ class CycleTools:
         return CyclePlan(k, draft_stop_below=self.draft_stop_below)
 
 
-_OPTIONS = {"same_vocab": True, "share_single": False, "confidence": False, "learners": ()}
+@dataclass(frozen=True)
+class ToolOptions:
+    """How :func:`make_tools` wires a generation beyond its settings.
+
+    ``same_vocab``: the pair shares one tokenizer (drafted steps cross as ids; token-level SD with the
+    draft model is possible); ``share_single``: one target row drafts on the draft's own session;
+    ``confidence``: the row drafter reports each drafted token's top probability (for mode auto);
+    ``learners``: the row drafter hands every SD iteration's outcome in the target's rows to each of
+    them (mode auto's token book).
+    """
+
+    same_vocab: bool = True
+    share_single: bool = False
+    confidence: bool = False
+    learners: Sequence[Learner] = ()
 
 
 def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settings | None = None, *,
-               generator: torch.Generator, stats: LRStats, **options) -> CycleTools:
+               generator: torch.Generator, stats: LRStats, options: ToolOptions = ToolOptions()) -> CycleTools:
     """Wire the writers, drafters and translator of one generation.
 
-    ``settings.token_sd`` None: no SD in steps. ``options``: ``same_vocab`` (the pair shares one
-    tokenizer; default True), ``share_single`` (one target row drafts on the draft's own session),
-    ``confidence`` (the row drafter reports each drafted token's top probability, for mode auto),
-    ``learners`` (the row drafter hands every SD iteration's outcome in the target's rows to each of
-    them: mode auto's token book), and any field of :class:`~.settings.Settings` to change
-    (``steps=``, ``sampling=``, ...).
+    ``settings`` (default ``Settings()``; change fields with :meth:`~.settings.Settings.with_overrides`):
+    ``settings.token_sd`` None: no SD in steps. ``options``: :class:`ToolOptions`.
     """
-    own = {name: options.pop(name, default) for name, default in _OPTIONS.items()}
-    settings = (settings or Settings()).with_overrides(**options)
+    settings = settings or Settings()
     token_sd, sampling = settings.token_sd, settings.sampling
     target_drafter = draft_drafter = row_drafter = None
     gamma = token_sd.gamma if token_sd is not None else TokenSD().gamma  # without token SD, no writer drafts
     if token_sd is not None:
         stats.target_sd, stats.draft_sd = SDStats(gamma=token_sd.gamma), SDStats(gamma=token_sd.gamma)
-        ngram = make_drafter("ngram", max_n=token_sd.ngram_max, min_n=token_sd.ngram_min)
+        ngram = NGramDrafter(max_n=token_sd.ngram_max, min_n=token_sd.ngram_min)
         draft_drafter = ngram if token_sd.draft == "ngram" else None
         if token_sd.target == "ngram":
             target_drafter = ngram
-        elif token_sd.target == "draft" and own["same_vocab"]:
-            row_drafter = ModelRows(draft_lm, sampling, generator, own["share_single"], own["confidence"],
-                                    own["learners"])
+        elif token_sd.target == "draft" and options.same_vocab:
+            row_drafter = ModelRows(draft_lm, sampling, generator, options.share_single, options.confidence,
+                                    options.learners)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
     alt_writer = None
@@ -112,7 +121,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
         draft_writer=StepWriter(draft_lm, settings.steps, sampling, generator, draft_drafter, gamma, stats.draft_sd),
         target_writer=StepWriter(target_lm, settings.steps, sampling, generator, target_drafter, gamma,
                                  stats.target_sd),
-        verifier=verifier, translator=Translator(target_lm, draft_lm, own["same_vocab"]), row_drafter=row_drafter,
+        verifier=verifier, translator=Translator(target_lm, draft_lm, options.same_vocab), row_drafter=row_drafter,
         width=settings.width, alt_writer=alt_writer, draft_stop_below=settings.draft_stop_below)
 
 
@@ -128,9 +137,8 @@ class ModelRows:
         self.share_single, self.confidence, self.learners = share_single, confidence, tuple(learners)
 
     def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
-        drafter = make_drafter("draft", lm=self.draft_lm, sampling=self.sampling, generator=self.generator,
-                               draft_stop_below=draft_stop_below, confidence=self.confidence,
-                               learners=self.learners)
+        drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, draft_stop_below=draft_stop_below,
+                               confidence=self.confidence, learners=self.learners)
         drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

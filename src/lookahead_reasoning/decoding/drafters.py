@@ -27,7 +27,7 @@ from ..runtime.lm import LM
 from ..runtime.pair import check_same_vocabulary  # noqa: F401  (its home before the runtime layer)
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
-from .settings import check_draft_stop_below
+from ..settings import check_draft_stop_below
 
 
 @dataclass
@@ -224,14 +224,15 @@ class NGramDrafter:
 DRAFTERS: dict[str, Callable[..., Drafter]] = {
     "ngram": lambda lm=None, sampling=None, generator=None, max_n=NGRAM_MAX, min_n=NGRAM_MIN: NGramDrafter(
         max_n, min_n),
-    "draft": lambda lm, sampling, generator=None, **options: ModelDrafter(lm, sampling, generator, **options),
+    "draft": ModelDrafter,
 }
 
 
 def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | None = None,
                  generator: torch.Generator | None = None, **options: Any) -> Drafter:
-    """The drafter registered as ``name`` in :data:`DRAFTERS`: "ngram" (prompt lookup; options
-    ``max_n``, ``min_n``) or "draft" (the draft model ``lm`` with the target's ``sampling``; options
-    ``draft_stop_below``, ``confidence``, ``learners``, ``adaptive_gamma``: see :class:`ModelDrafter`)."""
+    """The drafter registered as ``name`` in :data:`DRAFTERS`; ``options`` are forwarded to its
+    constructor: "ngram" (:class:`NGramDrafter`, prompt lookup; ``max_n``, ``min_n``) or "draft"
+    (:class:`ModelDrafter`, the draft model ``lm`` with the target's ``sampling``; ``draft_stop_below``,
+    ``confidence``, ``learners``, ``adaptive_gamma``)."""
     require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

@@ -15,17 +15,18 @@ front door.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
 
 from ..errors import require
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..verifiers.base import Verifier
-from .cycle import CycleTools, Gate, LRState, make_tools
-from .plan import CyclePlan
+from .cycle import CycleTools, Gate, LRState, ToolOptions, make_tools
+from ..plan import CyclePlan
 from .lookahead import run_cycle
 from .results import CycleTrace, GenerationResult, LRStats
-from .settings import Settings
+from ..settings import Settings
 from .streaming import TextStreamer
 from .timing import Laps
 
@@ -112,35 +113,44 @@ def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_pr
                    len(draft_ids), max_new_tokens)
 
 
-def split_options(settings: Settings | None, options: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
-    """``options`` of a front door: the pair's (``draft_prompt_ids``, ``same_vocab``) apart, the rest
-    applied to ``settings`` (a :class:`~.settings.Settings` field each). This process's loops run a
-    cycle's rows in one batched forward, so they refuse the async schedule (it would only reorder work)."""
-    pair = {"draft_prompt_ids": options.pop("draft_prompt_ids", None), "same_vocab": options.pop("same_vocab", True)}
-    settings = (settings or Settings()).with_overrides(**options)
+@dataclass(frozen=True)
+class DraftPrompt:
+    """The prompt as the draft reads it: ``ids`` in the draft's tokenizer (None: the target's
+    ``prompt_ids``, for a shared vocabulary), and ``same_vocab`` (the pair shares one tokenizer: see
+    :class:`~.cycle.ToolOptions`)."""
+
+    ids: Sequence[int] | None = None
+    same_vocab: bool = True
+
+
+def local_settings(settings: Settings | None) -> Settings:
+    """``settings`` (None: ``Settings()``) for a loop of this process. Those loops run a cycle's rows in
+    one batched forward, so they refuse the async schedule (it would only reorder work)."""
+    settings = settings or Settings()
     require(settings.schedule == "sync", "schedule 'async' runs over engines only: in this process a cycle's rows "
             "run in one batched forward, where async would change nothing but the order of work")
-    return settings, pair
+    return settings
 
 
 def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
                 settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
-                **options: Any) -> GenerationResult:
+                draft_prompt: DraftPrompt = DraftPrompt()) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 
-    ``settings`` (:class:`~.settings.Settings`; its k, width, steps, sampling, ``token_sd``,
-    ``draft_stop_below``, budget and seed); ``options``: ``draft_prompt_ids`` (the prompt in the draft's tokenizer; default
-    ``prompt_ids``, for a shared vocabulary), ``same_vocab`` (default True), or any settings field
-    to change (``k=3``, ``max_new_tokens=64``, ...). ``settings.token_sd`` turns on token-level SD
-    inside steps (mode "lr-sd").
+    ``settings`` (:class:`~.settings.Settings`, default ``Settings()``; its k, width, steps, sampling,
+    ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
+    ``settings.with_overrides(k=3, ...)``). ``settings.token_sd`` turns on token-level SD inside steps
+    (mode "lr-sd"). ``draft_prompt``: the prompt in the draft's tokenizer and whether the pair shares
+    one (:class:`DraftPrompt`; default: ``prompt_ids``, one shared vocabulary). ``on_text`` hears the
+    accepted text as it grows.
     """
-    settings, pair = split_options(settings, options)
+    settings = local_settings(settings)
     stats = LRStats(k=settings.drafted_steps)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       same_vocab=pair["same_vocab"])
-    state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
+                       options=ToolOptions(same_vocab=draft_prompt.same_vocab))
+    state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
     policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr")
     return run_lr(state, tools, policy, stats, on_text)
 
 
-__all__ = ["CyclePolicy", "FixedK", "generate_lr", "run_lr", "split_options", "start_state"]
+__all__ = ["CyclePolicy", "DraftPrompt", "FixedK", "generate_lr", "local_settings", "run_lr", "start_state"]

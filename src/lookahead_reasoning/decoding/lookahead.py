@@ -42,10 +42,10 @@ from ..runtime.session import Session
 from ..sampling import probs_from_logits
 from ..verifiers.base import Verdict, Verifier
 from .cycle import CycleTools, Gate, LRState
-from .plan import CyclePlan
+from ..plan import CyclePlan
 from .rejection import greedy_accept, speculative_accept
 from .results import CycleTrace
-from .steps import Step
+from ..steps import Step
 from .timing import Laps
 from .writers import StepWriter, Translator
 
@@ -291,11 +291,3 @@ def accept(state: LRState, drafted: list[Step], written: TargetPass, m: int, res
 __all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "rescue", "run_cycle", "score_chain",
            "target", "target_rows", "verify"]
 
-
-def __getattr__(name: str):
-    """``generate_lr`` moved to :mod:`.driver`; the old import path keeps working."""
-    if name == "generate_lr":
-        from . import driver
-
-        return getattr(driver, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

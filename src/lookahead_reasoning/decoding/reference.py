@@ -42,20 +42,21 @@ distribution, not token for token.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from ..errors import require
-from ..presets import ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS
+from ..presets import ALT_TEMPERATURE
 from ..sampling import SamplingConfig, make_generator
 from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
 from .autoregressive import decode_rows
 from .drafters import check_same_vocabulary
 from .results import CycleTrace, GenerationResult, LRStats
-from .steps import Step, StepConfig
-from .stepwise import StepModel, StepRequest
+from ..settings import Settings
+from ..steps import Step, StepConfig, StepModel, StepRequest
+
 from .timing import Laps
 
 
@@ -106,24 +107,24 @@ def write_step(lm, context: Sequence[int], steps: StepConfig, budget: int, sampl
     return step
 
 
-def _local(model, local: dict[str, Any]) -> StepModel:
-    """A step model as it is, or an LM wrapped in :class:`LocalSteps` with ``local``'s options."""
+def _local(model) -> StepModel:
+    """A step model as it is, or an LM wrapped in a default :class:`LocalSteps`."""
     if hasattr(model, "write_one") or hasattr(model, "awrite"):
         return model
-    return LocalSteps(model, local.get("steps"), local.get("sampling"), generator=local.get("generator"))
+    return LocalSteps(model)
 
 
 def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k: int, budget: int,
-                       **local: Any) -> CycleTrace:
+                       at_boundary: bool = True) -> CycleTrace:
     """One cycle of Algorithm 1 from the accepted prefix ``x`` (prompt + text so far, token ids).
 
-    ``target`` and ``draft`` are step models (or LMs, wrapped in :class:`LocalSteps` with ``steps``,
-    ``sampling`` and ``generator`` from ``local``). ``budget``: new tokens the generation may still add
-    (> 0); ``at_boundary`` (in ``local``, default True): whether x ends on a step delimiter (if not,
+    ``target`` and ``draft`` are step models: :class:`LocalSteps` (with the run's steps, sampling and
+    generator), an engine's, or LMs, wrapped in a default ``LocalSteps``. ``budget``: new tokens the
+    generation may still add (> 0); ``at_boundary``: whether x ends on a step delimiter (if not,
     nothing is drafted and the target writes the next step alone). Returns the cycle's
     :class:`CycleTrace`; its ``kept_steps`` are what the cycle adds to the text.
     """
-    target, draft, at_boundary, laps = _local(target, local), _local(draft, local), local.get("at_boundary", True), Laps()
+    target, draft, laps = _local(target), _local(draft), Laps()
     write = lambda model, context, used: model.write_one(StepRequest(tuple(context), budget - used))  # noqa: E731
     drafted: list[Step] = []  # 1. draft: s^_1 .. s^_k, each continuing x + the steps before it
     with laps("draft"):
@@ -158,23 +159,23 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
                       len(rows), tokens=sum(len(s.ids) for s in kept), wall_s=laps.total())
 
 
-def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifier: Verifier, *, k: int = 2,
-                          max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, **local: Any) -> GenerationResult:
+def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifier: Verifier,
+                          settings: Settings | None = None) -> GenerationResult:
     """Lookahead Reasoning for one prompt by :func:`lr_cycle_reference`, cycle after cycle.
 
-    ``local`` may hold ``steps`` (a :class:`StepConfig`), ``sampling`` and ``seed``; the arguments mean
-    what they mean for :func:`.lookahead.generate_lr`, which has more (this loop needs one shared
-    tokenizer and has no width, no token-level SD, no streaming). Returns the new token ids and text
-    with ``mode="lr-reference"`` and an :class:`LRStats` of the cycles; with greedy decoding they
-    equal ``generate_lr``'s.
+    ``settings`` (default ``Settings()``): this loop reads its ``k`` (None: 2, mode lr's preset),
+    ``max_new_tokens``, ``steps``, ``sampling`` and ``seed``, which mean what they mean for
+    :func:`.driver.generate_lr`; it has none of the rest (it needs one shared tokenizer and has no
+    width, no token-level SD, no streaming). Returns the new token ids and text with
+    ``mode="lr-reference"`` and an :class:`LRStats` of the cycles; with greedy decoding they equal
+    ``generate_lr``'s.
     """
-    require(isinstance(k, int) and k >= 1, f"k (drafted steps per cycle) must be an integer >= 1, got {k!r}")
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 0,
-            f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    settings = settings or Settings()
+    k, max_new_tokens = settings.drafted_steps, settings.max_new_tokens
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     check_same_vocabulary(draft_lm, target_lm)
-    generator = make_generator(local.get("seed", 0))
-    target, draft = (LocalSteps(lm, local.get("steps"), local.get("sampling"), generator=generator)
+    generator = make_generator(settings.seed)
+    target, draft = (LocalSteps(lm, settings.steps, settings.sampling, generator=generator)
                      for lm in (target_lm, draft_lm))
     stats, new, at_boundary, reason = LRStats(k=k), [], True, None
     calls_before = target_lm.stats.calls

@@ -27,10 +27,10 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
 from .autoregressive import OnDone, first_checks, notify_done
-from .drafters import Drafter, DraftOutcome, Proposal, RowOutcome, make_drafter
+from .drafters import Drafter, DraftOutcome, ModelDrafter, Proposal, RowOutcome
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
-from .settings import Settings
+from ..settings import Settings
 from .streaming import TextStreamer
 
 
@@ -137,18 +137,19 @@ class _Rows:
 
 def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, settings: Settings | None = None, *,
                 stop_strings: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
-                **options: Any) -> GenerationResult:
+                **overrides: Any) -> GenerationResult:
     """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter,
     which stops a draft early after a token it gave less than ``settings.draft_stop_below``
     probability). ``settings``: gamma (default :data:`~lookahead_reasoning.presets.TOKEN_GAMMA`),
-    sampling, budget, seed and the stop; ``options``: any of its fields to change (``gamma=8``, ...)."""
-    settings = (settings or Settings()).with_overrides(**options)
+    sampling, budget, seed and the stop. ``overrides`` are forwarded to
+    :meth:`Settings.with_overrides <.settings.Settings.with_overrides>` (any of its fields to change:
+    ``gamma=8``, ``max_new_tokens=64``, ...; an unknown name raises)."""
+    settings = (settings or Settings()).with_overrides(**overrides)
     gamma, sampling = settings.token_gamma, settings.sampling
     generator = make_generator(settings.seed)
     if isinstance(drafter, LM):
         check_same_vocabulary(drafter, target)
-        drafter = make_drafter("draft", lm=drafter, sampling=sampling, generator=generator,
-                               draft_stop_below=settings.draft_stop_below)
+        drafter = ModelDrafter(drafter, sampling, generator, draft_stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
     streamer = TextStreamer(target.decode, on_text) if on_text else None

@@ -38,39 +38,10 @@ from typing import Callable, Protocol, Sequence
 from ..errors import require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..verifiers.base import Verdict, Verifier
-from .plan import SCHEDULES, CyclePlan
+from ..plan import SCHEDULES, CyclePlan
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
-from .steps import Step, closing
+from ..steps import Step, StepModel, StepRequest, closing
 from .streaming import TextStreamer
-
-@dataclass(frozen=True)
-class StepRequest:
-    """Write one step after ``context`` (token ids), at most ``budget`` tokens. ``alternative`` > 0
-    asks for the alternative draft number ``alternative`` (sampled, with its own seed). ``free``: no
-    delimiter, no step cap: write on until EOS or ``budget`` (a chunk of plain decoding)."""
-
-    context: tuple[int, ...]
-    budget: int
-    alternative: int = 0
-    free: bool = False
-
-
-class StepModel(Protocol):
-    """What a cycle needs of a model (see the module docstring)."""
-
-    name: str
-
-    def write(self, requests: Sequence[StepRequest]) -> list[Step]:
-        """One step per request, in order; the requests may run at once."""
-        ...
-
-    async def awrite(self, request: StepRequest) -> Step:
-        """One step, for asyncio (concurrent calls may run at once)."""
-        ...
-
-    def decode(self, ids: Sequence[int]) -> str:
-        ...
-
 
 # ---------------------------------------------------------------------------------------- the tree
 
@@ -314,5 +285,5 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["Cycle", "Node", "StepModel", "StepRequest", "StepwiseRun",
+__all__ = ["Cycle", "Node", "StepwiseRun",
            "fixed_plan", "generate_stepwise", "agenerate_stepwise", "run_cycle_over"]

@@ -16,7 +16,7 @@ from .autoregressive import decode_rows
 from .drafters import Drafter
 from .results import SDStats
 from .speculative import TokenSDRun, decode_rows_sd
-from .steps import Step, StepConfig
+from ..steps import Step, StepConfig
 
 
 class Translator:

@@ -19,15 +19,16 @@ import copy
 from typing import Any, Callable, Sequence
 
 from ..decoding.results import GenerationResult
-from ..decoding.settings import Settings
 from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
+from ..planning.engine import EnginePlanner, ameasured_planner
 from ..presets import mode_k
 from ..prompts import math_messages
+from ..runtime.engine.pair import EnginePair
+from ..settings import Settings
 from ..verifiers.options import VerifierSettings, build_verifier
 from ..verifiers.registry import make_verifier
-from .pair import EnginePair
-from .planning import EnginePlanner, ameasured_planner
+from . import runs
 
 ENGINE_MODES = ("auto", "lr", "ar")
 ENGINE_NAMES = ("template", "target_model", "draft_model")  # options that only an engine target takes
@@ -53,14 +54,15 @@ def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:
 class EngineRuntime:
     """Target and draft endpoints, and mode ``auto``'s planner for them (measured on first use)."""
 
-    def __init__(self, target: str, draft: Any, settings: Settings, names: dict[str, Any]):
+    def __init__(self, target: str, draft: Any, settings: Settings, verifier: Any, names: dict[str, Any]):
         require(draft is None or is_url(draft), f"with an engine target the draft must be an engine URL too (or "
                 f"None, or draft_model= on the target's engine), got {type(draft).__name__} {draft!r}")
         self.pair = EnginePair(target, draft, target_model=names.get("target_model"),
                                draft_model=names.get("draft_model"), settings=settings, template=names.get("template"))
         self.planner: EnginePlanner | None = None
+        self.verifier = verifier
 
-    def generate(self, prompt: str | Sequence, mode: str, settings: Settings, verifier: Any, *,
+    def generate(self, prompt: str | Sequence, mode: str, settings: Settings, *,
                  k: int | None = None, learn: bool = True, raw: bool = False,
                  on_text: Callable[[str], None] | None = None) -> GenerationResult:
         """One answer in ``mode`` with ``settings`` (a question string is wrapped as a math problem
@@ -72,13 +74,13 @@ class EngineRuntime:
         self.pair.use(settings)
         messages = prompt if raw or not isinstance(prompt, str) else math_messages(prompt)
         if mode == "ar":
-            return self.pair.ar(messages, settings.max_new_tokens, on_text)
+            return runs.ar(self.pair, messages, settings.max_new_tokens, on_text)
         if mode == "lr":
             plan = fixed_plan(mode_k("lr", k), settings.width, settings.schedule)
-            return self.pair.lr(messages, verifier, plan, settings.max_new_tokens, on_text)
+            return runs.lr(self.pair, messages, self.verifier, plan, settings.max_new_tokens, on_text)
         require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
         planner = self._planner(messages, k, learn)
-        result = self.pair.lr(messages, verifier, planner, settings.max_new_tokens, on_text,
+        result = runs.lr(self.pair, messages, self.verifier, planner, settings.max_new_tokens, on_text,
                               planner.learn if learn else None)
         result.mode = "engine-auto"
         return result

@@ -9,10 +9,10 @@ that picks the fastest plan (k drafted steps, gamma drafted tokens) before every
 * :mod:`.auto`       ``generate_auto``: the adaptive loop (mode ``auto``).
 """
 
-from .auto import Planning, generate_auto
+from .auto import AutoOptions, Planning, generate_auto
 from .costs import CostGrid, CostTable, load_or_profile, profile
 from .estimates import Beta, Book, StepBook, TokenBook
 from .planner import Choice, Planner, PlannerConfig, Prefill
 
-__all__ = ["Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig", "Planning",
+__all__ = ["AutoOptions", "Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig", "Planning",
            "Prefill", "StepBook", "TokenBook", "generate_auto", "load_or_profile", "profile"]

@@ -1,6 +1,6 @@
 """Mode ``auto``: Lookahead Reasoning whose every cycle runs the plan the planner prices fastest.
 
-The loop (compare :func:`lookahead_reasoning.decoding.lookahead.generate_lr`):
+The loop (compare :func:`lookahead_reasoning.decoding.driver.generate_lr`):
 
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop ``draft_stop_below``) with the cost table at the current context length and
@@ -31,13 +31,13 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from ..decoding.cycle import Gate, LRState, make_tools
-from ..decoding.plan import CyclePlan
-from ..decoding.driver import run_lr, split_options, start_state
+from ..decoding.cycle import Gate, LRState, ToolOptions, make_tools
+from ..plan import CyclePlan
+from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
-from ..decoding.settings import Settings, TokenSD
+from ..settings import Settings, TokenSD
 from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..sampling import make_generator
@@ -152,29 +152,41 @@ class AutoPolicy:
             self.planning.save()
 
 
+@dataclass(frozen=True)
+class AutoOptions:
+    """What :func:`generate_auto` runs with beyond its settings: ``config`` (:class:`PlannerConfig`;
+    None: the defaults), ``planning`` (the cost table and book, carried across calls; None: loaded, or
+    measured), ``max_k`` (caps the drafted steps of a plan; None: ``config.max_k``), ``draft_prompt``
+    (the prompt in the draft's tokenizer and whether the pair shares one:
+    :class:`~..decoding.driver.DraftPrompt`)."""
+
+    config: PlannerConfig | None = None
+    planning: Planning | None = None
+    max_k: int | None = None
+    draft_prompt: DraftPrompt = DraftPrompt()
+
+
 def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
                   settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
-                  **options: Any) -> GenerationResult:
+                  options: AutoOptions = AutoOptions()) -> GenerationResult:
     """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.run_lr`.
 
-    ``options``: ``config`` (:class:`PlannerConfig`), ``planning`` (the cost table and book, carried
-    across calls; loaded, or measured, when None), ``max_k`` (caps the drafted steps of a plan),
-    ``draft_prompt_ids``, ``same_vocab``, or any :class:`~..decoding.settings.Settings` field to change.
+    ``settings``: default ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``);
+    ``options``: :class:`AutoOptions`; ``on_text`` hears the accepted text as it grows.
     """
-    config, planning, max_k = options.pop("config", None), options.pop("planning", None), options.pop("max_k", None)
-    settings, pair = split_options(settings or Settings.preset(), options)
-    config = config or PlannerConfig()
-    if max_k is not None:
-        config = replace(config, max_k=max_k)
-    planning = planning or Planning.load(target_lm, draft_lm, getattr(verifier, "name", type(verifier).__name__),
-                                         config)
+    settings, draft_prompt = local_settings(settings or Settings.preset()), options.draft_prompt
+    config = options.config or PlannerConfig()
+    if options.max_k is not None:
+        config = replace(config, max_k=options.max_k)
+    planning = options.planning or Planning.load(target_lm, draft_lm,
+                                                 getattr(verifier, "name", type(verifier).__name__), config)
     settings = settings.with_overrides(width=1, token_sd=TokenSD(target="draft", draft=None,
                                                                  gamma=max(config.gammas, default=TOKEN_GAMMA)))
     stats = LRStats(k=config.max_k)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       same_vocab=pair["same_vocab"], share_single=True, confidence=True,
-                       learners=(planning.book.token,))  # the token rates are the draft's to teach
-    state = start_state(target_lm, draft_lm, prompt_ids, pair["draft_prompt_ids"], settings.max_new_tokens)
+                       options=ToolOptions(same_vocab=draft_prompt.same_vocab, share_single=True, confidence=True,
+                                           learners=(planning.book.token,)))  # the draft teaches the token rates
+    state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
     return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
@@ -204,4 +216,4 @@ def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: 
         step.cycle_overhead.add(unexplained, 0.5)
 
 
-__all__ = ["AutoPolicy", "Planning", "generate_auto"]
+__all__ = ["AutoOptions", "AutoPolicy", "Planning", "generate_auto"]

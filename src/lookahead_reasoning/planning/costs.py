@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ..kernels import uses_onednn_linear
 from ..models import cache_root
-from ..runtime import hardware
+from .. import hardware
 from ..runtime.lm import LM, ForwardTiming
 
 log = logging.getLogger(__name__)

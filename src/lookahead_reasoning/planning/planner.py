@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..decoding.plan import CyclePlan
+from ..plan import CyclePlan
 from ..errors import require
 from ..presets import PRESETS
 from ..theory.costed import CycleEstimate, ScoredChain, gated_cycle, lr_cycle, step_cycle

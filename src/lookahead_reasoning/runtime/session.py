@@ -18,15 +18,22 @@ columns of the cache row b, in order. A row needs at least one uncached token to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import torch
 
 from ..cache import KVState
 from ..stopping import common_prefix
 
-if TYPE_CHECKING:  # lm.py builds sessions (LM.session), so this module needs LM for typing only
-    from .lm import LM
+
+class Forward(Protocol):
+    """What a session needs of its model (:class:`~.lm.LM` is one): the pad id and one forward pass
+    over new tokens of B rows that extends a KV state."""
+
+    pad_id: int
+
+    def forward(self, input_ids: torch.Tensor, state: KVState | None = None, new_mask: torch.Tensor | None = None,
+                keep: int = 1) -> tuple[torch.Tensor, KVState]: ...
 
 
 class Session:
@@ -36,7 +43,7 @@ class Session:
     layer asks the model for one rather than calling this constructor.
     """
 
-    def __init__(self, lm: LM, rows: Sequence[Sequence[int]]):
+    def __init__(self, lm: Forward, rows: Sequence[Sequence[int]]):
         if not rows or any(len(r) == 0 for r in rows):
             raise ValueError("every row needs at least one token")
         self.lm = lm

@@ -33,15 +33,15 @@ from .costed import (
 )
 from .predict import Prediction, predict
 from .simulate import (
-    AsyncSchedule, SimResult, async_event_timeline, async_schedule, sample_run_lengths, simulate_lr_async,
+    AsyncSchedule, LRSDPlay, SimResult, async_event_timeline, async_schedule, sample_run_lengths, simulate_lr_async,
     simulate_lr_sd, simulate_lr_sync, simulate_sd,
 )
-from .simulate_costed import simulate_costed_lr, simulate_costed_sd
+from .simulate_costed import CostedPlay, simulate_costed_lr, simulate_costed_sd
 
 __all__ = [
-    "CycleEstimate", "StepModel", "TokenModel", "ar_rate", "drafted_pmf", "expected_accepted", "f_sync_costed",
-    "iteration_seconds", "lr_cycle", "sd_rate", "simulate_costed_lr", "simulate_costed_sd", "step_cycle",
-    "tokens_per_iteration",
+    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepModel", "TokenModel", "ar_rate", "drafted_pmf",
+    "expected_accepted", "f_sync_costed", "iteration_seconds", "lr_cycle", "sd_rate", "simulate_costed_lr",
+    "simulate_costed_sd", "step_cycle", "tokens_per_iteration",
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
     "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
     "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",

@@ -21,7 +21,7 @@ from ..errors import require
 from .formulas import Mode, check_batch_cost, check_cost, check_count, check_mode, check_rate
 
 __all__ = [
-    "AsyncSchedule", "SimResult", "async_event_timeline", "async_schedule", "sample_run_lengths",
+    "AsyncSchedule", "LRSDPlay", "SimResult", "async_event_timeline", "async_schedule", "sample_run_lengths",
     "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd",
 ]
 
@@ -181,18 +181,22 @@ def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[
     return steps, now
 
 
-def play_options(play: dict, **defaults: object) -> tuple:
-    """A simulator's keyword options in the order of ``defaults``, ``play`` over them; an unknown one raises."""
-    unknown = sorted(set(play) - set(defaults))
-    require(not unknown, f"unknown option(s) {', '.join(unknown)}; known: {', '.join(defaults)}")
-    return tuple({**defaults, **play}[name] for name in defaults)
+@dataclass(frozen=True)
+class LRSDPlay:
+    """How :func:`simulate_lr_sd` plays: ``mode`` ("sync" or "async"), ``cycles`` renewal cycles from
+    ``seed``, target steps of ``step_tokens`` tokens (None: the composition ``h_combined`` assumes)."""
+
+    mode: Mode = "async"
+    cycles: int = 100_000
+    seed: int | np.random.SeedSequence = 0
+    step_tokens: int | None = 40
 
 
-def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float, **play: object) -> SimResult:
-    """LR with token SD inside every step. ``play``: ``mode`` ("async"), ``cycles`` (100_000), ``seed``
-    (0), ``step_tokens`` (40).
+def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float,
+                   play: LRSDPlay = LRSDPlay()) -> SimResult:
+    """LR with token SD inside every step, played as ``play`` says (:class:`LRSDPlay`).
 
-    ``mode="sync"`` plays the *joint* process: every target step is ``step_tokens`` tokens written by
+    ``play.mode="sync"`` plays the *joint* process: every target step is ``step_tokens`` tokens written by
     SD iterations (``gamma = k2 - 1`` drafted tokens, the leading ones accepted with ``alpha2``, one
     iteration costing ``1 + gamma c2`` plain target passes), the k1 rows of a cycle run as one batch,
     and the batch lasts as many iterations as its slowest row; a row's last iteration may run past
@@ -201,13 +205,13 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
     target step, as in ``h_combined``). Output counts tokens, so the result is comparable with
     ``h_combined`` (plain decoding = 1), which misses both effects: ``theory/check.py`` reports the gap.
 
-    ``mode="async"``, or ``step_tokens=None``, plays the composition ``h_combined`` assumes instead:
+    ``play.mode="async"``, or ``play.step_tokens=None``, plays the composition ``h_combined`` assumes instead:
     the token layer on its own (:func:`simulate_sd`, ``gamma = k2 - 1``) gives the mean time of a
     target step written with SD, ``tau = 1 / g_hat`` of a plain one, and the step layer
     (:func:`simulate_lr_sync` / :func:`simulate_lr_async`) is played with steps of that length.
     Asynchronous target steps run on their own, not as one batch, so they wait for no slowest row.
     """
-    mode, cycles, seed, step_tokens = play_options(play, mode="async", cycles=100_000, seed=0, step_tokens=40)
+    mode, cycles, seed, step_tokens = play.mode, play.cycles, play.seed, play.step_tokens
     check_mode(mode)
     k1, k2 = int(check_count(k1, "k1")), int(check_count(k2, "k2"))
     n = int(check_count(cycles, "cycles"))

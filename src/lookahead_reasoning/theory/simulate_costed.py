@@ -18,14 +18,16 @@ Times are in seconds of the given cost functions; ``SimResult.speedup`` is then 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import require
 from .costed import CostFn, StepModel, TokenModel
 from .formulas import check_count
-from .simulate import SimResult, _ratio, _rng, play_options
+from .simulate import SimResult, _ratio, _rng
 
-__all__ = ["simulate_costed_lr", "simulate_costed_sd"]
+__all__ = ["CostedPlay", "simulate_costed_lr", "simulate_costed_sd"]
 
 
 def _iteration(rng: np.random.Generator, gamma: int, model: TokenModel) -> tuple[int, int]:
@@ -88,15 +90,25 @@ def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[boo
     return seconds
 
 
+@dataclass(frozen=True)
+class CostedPlay:
+    """How :func:`simulate_costed_lr` plays: ``cycles`` LR cycles from ``seed``, each paying
+    ``overhead`` seconds on top of its forwards and verdicts."""
+
+    cycles: int = 20_000
+    seed: int = 0
+    overhead: float = 0.0
+
+
 def simulate_costed_lr(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
-                       **play: object) -> SimResult:
-    """Synchronous LR cycles priced by ``target``/``draft``; the rows played jointly (module docstring).
-    ``play``: ``cycles`` (20_000), ``seed`` (0), ``overhead`` (0.0 seconds per cycle).
+                       play: CostedPlay = CostedPlay()) -> SimResult:
+    """Synchronous LR cycles priced by ``target``/``draft``; the rows played jointly (module docstring),
+    as ``play`` says (:class:`CostedPlay`).
 
     The fixed parts of a cycle are priced as :func:`.costed.lr_cycle` prices them (the draft's
     catch-up and k steps, the scoring pass, the verifier per judged pair up to the first rejection).
     """
-    cycles, seed, overhead = play_options(play, cycles=20_000, seed=0, overhead=0.0)
+    cycles, seed, overhead = play.cycles, play.seed, play.overhead
     k = int(check_count(k, "k"))
     gamma = int(check_count(gamma, "gamma", 0))
     n = int(check_count(cycles, "cycles"))

@@ -54,6 +54,7 @@ _LAZY = {
     "EmbeddingVerifier": "embedding", "NumbersEmbeddingVerifier": "embedding",
     "DEFAULT_EMBEDDING_PACKAGE": "embedding",
     "JUDGE_QUESTION": "judge", "ALIGNED_QUESTION": "judge", "LLMJudgeVerifier": "judge", "judge_question": "judge",
+    "JudgeOptions": "judge",
     "SCORE_QUESTION": "score", "TargetScoreVerifier": "score",
     "OpenAIJudgeVerifier": "openai",
     "CascadeVerifier": "combine", "RandomVerifier": "combine",

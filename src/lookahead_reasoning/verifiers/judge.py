@@ -199,8 +199,9 @@ class LLMJudgeVerifier(BatchedLocalJudge):
 
     Args:
         judge: an :class:`~lookahead_reasoning.runtime.lm.LM` (or a LoadedModel: anything with .model/.tokenizer).
-        options: a :class:`JudgeOptions` (or its threshold); ``changes`` change its fields
-            (``threshold=``, ``answers=``, ``prefill=``, ``min_mass=``, ``question=``, ``rule=``).
+        options: a :class:`JudgeOptions` (or its threshold; None: the defaults). By name,
+            :func:`~.registry.make_verifier` takes its fields as options of their own (``threshold=``,
+            ``answers=``, ``prefill=``, ``min_mass=``, ``question=``, ``rule=``: ``keyword_options``).
         batch_size: rows per forward pass.
         system: an optional system message for the chat template.
 
@@ -210,12 +211,12 @@ class LLMJudgeVerifier(BatchedLocalJudge):
     """
 
     name = "judge"
-    keyword_options = JUDGE_OPTION_NAMES
+    keyword_options = JUDGE_OPTION_NAMES  # make_verifier folds these into ``options``
 
     def __init__(self, judge: Any, options: JudgeOptions | float | None = None, *, batch_size: int = 16,
-                 system: str | None = None, **changes: Any):
+                 system: str | None = None):
         require(judge is not None, "the judge verifier needs judge=LM(...) (a loaded chat model)", VerifierError)
-        options = JudgeOptions.given(options, changes)
+        options = JudgeOptions.given(options, {})
         yes, no = options.answers
         require(isinstance(batch_size, int) and batch_size >= 1, f"batch_size must be >= 1, got {batch_size!r}")
         self.judge = judge if hasattr(judge, "forward") and hasattr(judge, "encode") else LM.from_loaded(judge)

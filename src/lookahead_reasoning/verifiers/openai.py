@@ -43,23 +43,24 @@ class OpenAIJudgeVerifier(BaseVerifier):
             it serves (VerifierError when it serves none or several).
         api_key: sent as ``Authorization: Bearer <key>`` when given.
         timeout: seconds per request.
-        options: a :class:`~.judge.JudgeOptions` (or its threshold); ``changes`` change its fields
-            (``threshold=``, ``answers=``, ``min_mass=``, ``question=``, ``rule=``, ``prefill=``)
-            and give ``top_logprobs`` and ``check_connection``.
+        options: a :class:`~.judge.JudgeOptions` (or its threshold; None: the defaults). By name,
+            :func:`~.registry.make_verifier` takes its fields as options of their own (``threshold=``,
+            ``answers=``, ``min_mass=``, ``question=``, ``rule=``, ``prefill=``: ``keyword_options``).
         format_prompt: turns the question into the text sent, e.g. a chat template applied locally
             (``lambda q: lm.chat_prompt(q)``); default: the plain question followed by "\\nAnswer:".
         top_logprobs: how many alternatives the server returns for the answer token.
-        check_connection: GET ``{base_url}/models`` now; raise VerifierError if it cannot be reached,
-            refuses the key, or does not list ``model``.
+
+    To check the server before the first ``verify``, call :meth:`check_connection` (GET
+    ``{base_url}/models``; VerifierError if it cannot be reached, refuses the key, or does not list
+    ``model``).
     """
 
     name = "openai-judge"
-    keyword_options = (*JUDGE_OPTION_NAMES, "top_logprobs", "check_connection")
+    keyword_options = JUDGE_OPTION_NAMES  # make_verifier folds these into ``options``
 
     def __init__(self, base_url: str, model: str | None, options: JudgeOptions | float | None = None, *,
                  api_key: str | None = None, timeout: float = 10.0,
-                 format_prompt: Callable[[str], str] | None = None, **changes: Any):
-        top_logprobs, check_connection = changes.pop("top_logprobs", 5), changes.pop("check_connection", False)
+                 format_prompt: Callable[[str], str] | None = None, top_logprobs: int = 5):
         require(isinstance(base_url, str) and base_url.startswith(("http://", "https://")),
                 f"base_url must be an http(s) URL such as 'http://localhost:8000/v1', got {base_url!r}", VerifierError)
         require(model is None or (isinstance(model, str) and model.strip() != ""),
@@ -68,7 +69,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
                 f"timeout must be > 0 seconds, got {timeout!r}")
         require(isinstance(top_logprobs, int) and 1 <= top_logprobs <= 20,
                 f"top_logprobs must be in 1..20, got {top_logprobs!r}")
-        options = JudgeOptions.given(options, changes)
+        options = JudgeOptions.given(options, {})
         yes, no = options.answers
         self.base_url, self.model, self.api_key = base_url.rstrip("/"), model, api_key
         self.timeout, self.threshold, self.min_mass = float(timeout), float(options.threshold), float(options.min_mass)
@@ -77,8 +78,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
         self.format_prompt = format_prompt or (lambda text: f"{text}\nAnswer:")
         if model is None:
             self.model = self._only_served_model()
-        elif check_connection:
-            self.check_connection()
 
     # ----------------------------------------------------------------- http
     def _request(self, path: str, body: dict | None = None) -> Any:

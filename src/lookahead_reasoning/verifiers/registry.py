@@ -9,14 +9,16 @@ from ..errors import VerifierError, require
 from .base import Verifier
 from .combine import CascadeVerifier, RandomVerifier
 from .embedding import EmbeddingVerifier, NumbersEmbeddingVerifier
-from .judge import ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, LLMJudgeVerifier
+from .judge import (ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, JUDGE_OPTION_NAMES, JudgeOptions,
+                    LLMJudgeVerifier)
 from .openai import OpenAIJudgeVerifier
 from .score import TargetScoreVerifier
 from .text import ExactMatchVerifier
 
 
 def paper_judge(judge: Any = None, base_url: str | None = None, *, threshold: float | None = None,
-                batch_size: int = 16, **remote: Any) -> CascadeVerifier:
+                batch_size: int = 16, model: str | None = None, format_prompt: Callable[[str], str] | None = None,
+                **remote: Any) -> CascadeVerifier:
     """The paper's verifier: exact match first, then an LLM judge asked whether the steps are aligned.
 
     Stage 1 accepts steps that are equal after lower-casing and removing whitespace. Stage 2 asks a
@@ -25,8 +27,9 @@ def paper_judge(judge: Any = None, base_url: str | None = None, *, threshold: fl
     and reads ONE token: the judge's most likely token must start "aligned"; one that starts
     "unaligned" rejects, anything else is unclear and rejects (counted in ``failures``). Given a
     ``threshold``, stage 2 accepts when P(aligned) / (P(aligned) + P(unaligned)) >= threshold instead.
-    ``remote``: the server's ``model``, ``api_key``, ``timeout`` and ``format_prompt`` (as for
-    :class:`OpenAIJudgeVerifier`).
+    ``batch_size``: the local judge's pairs per forward. The server's ``model`` (None: its only one)
+    and ``format_prompt`` (default: the question followed by "\nAnswer: "), and ``remote``, forwarded
+    to :class:`OpenAIJudgeVerifier`: its ``api_key`` and ``timeout`` (``paper_judge.keyword_options``).
     """
     unknown = sorted(set(remote) - set(paper_judge.keyword_options))
     require(not unknown, f"paper_judge takes no option(s) {unknown}", VerifierError)
@@ -34,18 +37,17 @@ def paper_judge(judge: Any = None, base_url: str | None = None, *, threshold: fl
             "the paper-judge verifier needs exactly one judge: judge=LM(...) (a local chat model) or "
             "base_url='http://host:port/v1' (an OpenAI-compatible server)", VerifierError)
     rule = "top" if threshold is None else "share"
-    options = dict(threshold=0.5 if threshold is None else threshold, answers=ALIGNED_ANSWERS,
-                   question=ALIGNED_QUESTION, rule=rule, prefill=ALIGNED_PREFILL)
+    options = JudgeOptions(threshold=0.5 if threshold is None else threshold, answers=ALIGNED_ANSWERS,
+                           question=ALIGNED_QUESTION, rule=rule, prefill=ALIGNED_PREFILL)
     if judge is not None:
-        stage = LLMJudgeVerifier(judge, batch_size=batch_size, **options)
+        stage = LLMJudgeVerifier(judge, options, batch_size=batch_size)
     else:
-        format_prompt = remote.pop("format_prompt", None) or (lambda q: f"{q}\nAnswer: ")
-        stage = OpenAIJudgeVerifier(base_url, remote.pop("model", None), format_prompt=format_prompt, **remote,
-                                    **options)
+        format_prompt = format_prompt or (lambda q: f"{q}\nAnswer: ")
+        stage = OpenAIJudgeVerifier(base_url, model, options, format_prompt=format_prompt, **remote)
     return CascadeVerifier(ExactMatchVerifier(), stage, name="paper-judge")
 
 
-paper_judge.keyword_options = ("model", "api_key", "timeout", "format_prompt")
+paper_judge.keyword_options = ("api_key", "timeout")  # what ``remote`` may hold
 
 
 _FACTORIES: dict[str, Callable[..., Verifier]] = {
@@ -67,8 +69,9 @@ KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (
 
 
 def options_of(factory: Callable) -> set[str]:
-    """The keyword options a verifier class or factory function takes: its named parameters and the
-    ones it reads from ``**`` (its ``keyword_options``)."""
+    """The keyword options a verifier class or factory function takes by name: its named parameters and
+    its ``keyword_options`` (what ``paper_judge`` forwards from ``**remote``; the :class:`JudgeOptions`
+    fields a judge takes in its ``options``, which :func:`make_verifier` folds into them)."""
     named = {name for name, p in inspect.signature(factory).parameters.items()
              if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
     return named | set(getattr(factory, "keyword_options", ()))
@@ -144,7 +147,12 @@ def _build(key: str, kw: dict[str, Any]) -> Verifier:
                             "(and model='<served name>', else the server's only model is used)")
     if key == "target-score" and kw.get("target") is None:
         raise VerifierError("the 'target-score' verifier needs target=LM(...) (the target model)")
-    return _FACTORIES[key](**kw)
+    factory = _FACTORIES[key]
+    if factory in (LLMJudgeVerifier, OpenAIJudgeVerifier):  # a judge's option fields go into its JudgeOptions
+        fields = {name: value for name, value in kw.items() if name in JUDGE_OPTION_NAMES}
+        kw = {name: value for name, value in kw.items() if name not in fields}
+        kw["options"] = JudgeOptions.given(kw.get("options"), fields)
+    return factory(**kw)
 
 
 __all__ = ["KNOWN_VERIFIERS", "VERIFIER_NAMES", "canonical_name", "check_verifier_spec", "make_verifier", "paper_judge",

@@ -23,12 +23,28 @@ import json
 import sys
 import time
 
-from ..bench.grading import grade
-from ..decoding.settings import Settings
-from ..decoding.steps import StepConfig
-from ..errors import require
-from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, ENGINE_TIMEOUT_S, MAX_STEP_TOKENS, SCHEDULE, STEP_DELIMITERS
-from ..sampling import SamplingConfig
+from .bench.engine import EngineBench, EngineURLs, run_engine_bench
+from .bench.engine_pairs import run_engine_pairs
+from .bench.grading import grade
+from .bench.pairs import PairsConfig
+from .engines import runs
+from .engines.generator import EngineRuntime
+from .errors import require
+from .presets import (
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    ENGINE_TIMEOUT_S,
+    MAX_STEP_TOKENS,
+    SCHEDULE,
+    STEP_DELIMITERS,
+)
+from .runtime.engine.build import llama_server_binary
+from .runtime.engine.llamacpp import LlamaServer, ServerConfig, gguf_path
+from .runtime.engine.pair import EnginePair
+from .sampling import SamplingConfig
+from .settings import Settings
+from .steps import StepConfig
+from .verifiers.options import build_verifier, verifier_settings_from_args
 
 
 def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
@@ -64,7 +80,6 @@ def engine_settings(args: argparse.Namespace) -> Settings:
 
 def engine_verifier(args: argparse.Namespace):
     """The verifier the options name (a judge over HTTP works; one that needs the target's weights does not)."""
-    from ..verifiers.options import build_verifier, verifier_settings_from_args
 
     settings = verifier_settings_from_args(args)
     require(settings.name != "target-score", "the target-score verifier reads the target's weights, which an "
@@ -87,7 +102,6 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _configs(args: argparse.Namespace) -> dict:
-    from .llamacpp import ServerConfig
 
     common = dict(parallel=args.parallel, context=args.context, threads=args.threads)
     configs = {"target": ServerConfig(args.target, port=args.port, **common)}
@@ -100,8 +114,6 @@ def _configs(args: argparse.Namespace) -> dict:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .build import llama_server_binary
-    from .llamacpp import LlamaServer, gguf_path
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
     configs = _configs(args)  # checks every number before anything is built
@@ -128,20 +140,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> int:
     """``lr --target-url``: the mode over the engine (:class:`.generator.EngineRuntime`, what
     ``LookaheadGenerator`` runs over URLs), with the engine's plain decoding for the speedup."""
-    from .generator import EngineRuntime
 
     mode = args.mode or "auto"
     settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
     verifier = engine_verifier(args)
-    runtime = EngineRuntime(args.target_url, args.draft_url, settings,
+    runtime = EngineRuntime(args.target_url, args.draft_url, settings, verifier,
                             {"target_model": args.target_model, "draft_model": args.draft_model})
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
     try:
-        result = runtime.generate(prompt, mode, settings, verifier, k=args.k, raw=True, on_text=show)
+        result = runtime.generate(prompt, mode, settings, k=args.k, raw=True, on_text=show)
         print()
         out = {"mode": f"engine-{mode}", **result.summary()}
         if not args.no_compare:
-            ar = runtime.generate(prompt, "ar", settings, verifier, raw=True)
+            ar = runtime.generate(prompt, "ar", settings, raw=True)
             out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3),
                        speedup=round(result.tokens_per_s / ar.tokens_per_s, 3), same_text_as_ar=ar.text == result.text)
     finally:
@@ -154,7 +165,6 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
-    from .bench import EngineBench, EngineURLs, run_engine_bench
 
     urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url)
     bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
@@ -168,11 +178,10 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
 def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
     """``generate --target-url``: plain decoding by the engine (one completion request), printed with
     the local command's summary line."""
-    from .pair import EnginePair
 
     pair = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args))
     try:
-        result = pair.ar(prompt, args.max_new_tokens, on_text=lambda text: print(text, end="", flush=True))
+        result = runs.ar(pair, prompt, args.max_new_tokens, on_text=lambda text: print(text, end="", flush=True))
     finally:
         pair.close()
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
@@ -182,9 +191,6 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
 
 def run_pairs_over_engine(args: argparse.Namespace) -> int:
     """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.pairs`)."""
-    from ..bench.pairs import PairsConfig
-    from .pair import EnginePair
-    from .pairs import run_engine_pairs
 
     config = PairsConfig(dataset=args.dataset, out=args.out, offset=args.offset, limit=args.limit,
                          max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens)

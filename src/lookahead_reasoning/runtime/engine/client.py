@@ -31,8 +31,8 @@ from typing import Any, Sequence
 
 import httpx
 
-from ..errors import EngineError, require
-from ..presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
+from ...errors import EngineError, require
+from ...presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
 from .load import InFlight
 
 ENDS = ("stop_string", "eos", "budget")  # why a completion ended, in the vocabulary of decoding.steps

@@ -4,16 +4,20 @@ A step ends with a delimiter ("\\n\\n" by default: reasoning models separate ste
 with EOS, or at a per-step token cap. Only a step that ends on a delimiter or EOS is a *complete*
 step: a drafted step cut at the cap is never accepted (the target rewrites it), and no step is
 drafted after it, since what would follow does not start at a boundary.
+
+:class:`StepModel` is what a Lookahead Reasoning cycle needs of a runtime: *write one step after each
+of these prefixes* (token ids), each a :class:`StepRequest`. This process's PyTorch loops and a
+serving engine both implement it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Sequence, TypeVar
+from typing import Any, Awaitable, Protocol, Sequence, TypeVar
 
-from ..errors import require
-from ..presets import MAX_STEP_TOKENS, STEP_DELIMITERS
-from ..stopping import StopCondition
+from .errors import require
+from .presets import MAX_STEP_TOKENS, STEP_DELIMITERS
+from .stopping import StopCondition
 
 T = TypeVar("T")
 
@@ -60,6 +64,35 @@ class Step:
     def boundary(self) -> bool:
         """True when what follows this step starts a new step (it ended on a delimiter)."""
         return self.end == "stop_string"
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """Write one step after ``context`` (token ids), at most ``budget`` tokens. ``alternative`` > 0
+    asks for the alternative draft number ``alternative`` (sampled, with its own seed). ``free``: no
+    delimiter, no step cap: write on until EOS or ``budget`` (a chunk of plain decoding)."""
+
+    context: tuple[int, ...]
+    budget: int
+    alternative: int = 0
+    free: bool = False
+
+
+class StepModel(Protocol):
+    """What a cycle needs of a model (see the module docstring)."""
+
+    name: str
+
+    def write(self, requests: Sequence[StepRequest]) -> list[Step]:
+        """One step per request, in order; the requests may run at once."""
+        ...
+
+    async def awrite(self, request: StepRequest) -> Step:
+        """One step, for asyncio (concurrent calls may run at once)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ...
 
 
 def split_steps(text: str, delimiters: Sequence[str] = STEP_DELIMITERS) -> list[str]:

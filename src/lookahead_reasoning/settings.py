@@ -1,10 +1,11 @@
 """What a generation runs with, in one frozen object: :class:`Settings` (and :class:`TokenSD`, token-level
 SD inside steps).
 
-The generator, the step-level driver, :func:`~.cycle.make_tools` and the token-level loops all read
-their knobs from a ``Settings``; it is checked once, when it is made, and its defaults are the ones in
-:mod:`lookahead_reasoning.presets`. A loop that is called with single keywords (``k=3``,
-``max_new_tokens=64``, ...) turns them into a ``Settings`` with :meth:`Settings.with_overrides`.
+The generator, the step-level driver, :func:`~.decoding.cycle.make_tools` and the token-level loops all
+read their knobs from a ``Settings``; it is checked once, when it is made, and its defaults are the ones
+in :mod:`lookahead_reasoning.presets`. Single knobs (``k=3``, ``max_new_tokens=64``, ...) change one with
+:meth:`Settings.with_overrides`; the front doors that take them as keywords (``LookaheadGenerator.generate``,
+:func:`~.decoding.speculative.generate_sd`) forward them there.
 """
 
 from __future__ import annotations
@@ -12,11 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..errors import require
-from ..presets import (ALT_TEMPERATURE, DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW, ENGINE_RETRIES, ENGINE_TIMEOUT_S,
-                       NGRAM_MAX, NGRAM_MIN, SCHEDULE, TOKEN_GAMMA, mode_k)
+from .errors import require
 from .plan import SCHEDULES
-from ..sampling import SamplingConfig
+from .presets import (
+    ALT_TEMPERATURE,
+    DEFAULT_MAX_NEW_TOKENS,
+    DRAFT_STOP_BELOW,
+    ENGINE_RETRIES,
+    ENGINE_TIMEOUT_S,
+    NGRAM_MAX,
+    NGRAM_MIN,
+    SCHEDULE,
+    TOKEN_GAMMA,
+    mode_k,
+)
+from .sampling import SamplingConfig
 from .steps import StepConfig
 
 

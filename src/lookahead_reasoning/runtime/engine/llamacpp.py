@@ -1,7 +1,7 @@
 """Start llama.cpp's ``llama-server`` on a loopback port, serving GGUF files as they ship.
 
 :class:`LlamaServer` is a context manager: it builds the server if the cache has none
-(:func:`~lookahead_reasoning.engines.build.llama_server_binary`), picks a free port on 127.0.0.1,
+(:func:`~lookahead_reasoning.runtime.engine.build.llama_server_binary`), picks a free port on 127.0.0.1,
 starts the process with its log in a file, waits until ``/health`` says the model is loaded, and
 stops the process on exit (terminate, then kill). A server that dies while loading is reported with
 the last lines of its log.
@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EngineError, require
-from ..models.offline import offline_gguf, offline_spec
+from ...errors import EngineError, require
+from ...models.offline import offline_gguf, offline_spec
 from .build import llama_server_binary
 from .client import Endpoint, EngineClient
 

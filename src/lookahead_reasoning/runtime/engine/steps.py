@@ -18,11 +18,10 @@ import asyncio
 import itertools
 from typing import Sequence
 
-from ..decoding.stepwise import StepRequest
-from ..decoding.steps import Step, StepConfig
-from ..errors import EngineError, TokenizerMismatchError
-from ..presets import ALT_TEMPERATURE
-from ..sampling import SamplingConfig
+from ...errors import EngineError, TokenizerMismatchError
+from ...presets import ALT_TEMPERATURE
+from ...sampling import SamplingConfig
+from ...steps import Step, StepConfig, StepRequest
 from .client import Completion, EngineClient, Sampling
 
 PROBE = "Natalia sold clips to 48 of her friends.\n\nThen she sold half as many in May: 48 / 2 = 24.\n\n"

@@ -26,18 +26,17 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..bench.datasets import Problem
-from ..bench.grading import grade
-from ..bench.pairs import PairsConfig, run_pairs
-from ..bench.results import read_records
-from ..decoding.steps import Step
-from ..decoding.stepwise import StepRequest
 from ..errors import ConfigError, require
 from ..prompts import math_messages
+from ..runtime.engine.pair import EnginePair
+from ..runtime.engine.steps import EngineSteps
+from ..steps import Step, StepRequest
 from ..stopping import common_prefix
 from ..verifiers.text import normalize_step, step_numbers
-from .pair import EnginePair
-from .steps import EngineSteps
+from .datasets import Problem
+from .grading import grade
+from .pairs import PairsConfig, run_pairs
+from .results import read_records
 
 
 class EnginePairRecorder:

@@ -49,12 +49,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..decoding.plan import CyclePlan
 from ..decoding.results import CycleTrace, PlanNote
 from ..errors import ConfigError, require
+from ..plan import CyclePlan
 from ..presets import PRESETS
-from .client import Sampling
-from .steps import EngineSteps
+from ..runtime.engine.client import Sampling
+from ..runtime.engine.steps import EngineSteps
 
 PROBE_TOKENS = (8, 40)  # the two lengths measure() times per row count
 

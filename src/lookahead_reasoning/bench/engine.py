@@ -27,17 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bench.datasets import Problem, load_dataset
-from ..bench.grading import grade
-from ..bench.results import append_record, check_writable, done_pairs, read_records
 from ..decoding.results import GenerationResult
-from ..decoding.settings import Settings
 from ..decoding.stepwise import fixed_plan
+from ..engines import runs
 from ..errors import ConfigError, require
+from ..planning.engine import EnginePlanner, ameasured_planner
 from ..presets import DEFAULT_MAX_NEW_TOKENS
 from ..prompts import math_messages
-from .pair import EnginePair
-from .planning import EnginePlanner, ameasured_planner
+from ..runtime.engine.pair import EnginePair
+from ..settings import Settings
+from ..verifiers.registry import make_verifier
+from .datasets import Problem, load_dataset
+from .grading import grade
+from .results import append_record, check_writable, done_pairs, read_records
 
 _MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
 
@@ -116,7 +118,6 @@ class EngineRunner:
     """The pairs a benchmark's modes need, the planner ``auto`` keeps across problems, one run each."""
 
     def __init__(self, bench: EngineBench):
-        from ..verifiers.registry import make_verifier
 
         self.bench, urls = bench, bench.urls
         self.verifier = make_verifier(bench.verifier) if isinstance(bench.verifier, str) else bench.verifier
@@ -158,9 +159,9 @@ class EngineRunner:
         n, window, pair, ids = self.bench.max_new_tokens, self.bench.window, ready.pair, ready.ids
         if base in ("ar", "sd", "ngram"):
             if window:
-                result, timeline = await asyncio.to_thread(pair.ar_windows, ids, n, window)
+                result, timeline = await asyncio.to_thread(runs.ar_windows, pair, ids, n, window)
                 return result, {"timeline": timeline}
-            return await asyncio.to_thread(pair.ar, ids, n), {}
+            return await asyncio.to_thread(runs.ar, pair, ids, n), {}
         timeline = []
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
             planner = (await self._planner(ids)).fork()
@@ -174,7 +175,7 @@ class EngineRunner:
             done = (timeline[-1][0] if timeline else 0) + trace.tokens
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
-        result = await pair.alr(ids, self.verifier, planner, n, each)
+        result = await runs.alr(pair, ids, self.verifier, planner, n, each)
         extra: dict[str, Any] = {"timeline": timeline} if window else {}
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 

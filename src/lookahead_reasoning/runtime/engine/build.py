@@ -23,10 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import EngineError
-from ..models.offline import cache_root
-from ..runtime.hardware import cpu_flags
-from ..runtime.locks import file_lock
+from ...errors import EngineError
+from ...models.offline import cache_root
+from ...hardware import cpu_flags
+from ...locks import file_lock
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist whose vendored llama.cpp is built
 BINARY = "llama-server"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import require
+from .errors import require
 
 SCHEDULES = ("sync", "async")
 
