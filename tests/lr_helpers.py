@@ -8,6 +8,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from lookahead_reasoning.decoding.driver import Position
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.verifiers import Verdict
 
@@ -79,3 +80,29 @@ def frequent_char(lm: LM, prompt_ids: list[int], n: int = 80) -> str:
     text = generate(lm, prompt_ids, max_new_tokens=n).text
     counts = Counter(text).most_common(1)
     return counts[0][0] if counts else "\n"
+
+
+def at(generated: int, at_boundary: bool = True, remaining: int = 10_000) -> Position:
+    """Where a policy plans from: ``generated`` tokens so far, on a step boundary or mid-step."""
+    return Position(generated, remaining, at_boundary, 100 + generated)
+
+
+class ScriptedPolicy:
+    """A cycle policy whose plans a function of the position gives; every row runs, nothing is learned."""
+
+    mode = "scripted"
+
+    def __init__(self, plan_at):
+        self.plan_at = plan_at
+
+    def plan(self, position):
+        return self.plan_at(position)
+
+    def rows(self, plan, drafted_tokens, agreements) -> int:
+        return len(drafted_tokens) + 1
+
+    def learn(self, trace) -> None:
+        pass
+
+    def finish(self, completed: bool) -> None:
+        pass

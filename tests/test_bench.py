@@ -10,6 +10,7 @@ import pytest
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.bench.report import load_results, markdown_table, plot, summarize
 from lookahead_reasoning.bench.runner import BenchConfig, ModeRunner, done_pairs, run_bench, shard_path
+from lookahead_reasoning.options import GeneratorSpec, decoding_settings
 from lookahead_reasoning.planning import PlannerConfig
 
 from lr_helpers import exact, tiny_lm
@@ -175,11 +176,9 @@ def test_sampled_evaluation_repeats_each_problem_and_reports_the_spread(dataset,
     from lookahead_reasoning import SamplingConfig
     from lookahead_reasoning.bench.report import fidelity_table
 
-    from lookahead_reasoning.options import GeneratorSettings
-
     out = tmp_path / "sampled.jsonl"
     config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar", "lr"), max_new_tokens=10, limit=2, samples=3,
-                         generator=GeneratorSettings(temperature=1.0))
+                         generator=GeneratorSpec(settings=decoding_settings({"temperature": 1.0})))
     runner = _runner(config)
     runner.gen.sampling = SamplingConfig(temperature=1.0)
     run_bench(config, runner=runner, progress=False)
@@ -230,14 +229,12 @@ def test_ctrl_c_while_a_record_is_saved_still_saves_it_whole(tmp_path, monkeypat
 
 
 def test_a_results_file_of_another_setup_is_not_resumed(dataset, tmp_path):
-    from lookahead_reasoning.options import GeneratorSettings
-
     out = tmp_path / "res.jsonl"
     config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar",), max_new_tokens=4, limit=1)
     run_bench(config, runner=CountingRunner(_runner(config)), progress=False)
     before = out.read_text(encoding="utf-8")
     other = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar",), max_new_tokens=4, limit=2,
-                        generator=GeneratorSettings(target="another-target"))
+                        generator=GeneratorSpec(target="another-target"))
     never = CountingRunner(None)
     with pytest.raises(ConfigError, match="holds results of another setup \\(target 'qwen2.5-coder-1.5b'; this run: "
                                           "target 'another-target'\\): resuming would mix them; give another --out"):

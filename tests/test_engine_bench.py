@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+from lr_helpers import at
 from test_engine_client import FakeEngine
 
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
@@ -114,7 +115,7 @@ def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():
         costs.record_rows(rows, 8, 0.03 * 8 * rows)
         costs.record_rows(rows, 40, 0.03 * 40 * rows)
     planner = EnginePlanner(costs, max_k=1)
-    plan = planner(0, True)
+    plan = planner.plan(at(0, True))
     assert planner.rate(CyclePlan(0)) == planner.rate(CyclePlan(0, chunk=planner.chunk))
     assert plan == CyclePlan(0, chunk=planner.chunk)
 
@@ -145,8 +146,8 @@ def test_at_a_boundary_plain_decoding_is_a_chunk_never_a_single_step():
         costs.record_rows(rows, 40, 0.05 + 0.03 * 40 * rows)
     planner = EnginePlanner(costs, max_k=1)
     planner.calibration["plain"] = [3.0, 1.0]  # plain decoding ran three times slower than priced
-    plan = planner(0, True)
+    plan = planner.plan(at(0, True))
     assert plan.k >= 1 or plan.chunk == planner.chunk
     planner.calibration["plain"] = [1.0, 1.0]
     planner.calibration["sync"] = planner.calibration["async"] = [10.0, 1.0]  # LR hopeless
-    assert planner(0, True) == planner(40, False) == CyclePlan(0, chunk=planner.chunk)
+    assert planner.plan(at(0, True)) == planner.plan(at(40, False)) == CyclePlan(0, chunk=planner.chunk)

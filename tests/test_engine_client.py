@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import tiny_lm
+from lr_helpers import ScriptedPolicy
 
 from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismatchError
 from lookahead_reasoning.runtime.engine.client import (
@@ -357,8 +358,7 @@ def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
     from lookahead_reasoning.plan import CyclePlan
     from lookahead_reasoning.verifiers.registry import make_verifier
 
-    def chunks(generated, at_boundary):
-        return CyclePlan(0, chunk=16)
+    chunks = ScriptedPolicy(lambda position: CyclePlan(0, chunk=16))
 
     with FakeEngine(text="2 \\boxed{2}", stop=None, delays={7: 1.0}) as engine:
         steps = EngineSteps(_client(engine.url, timeout_s=10.0), StepConfig(("\n\n",), 50))

@@ -11,15 +11,15 @@ import asyncio
 import json
 
 import pytest
+from lr_helpers import at
+from test_engine_client import FakeEngine
 
-from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.bench import engine as engine_bench
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
-from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
-from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner, StepRates, price
 from lookahead_reasoning.errors import EngineError
-
-from test_engine_client import FakeEngine
+from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner, StepRates, price
+from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
 
 
 def budget_costs(budget: int = 4, widest: int = 8) -> EngineCosts:
@@ -61,7 +61,7 @@ def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
     chosen = []
     for load in range(4):
         planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=1), load=lambda load=load: load)
-        plan = planner(0, True)
+        plan = planner.plan(at(0, True))
         assert planner.busy == load
         assert planner.last[1:3] == pytest.approx(price(plan, planner.costs, planner.rates, load))
         chosen.append(plan.k)
@@ -186,14 +186,14 @@ def test_a_chunk_that_meets_eos_early_is_calibrated_for_the_tokens_it_wrote():
     """A chunk priced for 256 tokens that stops at EOS after 64, in the time its price gives 64 tokens,
     was predicted right: the calibration must stay 1 (it fell to 0.25 when the whole price was counted)."""
     planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
-    planner(0, True)  # a run's first cycle: not calibrated
+    planner.plan(at(0, True))  # a run's first cycle: not calibrated
     planner.learn(_chunk_trace(256, 9.0, "budget"))
-    plan = planner(256, False)
+    plan = planner.plan(at(256, False))
     assert plan.chunk == 256 and planner.factor(plan) == 1.0
     _, tokens, seconds, _ = planner.last
     planner.learn(_chunk_trace(64, seconds * 64 / tokens))
     assert planner.factor(plan) == pytest.approx(1.0)
-    planner(320, False)
+    planner.plan(at(320, False))
     planner.learn(_chunk_trace(100, 2 * seconds * 100 / tokens))  # twice as slow as priced
     realised, predicted = planner.calibration["plain"]
     assert realised / predicted == pytest.approx((64 + 200) / (64 + 100))
@@ -203,7 +203,7 @@ def test_chunks_teach_the_step_rates_nothing():
     planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
     before = (planner.rates.target_tokens, planner.rates.seen)
     for done in (0, 256):
-        plan = planner(done, done == 0)
+        plan = planner.plan(at(done, done == 0))
         assert plan.chunk
         planner.learn(_chunk_trace(200, 8.0))  # a 200-token chunk that met EOS: not a 200-token step
     assert (planner.rates.target_tokens, planner.rates.seen) == before
@@ -219,11 +219,11 @@ def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
     planner = EnginePlanner(costs, rates)
     async_plan = CyclePlan(2, 1, "async")
     base = price(async_plan, costs, rates)[1]
-    assert planner(0, True) == max(planner.speculative(), key=planner.rate)  # speculation pays here
+    assert planner.plan(at(0, True)) == max(planner.speculative(), key=planner.rate)  # speculation pays here
     costs.overlap = 8.0
     assert price(async_plan, costs, rates)[1] == pytest.approx(8 * base)
     assert price(CyclePlan(2, 1, "sync"), costs, rates) == price(CyclePlan(2, 1, "sync"), budget_costs(), rates)
-    assert planner(0, True).schedule != "async"
+    assert planner.plan(at(0, True)).schedule != "async"
     assert EngineCosts.from_json(json.loads(json.dumps(costs.to_json()))).overlap == 8.0
 
     class Endpoint:

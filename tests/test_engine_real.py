@@ -18,7 +18,7 @@ import pytest
 from conftest import USER_CACHE
 
 from lookahead_reasoning.bench.datasets import load_dataset
-from lookahead_reasoning.decoding.stepwise import fixed_plan
+from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.engines import runs
 from lookahead_reasoning.errors import EngineError
 from lookahead_reasoning.prompts import math_messages
@@ -109,7 +109,7 @@ def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
     for problem in problems:
         messages = math_messages(problem.question)
         reference, logprobs = _engine_greedy(pair, messages)
-        lr = runs.lr(pair, messages, exact, fixed_plan(2), TOKENS)
+        lr = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
         assert_engine_text(lr.token_ids, reference, logprobs)
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
 
@@ -126,8 +126,8 @@ def test_async_and_sync_schedules_agree(pair, problems):
     exact = make_verifier("exact")
     messages = math_messages(problems[0].question)
     reference, logprobs = _engine_greedy(pair, messages)
-    sync = runs.lr(pair, messages, exact, fixed_plan(2, 1, "sync"), TOKENS)
-    asyn = runs.lr(pair, messages, exact, fixed_plan(2, 1, "async"), TOKENS)
+    sync = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
+    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), TOKENS)
     assert_engine_text(asyn.token_ids, reference, logprobs)
     assert_engine_text(sync.token_ids, reference, logprobs)
     assert any(c.target_rows > 1 for c in asyn.stats.cycles)
@@ -167,6 +167,6 @@ def test_a_server_killed_mid_run_is_a_clear_error(problems):
         import asyncio
 
         with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
-            asyncio.run(runs.alr(pair, math_messages(problems[0].question), make_verifier("exact"), fixed_plan(1), TOKENS,
+            asyncio.run(runs.alr(pair, math_messages(problems[0].question), make_verifier("exact"), FixedK(1), TOKENS,
                                  kill_after_first))
         assert killed.is_set()

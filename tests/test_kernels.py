@@ -106,7 +106,7 @@ def test_int8_draft_keeps_sd_and_lr_lossless():
     target, draft = tiny_model("qwen2", seed=0), tiny_model("qwen2", seed=0)
     n_linear = _linears(draft.model)
     gen = LookaheadGenerator(target=target, draft=draft, verifier=exact(), k=2, steps=StepConfig((" ",), 6),
-                             draft_quantize="int8")
+                             precision={"draft": "int8-dynamic"})
     assert _linears(gen.draft.model) == 0 and n_linear > 0  # every linear of the draft is int8 now
     assert _linears(gen.target.model) == n_linear            # the target is untouched
     prompt = list(range(5, 25))
@@ -122,10 +122,13 @@ def test_int8_draft_bad_input():
     from lr_helpers import exact
 
     with pytest.raises(ConfigError, match="draft model of its own"):
-        LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=None, verifier=exact(), draft_quantize="int8")
-    with pytest.raises(ConfigError, match="draft_quantize must be"):
+        LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=None, verifier=exact(), precision={"draft": "int8-dynamic"})
+    with pytest.raises(ConfigError, match="the draft's precision must be"):
         LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
-                           draft_quantize="int4")
+                           precision={"draft": "int4"})
+    with pytest.raises(ConfigError, match="draft_quantize: not a setting or a loading option"):
+        LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=tiny_model("qwen2", seed=1), verifier=exact(),
+                           draft_quantize="int8")
     with pytest.raises(ConfigError, match="models on the CPU"):
         quantize_draft_int8(tiny_model("qwen2", seed=0).model.to("meta"))
 
@@ -144,16 +147,16 @@ def test_auto_quantizes_only_a_cpu_draft_it_loaded_itself(tmp_path):
                                 dtype="float32")
     assert loaded.draft_quantize == "int8" and _linears(loaded.draft.model) == 0
     passed = tiny_model("qwen2", seed=1)
-    own = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=passed, verifier=exact(), draft_quantize="auto")
+    own = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=passed, verifier=exact(), precision={"draft": "auto"})
     assert own.draft_quantize is None and _linears(passed.model) > 0
-    shared = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=None, verifier=exact(), draft_quantize="auto")
+    shared = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=None, verifier=exact(), precision={"draft": "auto"})
     assert shared.draft_quantize is None and _linears(shared.target.model) > 0
     bf16 = tiny_model("qwen2", seed=1)
     bf16.model.to(torch.bfloat16)
-    cast = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), draft_quantize="int8")
+    cast = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=bf16, verifier=exact(), precision={"draft": "int8-dynamic"})
     assert cast.draft_quantize == "int8" and _linears(cast.draft.model) == 0  # bf16 is cast to float32, then int8
     off = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=str(tmp_path / "draft"), verifier=exact(),
-                             draft_quantize=None, dtype="float32")
+                             precision={"draft": None}, dtype="float32")
     assert off.draft_quantize is None and _linears(off.draft.model) > 0
 
 
@@ -164,7 +167,7 @@ def test_int8_from_a_bf16_draft_keeps_sd_lossless():
 
     draft = tiny_model("qwen2", seed=0)
     draft.model.to(torch.bfloat16)
-    gen = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=draft, verifier=exact(), draft_quantize="int8")
+    gen = LookaheadGenerator(target=tiny_model("qwen2", seed=0), draft=draft, verifier=exact(), precision={"draft": "int8-dynamic"})
     assert _linears(gen.draft.model) == 0
     prompt = list(range(5, 25))
     ar = gen.generate(prompt, mode="ar", max_new_tokens=16).token_ids

@@ -203,9 +203,9 @@ def test_w8a8_names_and_refusals(monkeypatch):
 
 
 def test_settings_accept_w8a8_and_name_it_when_refusing():
-    from lookahead_reasoning.options import GeneratorSettings
+    from lookahead_reasoning.options import GeneratorSpec
 
-    GeneratorSettings(precision="w8a8").check()
-    GeneratorSettings(precision="int8-w8a8").check()
+    GeneratorSpec(precision="w8a8").check()
+    GeneratorSpec(precision="int8-w8a8").check()
     with pytest.raises(ConfigError, match="w8a8"):
-        GeneratorSettings(precision="w4a4").check()
+        GeneratorSpec(precision="w4a4").check()

@@ -118,7 +118,7 @@ def test_lr_exact_with_real_pair_equals_target_ar():
     from lookahead_reasoning.prompts import math_messages
 
     target, draft = _load("qwen2.5-coder-1.5b", "float32"), _load("qwen2.5-coder-0.5b", "float32")
-    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=3, draft_quantize=None)
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=3, precision={"draft": None})
     for question in _questions(3):
         messages = math_messages(question)
         ar = generate(target, target.prompt_ids(messages), max_new_tokens=128)

@@ -15,12 +15,13 @@ import functools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lr_helpers import ScriptedVerifier, exact, frequent_char, tiny_lm
+from lr_helpers import ScriptedPolicy, ScriptedVerifier, at, exact, frequent_char, tiny_lm
 
 from lookahead_reasoning import Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
+from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.decoding.reference import LocalSteps
-from lookahead_reasoning.decoding.stepwise import Cycle, fixed_plan, generate_stepwise
+from lookahead_reasoning.decoding.stepwise import Cycle, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.steps import StepRequest
@@ -41,7 +42,7 @@ def _run(prompt, draft: str, plan: CyclePlan, rule=lambda d, t: d == t, n: int =
     steps = _steps(tuple(prompt), cap)
     verifier = ScriptedVerifier(rule)
     result = generate_stepwise(LocalSteps(TARGET, steps), LocalSteps(DRAFTS[draft](), steps), prompt, verifier,
-                               planner=fixed_plan(plan.k, plan.width, plan.schedule), max_new_tokens=n)
+                               policy=FixedK(plan.k, width=plan.width, schedule=plan.schedule), max_new_tokens=n)
     return result, verifier
 
 
@@ -131,7 +132,7 @@ def test_chunks_of_plain_decoding_between_cycles_keep_the_greedy_text():
     steps = _steps(tuple(prompt))
     plans = iter([CyclePlan(0, chunk=7), CyclePlan(0), CyclePlan(2), CyclePlan(0, chunk=5)] * 20)
     result = generate_stepwise(LocalSteps(TARGET, steps), LocalSteps(DRAFTS["close"](), steps), prompt, exact(),
-                               planner=lambda generated, at_boundary: next(plans) if at_boundary else CyclePlan(0),
+                               policy=ScriptedPolicy(lambda at: next(plans) if at.at_boundary else CyclePlan(0)),
                                max_new_tokens=48)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=48).token_ids
     assert any(c.plan.plan == "ar@c7" for c in result.stats.cycles)
@@ -153,12 +154,12 @@ def test_the_engine_planner_stands_aside_in_chunks_when_steps_are_rejected():
     costs.draft.add(8, 0.02 + 0.01 * 8)
     costs.draft.add(40, 0.02 + 0.01 * 40)
     hopeless = EnginePlanner(costs, StepRates(accepted=1, rejected=30))
-    assert hopeless(0, True).chunk and hopeless(10, False).chunk
+    assert hopeless.plan(at(0, True)).chunk and hopeless.plan(at(10, False)).chunk
     free = EngineCosts()  # a GPU-like engine: rows in one batch cost what one does
     for rows in (1, 2, 3, 4):
         free.record_rows(rows, 8, 0.05 + 0.03 * 8)
         free.record_rows(rows, 40, 0.05 + 0.03 * 40)
     free.draft = costs.draft
     hopeful = EnginePlanner(free, StepRates(accepted=30, rejected=3))
-    assert hopeful(0, True).k >= 1
-    assert hopeful(10, False) == CyclePlan(0)  # mid-step: one plain step to reach the next boundary
+    assert hopeful.plan(at(0, True)).k >= 1
+    assert hopeful.plan(at(10, False)) == CyclePlan(0)  # mid-step: one plain step to reach the next boundary

@@ -35,7 +35,7 @@ from .engines.generator import (
 )
 from .errors import ConfigError, require
 from .kernels import quantize_draft_int8
-from .models import load_model
+from .models import LoadOptions, load_model
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
 from .precision import normalize_precision
 from .presets import (
@@ -57,6 +57,7 @@ from .verifiers.registry import check_verifier_spec, make_verifier
 log = logging.getLogger(__name__)
 
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
+LOAD_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(LoadOptions))
 _OWN_OPTIONS = ("verifier_kwargs", "planner", *ENGINE_NAMES)
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
@@ -165,6 +166,9 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
+        unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
+        require(not unknown, f"{', '.join(unknown)}: not a setting or a loading option of LookaheadGenerator "
+                f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         target_precision, draft_precision = split_precision(precision)
         pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                           if target_precision is not None else {})),

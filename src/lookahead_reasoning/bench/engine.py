@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
-from ..decoding.stepwise import fixed_plan
 from ..engines import runs
 from ..errors import ConfigError, require
 from ..planning.engine import EnginePlanner, ameasured_planner
@@ -166,12 +166,10 @@ class EngineRunner:
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
             planner = (await self._planner(ids)).fork()
         else:
-            planner = fixed_plan(k, 1, schedule)
+            planner = FixedK(k, schedule=schedule)
         start = time.perf_counter()
 
         def each(trace, run) -> None:
-            if base == "auto":
-                planner.learn(trace, run)
             done = (timeline[-1][0] if timeline else 0) + trace.tokens
             timeline.append((done, round(time.perf_counter() - start, 4)))
 

@@ -1,98 +1,180 @@
-"""One driver for the step-level modes: :func:`run_lr` runs cycles until EOS or the budget, each cycle
-the plan a :class:`CyclePolicy` gives.
+"""One driver for every step-level mode, over every runtime: :func:`drive` runs cycles until EOS or
+the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :class:`Cycles`.
 
-  1. plan    ``policy.plan(state)``: what the next cycle runs (:class:`~.cycle.CyclePlan`: k drafted
-             steps, gamma drafted tokens per SD iteration in the target's rows, ``draft_stop_below``);
-  2. run     :func:`~.lookahead.run_cycle`; ``policy.gate(state, plan)`` may drop target rows after
-             the scoring pass;
-  3. learn   ``policy.learn(state, plan, trace)`` sees the finished cycle.
+  1. plan    ``policy.plan(position)``: what the next cycle runs (:class:`~lookahead_reasoning.plan.CyclePlan`),
+             from where the generation stands (:class:`Position`);
+  2. run     ``await cycles.cycle(plan, policy)``: the runtime runs it; a runtime that scores the drafted
+             tokens before its rows start asks ``policy.rows(...)`` how many rows to run;
+  3. learn   ``policy.learn(trace)``: the finished cycle's :class:`~.results.CycleTrace` carries all a
+             policy learns from (steps, verdicts, timings, forward seconds, SD iterations).
 
-Fixed-k Lookahead Reasoning (:class:`FixedK`, modes ``lr`` and ``lr-sd``) plans the same cycle every
-time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.auto.AutoPolicy`) prices
-every plan before each cycle and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt
-front door.
+Two runtimes implement :class:`Cycles`: :class:`TorchCycles` (this process's PyTorch models:
+:func:`~.lookahead.run_cycle` on KV forks, rows batched in one forward, token SD inside rows) and
+:class:`~.stepwise.StepCycles` (any :class:`~lookahead_reasoning.steps.StepModel`, such as a serving
+engine: rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
+never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
+
+Policies: :class:`FixedK` (modes ``lr`` and ``lr-sd``, and fixed LR over an engine) plans the same
+cycle every time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.auto.AutoPolicy`
+here, :class:`lookahead_reasoning.planning.engine.EnginePlanner` over engines) prices every plan before
+each cycle and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt front door.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Coroutine, Protocol, Sequence
 
 from ..errors import require
+from ..plan import CyclePlan
 from ..runtime.lm import LM
 from ..sampling import make_generator
+from ..settings import Settings
 from ..verifiers.base import Verifier
-from .cycle import CycleTools, Gate, LRState, ToolOptions, make_tools
-from ..plan import CyclePlan
+from .cycle import CycleTools, LRState, ToolOptions, make_tools
 from .lookahead import run_cycle
 from .results import CycleTrace, GenerationResult, LRStats
-from ..settings import Settings
 from .streaming import TextStreamer
 from .timing import Laps
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a generation stands before a cycle: tokens ``generated`` and ``remaining`` in the budget,
+    whether the text ends on a step boundary, the ``context`` length (prompt + text) and, per model
+    (target, draft), the tokens it has not read yet (``prefill``: the whole prompt before the first
+    cycle in this process; 0 where an engine's prefix cache holds it)."""
+
+    generated: int
+    remaining: int
+    at_boundary: bool
+    context: int
+    prefill: tuple[int, int] = (0, 0)
 
 
 class CyclePolicy(Protocol):
     """Decides what every cycle of a step-level run does, and learns from what it did."""
 
-    mode: str  # the mode the result reports ("lr", "lr-sd", "auto")
+    mode: str  # the mode the result reports ("lr", "lr-sd", "auto", ...)
 
-    def start(self, state: LRState, stats: LRStats) -> None: ...
+    def plan(self, position: Position) -> CyclePlan: ...
 
-    def plan(self, state: LRState) -> CyclePlan: ...
+    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
+        """How many target rows to run (>= 1), once the drafted tokens are scored (see :data:`~.cycle.Gate`)."""
+        ...
 
-    def gate(self, state: LRState, plan: CyclePlan) -> Gate | None: ...
-
-    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None: ...
+    def learn(self, trace: CycleTrace) -> None: ...
 
     def finish(self, completed: bool) -> None: ...
 
 
+class Cycles(Protocol):
+    """A runtime's side of the driver: one generation's cycles (module docstring)."""
+
+    @property
+    def done(self) -> str | None: ...  # the stop reason once finished ("eos", "budget")
+
+    def position(self) -> Position: ...
+
+    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace: ...
+
+
 class FixedK:
-    """Every cycle drafts ``k`` steps; the target's rows use the writers' own gamma and the draft
-    stops below ``draft_stop_below``. No gate, nothing learned."""
+    """Every cycle drafts ``k`` steps (``width`` drafts per position, on the ``schedule``); mid-step the
+    target first writes to the next boundary alone. ``draft_stop_below``: the draft's confidence stop
+    for SD in the target's rows (this process's runtime). Every row runs; nothing is learned."""
 
-    def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr"):
+    def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr", *, width: int = 1,
+                 schedule: str = "sync"):
         self.k, self.draft_stop_below, self.mode = k, draft_stop_below, mode
+        self.width, self.schedule = width, schedule
+        CyclePlan(k, width, schedule)  # checks the numbers
 
-    def start(self, state: LRState, stats: LRStats) -> None:
-        pass
+    def plan(self, position: Position) -> CyclePlan:
+        if not position.at_boundary:
+            return CyclePlan(0, draft_stop_below=self.draft_stop_below)
+        return CyclePlan(self.k, self.width, self.schedule, draft_stop_below=self.draft_stop_below)
 
-    def plan(self, state: LRState) -> CyclePlan:
-        return CyclePlan(self.k, draft_stop_below=self.draft_stop_below)
+    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
+        return len(drafted_tokens) + 1
 
-    def gate(self, state: LRState, plan: CyclePlan) -> Gate | None:
-        return None
-
-    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None:
+    def learn(self, trace: CycleTrace) -> None:
         pass
 
     def finish(self, completed: bool) -> None:
         pass
 
 
-def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
-           on_text: Callable[[str], None] | None = None) -> GenerationResult:
-    """Cycles of ``policy``'s plans from ``state`` until EOS or the budget (module docstring); the
-    cycles' traces go to ``stats``, the accepted text to ``on_text`` as it grows."""
-    target_lm, draft_lm = state.target.lm, state.draft.lm
-    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
-    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    policy.start(state, stats)
+async def drive(cycles: Cycles, policy: CyclePolicy, stats: LRStats,
+                on_cycle: Callable[[CycleTrace], None] | None = None) -> None:
+    """Cycles of ``policy``'s plans on ``cycles`` until it is done (module docstring); every trace goes
+    to ``stats`` and then to ``on_cycle``. ``policy.finish`` hears whether the run completed."""
     completed = False
     try:
-        with Laps() as wall:
-            while state.done is None and state.remaining > 0:
-                plan = policy.plan(state)
-                trace = run_cycle(state, plan, tools, policy.gate(state, plan))
-                policy.learn(state, plan, trace)
-                stats.cycles.append(trace)
-                if streamer:
-                    streamer.update(state.target.rows[0][state.prompt_len_target:])
+        while cycles.done is None:
+            plan = policy.plan(cycles.position())
+            trace = await cycles.cycle(plan, policy)
+            policy.learn(trace)
+            stats.cycles.append(trace)
+            if on_cycle is not None:
+                on_cycle(trace)
         completed = True
     finally:
         policy.finish(completed)
-    if state.done is None:
-        state.done = "budget"
+
+
+def run_sync(run: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that never suspends (:func:`drive` over :class:`TorchCycles`), with no
+    event loop: this works inside one (a notebook's) as well."""
+    try:
+        run.send(None)
+    except StopIteration as finished:
+        return finished.value
+    run.close()
+    raise RuntimeError("the runtime suspended the driver: run it with asyncio (an engine runtime)")
+
+
+class TorchCycles:
+    """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
+    ``state``'s sessions with ``tools``; each trace also carries the forward seconds of both models and
+    the SD iterations of the target's rows (``stats.target_sd``) the cycle took."""
+
+    def __init__(self, state: LRState, tools: CycleTools, stats: LRStats):
+        self.state, self.tools, self.stats = state, tools, stats
+
+    @property
+    def done(self) -> str | None:
+        return self.state.done or ("budget" if self.state.remaining <= 0 else None)
+
+    def position(self) -> Position:
+        target, draft = self.state.target, self.state.draft
+        unread = tuple(len(s.rows[0]) if s.cached[0] == 0 else 0 for s in (target, draft))
+        return Position(self.state.generated, self.state.remaining, self.state.at_boundary, len(target.rows[0]),
+                        unread)
+
+    def _iterations(self) -> int:
+        return self.stats.target_sd.iterations if self.stats.target_sd is not None else 0
+
+    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
+        lms = (self.state.target.lm, self.state.draft.lm)
+        before, iterations = [lm.stats.copy() for lm in lms], self._iterations()
+        trace = run_cycle(self.state, plan, self.tools, lambda tokens, agreements: policy.rows(plan, tokens, agreements))
+        trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
+        trace.sd_iterations = self._iterations() - iterations
+        return trace
+
+
+def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
+           on_text: Callable[[str], None] | None = None) -> GenerationResult:
+    """:func:`drive` over :class:`TorchCycles` from ``state``; the accepted text goes to ``on_text``
+    as it grows."""
+    target_lm, draft_lm = state.target.lm, state.draft.lm
+    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
+    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
+    grow = (lambda trace: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
+    with Laps() as wall:
+        run_sync(drive(TorchCycles(state, tools, stats), policy, stats, grow))
+    state.done = state.done or "budget"
     t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
     if stats.target_sd is not None:
         stats.target_sd.target_forwards, stats.target_sd.target_seconds = t_used.calls, t_used.seconds
@@ -153,4 +235,5 @@ def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier
     return run_lr(state, tools, policy, stats, on_text)
 
 
-__all__ = ["CyclePolicy", "DraftPrompt", "FixedK", "generate_lr", "local_settings", "run_lr", "start_state"]
+__all__ = ["CyclePolicy", "Cycles", "DraftPrompt", "FixedK", "Position", "TorchCycles", "drive", "generate_lr",
+           "local_settings", "run_lr", "run_sync", "start_state"]

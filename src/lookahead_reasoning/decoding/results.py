@@ -110,6 +110,8 @@ class CycleTrace:
     wall_s: float = 0.0  # the cycle's whole time (draft + target + verify + bookkeeping)
     agreements: list[float] = field(default_factory=list)  # per drafted step with a row: share the target accepted
     plan: PlanNote | None = None  # adaptive mode only
+    forward_s: float = 0.0  # seconds both models spent in forward passes (this process's runtime)
+    sd_iterations: int = 0  # token-level SD iterations in the target's rows (this process's runtime)
 
     @property
     def kept_steps(self) -> list[Step]:

@@ -33,14 +33,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from ..errors import require
+from ..plan import CyclePlan
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
-from ..verifiers.base import Verdict, Verifier
-from ..plan import SCHEDULES, CyclePlan
-from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from ..steps import Step, StepModel, StepRequest, closing
+from ..verifiers.base import Verdict, Verifier
+from .driver import CyclePolicy, FixedK, Position, drive
+from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .streaming import TextStreamer
 
 # ---------------------------------------------------------------------------------------- the tree
@@ -213,15 +214,6 @@ def run_cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan
 
 # ---------------------------------------------------------------------------------------- the run
 
-Planner = Callable[[int, bool], CyclePlan]  # (tokens generated so far, at a step boundary) -> the plan
-
-
-def fixed_plan(k: int, width: int = 1, schedule: str = "sync") -> Planner:
-    """The same plan every cycle (fixed-k LR); the target writes alone when the text is mid-step."""
-    plan, alone = CyclePlan(k, width, schedule), CyclePlan(0)
-    return lambda generated, at_boundary: plan if at_boundary else alone
-
-
 @dataclass
 class StepwiseRun:
     """A generation over step models: the prompt, the text so far and where it stands."""
@@ -248,42 +240,59 @@ class StepwiseRun:
             self.done = "budget"
 
 
+class StepCycles:
+    """The driver's runtime over two step models (:class:`~..driver.Cycles`): each cycle is a
+    :class:`Cycle` from the text so far; its kept steps extend the run. Rows run as the step models
+    run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
+
+    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: LRStats):
+        self.target, self.draft, self.verifier, self.run, self.stats = target, draft, verifier, run, stats
+
+    @property
+    def done(self) -> str | None:
+        return self.run.done
+
+    def position(self) -> Position:
+        run = self.run
+        return Position(len(run.new), run.remaining, run.at_boundary, len(run.prompt) + len(run.new))
+
+    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
+        run = self.run
+        self.stats.k = max(self.stats.k, plan.k)
+        trace = await Cycle(self.target, self.draft, self.verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
+        trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
+        run.keep(trace)
+        return trace
+
+
 async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier,
-                             planner: Planner, max_new_tokens: int,
+                             policy: CyclePolicy, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
-    """Cycles of :class:`Cycle` until EOS or ``max_new_tokens``; ``planner`` picks each cycle's plan.
-    The models' connections stay open: other runs on the same event loop may share them, so whoever
-    runs the loop closes them (:func:`generate_stepwise` does)."""
+    """The one driver (:func:`~..driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
+    ``policy`` plans each cycle and learns from it. The models' connections stay open: other runs on the
+    same event loop may share them, so whoever runs the loop closes them (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), LRStats(), time.perf_counter()
-    while run.done is None:
-        plan = planner(len(run.new), run.at_boundary)
-        stats.k = max(stats.k, plan.k)
-        trace = await Cycle(target, draft, verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
-        trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
-        stats.cycles.append(trace)
-        run.keep(trace)
-        if on_cycle is not None:
-            on_cycle(trace, run)
+    each = (lambda trace: on_cycle(trace, run)) if on_cycle is not None else None
+    await drive(StepCycles(target, draft, verifier, run, stats), policy, stats, each)
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
                             mode="lr-stepwise", stats=stats)
 
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
-                      planner: Planner | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                      policy: CyclePolicy | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                       on_text: Callable[[str], None] | None = None) -> GenerationResult:
-    """:func:`agenerate_stepwise` for synchronous callers (default plan: sync LR with mode lr's k)."""
+    """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k)."""
     streamer = TextStreamer(target.decode, on_text) if on_text else None
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, planner or fixed_plan(mode_k("lr")),
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedK(mode_k("lr")),
                                                     max_new_tokens, on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)
     return result
 
 
-__all__ = ["Cycle", "Node", "StepwiseRun",
-           "fixed_plan", "generate_stepwise", "agenerate_stepwise", "run_cycle_over"]
+__all__ = ["Cycle", "Node", "StepCycles", "StepwiseRun", "agenerate_stepwise", "generate_stepwise", "run_cycle_over"]

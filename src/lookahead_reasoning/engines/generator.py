@@ -18,8 +18,8 @@ import asyncio
 import copy
 from typing import Any, Callable, Sequence
 
+from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
-from ..decoding.stepwise import fixed_plan
 from ..errors import ConfigError, require
 from ..planning.engine import EnginePlanner, ameasured_planner
 from ..presets import mode_k
@@ -76,12 +76,11 @@ class EngineRuntime:
         if mode == "ar":
             return runs.ar(self.pair, messages, settings.max_new_tokens, on_text)
         if mode == "lr":
-            plan = fixed_plan(mode_k("lr", k), settings.width, settings.schedule)
+            plan = FixedK(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
             return runs.lr(self.pair, messages, self.verifier, plan, settings.max_new_tokens, on_text)
         require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
         planner = self._planner(messages, k, learn)
-        result = runs.lr(self.pair, messages, self.verifier, planner, settings.max_new_tokens, on_text,
-                              planner.learn if learn else None)
+        result = runs.lr(self.pair, messages, self.verifier, planner, settings.max_new_tokens, on_text)
         result.mode = "engine-auto"
         return result
 

@@ -2,7 +2,7 @@
 
 * :func:`ar`   plain decoding: one completion request for the whole answer (the engine's own speed,
                with the engine's own token-level speculation if it was started with it);
-* :func:`lr`   Lookahead Reasoning, every cycle planned by a fixed plan or by mode ``auto``'s planner,
+* :func:`lr`   Lookahead Reasoning, every cycle planned by a policy (fixed k, or mode ``auto``'s planner),
                the rows sent as concurrent requests (``sync`` or ``async`` schedule), by the
                step-writing cycle of :mod:`lookahead_reasoning.decoding.stepwise`.
 
@@ -15,8 +15,9 @@ import asyncio
 import time
 from typing import Callable, Sequence
 
+from ..decoding.driver import CyclePolicy, FixedK
 from ..decoding.results import GenerationResult
-from ..decoding.stepwise import Planner, agenerate_stepwise, fixed_plan
+from ..decoding.stepwise import agenerate_stepwise
 from ..errors import EngineError, require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..runtime.engine.client import Sampling
@@ -59,32 +60,32 @@ def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
     return GenerationResult(new, text, ids, end, 0, wall, mode="engine-ar"), timeline
 
 
-async def alr(pair: EnginePair, prompt: Prompt, verifier, planner: Planner | None = None,
+async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,
               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
     """Lookahead Reasoning over the engines, for asyncio (default plan: sync, mode lr's k); the caller
     that runs the event loop closes the pair's connections on it (other runs may share them)."""
     require(pair.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
             EngineError)
     ids = pair.prompt_ids(prompt)
-    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, planner or fixed_plan(mode_k("lr")),
+    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy or FixedK(mode_k("lr")),
                                       max_new_tokens, on_cycle)
     result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
     result.mode = "engine-lr"
     return result
 
 
-def lr(pair: EnginePair, prompt: Prompt, verifier, planner: Planner | None = None,
+def lr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,
        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_text: Callable[[str], None] | None = None,
        on_cycle: Callable | None = None) -> GenerationResult:
     """:func:`alr` for synchronous callers; ``on_text`` receives the kept text as each cycle ends,
-    ``on_cycle(trace, run)`` each cycle (a planner's ``learn``)."""
+    ``on_cycle(trace, run)`` each cycle, after the policy learned from it."""
     def each(trace, run) -> None:
         if on_cycle is not None:
             on_cycle(trace, run)
         for step in trace.kept_steps if on_text else ():
             on_text(step.text)
 
-    return asyncio.run(closing(alr(pair, prompt, verifier, planner, max_new_tokens, each), pair))
+    return asyncio.run(closing(alr(pair, prompt, verifier, policy, max_new_tokens, each), pair))
 
 
 __all__ = ["alr", "ar", "ar_windows", "lr"]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import ModelLoadError
-from ..runtime.locks import file_lock
+from ..locks import file_lock
 from .gguf import _strip_gguf_quantizer, _transformers_version, load_gguf
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def _model_dir(spec: OfflineModel, cache_dir: str | os.PathLike | None) -> Path:
 
 @contextlib.contextmanager
 def _locked(model_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``model_dir`` (:func:`~lookahead_reasoning.runtime.locks.file_lock`).
+    """Hold an exclusive lock on ``model_dir`` (:func:`~lookahead_reasoning.locks.file_lock`).
 
     Only the lock holder writes under ``model_dir``, so leftover temp files found while holding it
     come from an interrupted process and can be removed.

@@ -33,14 +33,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..decoding.cycle import Gate, LRState, ToolOptions, make_tools
-from ..plan import CyclePlan
-from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
+from ..decoding.cycle import ToolOptions, make_tools
+from ..decoding.driver import DraftPrompt, Position, local_settings, run_lr, start_state
 from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
-from ..settings import Settings, TokenSD
+from ..plan import CyclePlan
 from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..sampling import make_generator
+from ..settings import Settings, TokenSD
 from ..verifiers.base import Verifier
 from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
 from .estimates import Book, load_book, save_book
@@ -98,9 +98,9 @@ class Planning:
 
 class AutoPolicy:
     """Mode ``auto``'s cycle policy (module docstring): plan by the planner's prices, gate the rows by
-    them, learn from every cycle. ``delimiters``: the step delimiters (an overshooting SD iteration
-    that crossed one wrote the end of one step and the start of the next). The token rates do not
-    pass through here: the tools' row drafter teaches them to the planner's ``book.token`` (its
+    them, learn from every cycle's trace. ``delimiters``: the step delimiters (an overshooting SD
+    iteration that crossed one wrote the end of one step and the start of the next). The token rates do
+    not pass through here: the tools' row drafter teaches them to the planner's ``book.token`` (its
     learner, as :func:`generate_auto` wires the tools)."""
 
     mode = "auto"
@@ -108,46 +108,31 @@ class AutoPolicy:
     def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
         self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
         self.chosen: tuple[CyclePlan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
-        self.before: tuple = ()  # both models' forward counters and the SD iterations at the cycle's start
 
-    def start(self, state: LRState, stats: LRStats) -> None:
-        self.lms, self.stats = (state.target.lm, state.draft.lm), stats
-        for grid in (self.planning.costs.target, self.planning.costs.draft):
-            grid.padding = self.config.pad
-        self.metering = self.planning.costs.applied(*self.lms, refine=self.config.refine)
-        self.metering.__enter__()  # left in finish(), which the driver calls however the run ends
-
-    def plan(self, state: LRState) -> CyclePlan:
+    def plan(self, position: Position) -> CyclePlan:
         """Step 1: the fastest plan priced at this context (the target alone when the text is mid-step)."""
-        context = len(state.target.rows[0])
-        prefill = Prefill(*(len(s.rows[0]) if s.cached[0] == 0 else 0 for s in (state.target, state.draft)))
-        choice = self.planner.choose(context, prefill)
+        prefill = Prefill(*position.prefill)
+        choice = self.planner.choose(position.context, prefill)
         plan, rate = choice.plan, choice.rate
-        if plan.k > 0 and not state.at_boundary:  # finish the current step alone first
-            plan, rate = self.planner.best_alone(context, prefill)
-        self.chosen = (plan, rate, context)
-        self.before = (self.lms[0].stats.copy(), self.lms[1].stats.copy(), self.stats.target_sd.iterations)
+        if plan.k > 0 and not position.at_boundary:  # finish the current step alone first
+            plan, rate = self.planner.best_alone(position.context, prefill)
+        self.chosen = (plan, rate, position.context)
         return replace(plan, overshoot=choice.plan.k == 0)
 
-    def gate(self, state: LRState, plan: CyclePlan) -> Gate:
+    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
         chosen, _, context = self.chosen
+        return self.planner.rows_to_run(chosen, context, drafted_tokens, agreements)
 
-        def rows(drafted_tokens: list[int], agreements: list[float]) -> int:
-            return self.planner.rows_to_run(chosen, context, drafted_tokens, agreements)
-        return rows
-
-    def learn(self, state: LRState, plan: CyclePlan, trace: CycleTrace) -> None:
+    def learn(self, trace: CycleTrace) -> None:
         """Step 3: what the cycle realised against its prediction, and its step rates and overheads
         (its token rates reached the book through the row drafter as it ran)."""
         chosen, rate, _ = self.chosen
         book = self.planner.book
         trace.plan = PlanNote(chosen.label, rate, trace.target_rows)
         book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
-        forward_s = self.lms[0].stats.since(self.before[0]).seconds + self.lms[1].stats.since(self.before[1]).seconds
-        _learn(book, trace, self.delimiters, forward_s, self.stats.target_sd.iterations - self.before[2], chosen)
+        _learn(book, trace, self.delimiters, chosen)
 
     def finish(self, completed: bool) -> None:
-        self.metering.__exit__(None, None, None)
         if completed and self.config.learn:
             self.planning.save()
 
@@ -189,11 +174,13 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
-    return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
+    for grid in (planning.costs.target, planning.costs.draft):
+        grid.padding = config.pad
+    with planning.costs.applied(target_lm, draft_lm, refine=config.refine):  # forwards padded, and timed into the table
+        return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
 
 
-def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: float, iterations: int,
-           plan: CyclePlan) -> None:
+def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], plan: CyclePlan) -> None:
     """Update the book from one finished cycle (token-level rates were recorded as it ran)."""
     step = book.step
     for verdict, agreement in zip(trace.verdicts, trace.agreements):
@@ -209,9 +196,9 @@ def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], forward_s: 
             crossed = sum(target_step.text.count(d) for d in delimiters)
             if crossed:
                 step.target_tokens.add(len(target_step.ids) / crossed, crossed)
-    unexplained = max(0.0, trace.wall_s - forward_s - trace.verify_s)
-    if plan.k == 0 and iterations > 0:
-        book.token.iteration_overhead.add(unexplained / iterations, 0.2)
+    unexplained = max(0.0, trace.wall_s - trace.forward_s - trace.verify_s)
+    if plan.k == 0 and trace.sd_iterations > 0:
+        book.token.iteration_overhead.add(unexplained / trace.sd_iterations, 0.2)
     elif plan.k > 0:
         step.cycle_overhead.add(unexplained, 0.5)
 

@@ -49,6 +49,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..decoding.driver import Position
 from ..decoding.results import CycleTrace, PlanNote
 from ..errors import ConfigError, require
 from ..plan import CyclePlan
@@ -238,9 +239,9 @@ def price(plan: CyclePlan, costs: EngineCosts, rates: StepRates, load: float = 0
 
 @dataclass
 class EnginePlanner:
-    """Picks each cycle's plan among ``ar`` and LR with k = 1..``max_k`` in both schedules (the
-    ``Planner`` of :func:`~lookahead_reasoning.decoding.stepwise.agenerate_stepwise`), and learns from
-    each finished cycle (:meth:`learn`, the run's ``on_cycle``)."""
+    """Mode ``auto``'s cycle policy over engines (a :class:`~lookahead_reasoning.decoding.driver.CyclePolicy`):
+    picks each cycle's plan among ``ar`` and LR with k = 1..``max_k`` in both schedules, and learns from
+    each finished cycle (:meth:`learn`)."""
 
     costs: EngineCosts
     rates: StepRates = field(default_factory=StepRates)
@@ -275,11 +276,14 @@ class EnginePlanner:
         tokens, seconds = price(plan, self.costs, self.rates, self.busy)
         return tokens / (seconds * self.factor(plan)) if seconds > 0 else 0.0
 
-    def __call__(self, generated: int, at_boundary: bool) -> CyclePlan:
+    mode = "engine-auto"
+
+    def plan(self, position: Position) -> CyclePlan:
         """Plain decoding (a chunk; one plain step where chunks are off) or the best LR plan, whichever
         is priced faster; mid-step, where LR cannot start, one plain step to the next boundary when LR
         wins. At a boundary one plain step is never chosen over a chunk: it is a chunk cut short, and
         one more request (a tie goes to plain decoding too)."""
+        generated, at_boundary = position.generated, position.at_boundary
         self.busy = max(0, int(self.load()))
         plain = CyclePlan(0, chunk=self.chunk) if self.chunk else CyclePlan(0)
         lr_best = max(self.speculative(), key=self.rate, default=None)
@@ -291,7 +295,13 @@ class EnginePlanner:
         self.first = generated == 0
         return best
 
-    def learn(self, trace: CycleTrace, run=None) -> None:
+    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
+        return len(drafted_tokens) + 1  # an engine's rows run as they are sent: nothing to gate
+
+    def finish(self, completed: bool) -> None:
+        pass
+
+    def learn(self, trace: CycleTrace) -> None:
         """Fold one finished cycle into the rates, the cost fit and the calibration; note its plan.
 
         A chunk is no step (it runs past step ends, or stops at EOS short of its length), so it teaches
