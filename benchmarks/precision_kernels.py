@@ -51,7 +51,7 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
-from lookahead_reasoning.precision import (
+from lookahead_reasoning.models.precision import (
     Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8,
     weight_bytes,
 )

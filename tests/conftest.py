@@ -12,16 +12,19 @@ token. Everything is float32: the equality tests compare token for token.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import os
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models.offline import CONVERTED_SUBDIR, _converted_ok, cache_root, offline_names, offline_spec
+from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
@@ -135,29 +138,47 @@ def _one_thread_for_tiny_models(request):
 
 # ------------------------------------------------------------------------------------- real models
 
+def in_ci() -> bool:
+    """True under ``CI=true`` (what CI services set): there the real models must be available."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A real-model test cannot run here: skip it, but fail it under CI, where a model or data file
+    that does not load means a broken install or a broken loader, not a machine without the models."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: the real models and data must be available)", pytrace=False)
+    pytest.skip(reason)
+
+
 @functools.cache
 def _real(name: str, dtype: str):
-    models = pytest.importorskip("lookahead_reasoning.models", reason="lookahead_reasoning.models is not available")
-    from lookahead_reasoning.errors import ModelLoadError
-
+    try:
+        from lookahead_reasoning import models
+        from lookahead_reasoning.errors import ModelLoadError
+    except ImportError as exc:
+        unavailable(f"lookahead_reasoning.models is not available: {exc}")
     try:
         return models.load_model(name, dtype=dtype)
-    except ModelLoadError as exc:  # the offline model packages are not installed
-        pytest.skip(f"cannot load {name}: {exc}")
+    except ModelLoadError as exc:  # the offline model packages are not installed, or not convertible here
+        unavailable(f"cannot load {name}: {exc}")
 
 
 def real_lm(name: str, dtype: str = "float32") -> LM:
-    """A fresh LM (own counters) over a real model loaded once per test session; skips if unavailable."""
+    """A fresh LM (own counters) over a real model loaded once per test run; skips if unavailable
+    (fails under CI, see :func:`unavailable`)."""
     loaded = _real(name, dtype)
     return LM(loaded.model, loaded.tokenizer, name=getattr(loaded, "name", name))
 
 
-def gsm8k_questions(n: int) -> list[str]:
-    """The first ``n`` GSM8K training questions; skips when the file is not there."""
+def gsm8k_questions(n: int, start: int = 0) -> list[str]:
+    """``n`` GSM8K training questions from index ``start``; skips when the file is not there (fails
+    under CI, see :func:`unavailable`)."""
     if not GSM8K.exists():
-        pytest.skip(f"GSM8K file not found at {GSM8K}")
+        unavailable(f"GSM8K file not found at {GSM8K}")
     with open(GSM8K, encoding="utf-8") as fh:
-        return [json.loads(next(fh))["question"] for _ in range(n)]
+        lines = itertools.islice(fh, start, start + n)
+        return [json.loads(line)["question"] for line in lines]
 
 
 def hf_greedy_ids(lm: LM, prompt, n: int, eos=None) -> list[int]:

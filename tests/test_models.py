@@ -9,18 +9,27 @@ import dataclasses
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
 import torch
 
-from pathlib import Path
-
 from lookahead_reasoning import models
 from lookahead_reasoning.errors import ConfigError, ModelLoadError
-from lookahead_reasoning.models import offline, placement
-from lookahead_reasoning.models import (LoadedModel, OfflineModel, as_loaded, load_model, offline_gguf, offline_spec,
-                                        resolve_attn_implementation, resolve_device, resolve_dtype)
+from lookahead_reasoning.models import (
+    LoadedModel,
+    OfflineModel,
+    as_loaded,
+    load_model,
+    offline,
+    offline_gguf,
+    offline_spec,
+    placement,
+    resolve_attn_implementation,
+    resolve_device,
+    resolve_dtype,
+)
 from lookahead_reasoning.testing import tiny_model, tiny_tokenizer
 
 
@@ -321,14 +330,22 @@ def test_convert_offline_caches_safetensors_and_drops_the_gguf(tmp_path, monkeyp
     assert len(calls) == 1 and again.dtype == torch.bfloat16
 
 
-def test_convert_offline_failure_leaves_no_partial_cache(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error, expected", [
+    (ValueError("GGUF model with architecture foo is not supported yet."), ModelLoadError),  # transformers' own
+    (OSError(28, "No space left on device"), ModelLoadError),
+    (AttributeError("'NoneType' object has no attribute 'remove_quantization_config'"), AttributeError),  # a bug
+])
+def test_convert_offline_failure_leaves_no_partial_cache(tmp_path, monkeypatch, error, expected):
+    """A GGUF transformers cannot read, or a full disk, is a ModelLoadError; a bug in the conversion
+    propagates as it is. Neither leaves a partial copy behind."""
     _fake_spec(tmp_path, monkeypatch)
 
     def broken(path, dtype):
-        raise RuntimeError("unsupported GGUF architecture")
+        raise error
     monkeypatch.setattr(offline, "load_gguf", broken)
-    with pytest.raises(ModelLoadError, match="unsupported GGUF architecture"):
+    with pytest.raises(expected, match=str(error.args[-1])) as info:
         models.convert_offline("fake-model", cache_dir=tmp_path)
+    assert type(info.value) is expected
     assert not (tmp_path / "fake-model" / models.CONVERTED_SUBDIR).exists()
     assert _leftovers(tmp_path / "fake-model") == []
 
@@ -380,6 +397,63 @@ def test_corrupt_gguf_file_is_a_load_error(tmp_path):
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf at all")
     with pytest.raises(ModelLoadError, match="GGUF file"):
         load_model(str(tmp_path / "bad.gguf"), device="cpu", dtype="float32")
+
+
+def test_truncated_gguf_file_is_a_load_error(tmp_path):
+    (tmp_path / "cut.gguf").write_bytes(b"GGUF\x03\x00\x00\x00cut")  # the magic, then too few bytes for the header
+    with pytest.raises(ModelLoadError, match="GGUF file"):
+        load_model(str(tmp_path / "cut.gguf"), device="cpu", dtype="float32")
+
+
+def _checkpoint_dir(tmp_path):
+    """A directory the loader dispatches to ``from_pretrained`` (it has a config.json); no weights."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    return tmp_path / "ckpt"
+
+
+@pytest.mark.parametrize("error", [FileNotFoundError(2, "No such file", "model.safetensors"),
+                                   OSError("We couldn't connect to 'https://huggingface.co'"),
+                                   ImportError("this model needs the package 'foo'")])
+def test_a_checkpoint_that_cannot_be_had_is_a_load_error(tmp_path, monkeypatch, error):
+    """Missing files, a failed hub lookup and a missing package mean "this model is not here": a
+    ModelLoadError (which the real-model tests turn into a skip outside CI)."""
+    import transformers
+
+    def unavailable(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unavailable)
+    with pytest.raises(ModelLoadError, match="could not load the local checkpoint") as info:
+        load_model(_checkpoint_dir(tmp_path), device="cpu", dtype="float32")
+    assert info.value.__cause__ is error
+
+
+def test_an_unreadable_checkpoint_is_a_load_error(tmp_path):
+    """transformers' own failure on a config.json without a model type, unpatched: a ModelLoadError."""
+    with pytest.raises(ModelLoadError, match="could not load the local checkpoint"):
+        load_model(_checkpoint_dir(tmp_path), device="cpu", dtype="float32")
+
+
+@pytest.mark.parametrize("error", [TypeError("from_pretrained() got an unexpected keyword argument 'dtpye'"),
+                                   AttributeError("'LoadOptions' object has no attribute 'dtpye'"),
+                                   KeyError("dtype")])
+@pytest.mark.parametrize("where", ["directory", "gguf"])
+def test_a_loader_bug_propagates_unchanged(tmp_path, monkeypatch, error, where):
+    """A bug inside the loader is no "model not available": it must not become a ModelLoadError, which
+    the real-model tests would skip, hiding the bug."""
+    import transformers
+
+    def buggy(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", buggy)
+    if where == "gguf":
+        (tmp_path / "model.gguf").write_bytes(b"GGUF")
+        source = str(tmp_path / "model.gguf")
+    else:
+        source = _checkpoint_dir(tmp_path)
+    with pytest.raises(type(error)) as info:
+        load_model(source, device="cpu", dtype="float32")
+    assert info.value is error
 
 
 def test_device_and_device_map_together_is_an_error():

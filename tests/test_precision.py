@@ -1,4 +1,4 @@
-"""Weight precision (``lookahead_reasoning.precision``): the int8 layer against its slow reference,
+"""Weight precision (``lookahead_reasoning.models.precision``): the int8 layer against its slow reference,
 batch invariance of the quantised model, the lossless properties with a quantised target (greedy
 SD == greedy AR, Lookahead Reasoning with the exact verifier and draft == target == greedy AR),
 and clear errors on bad input.
@@ -27,7 +27,7 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
-from lookahead_reasoning.precision import (
+from lookahead_reasoning.models.precision import (
     PRECISIONS, Int8WeightOnlyLinear, apply_precision, int8_kernel_available, normalize_precision, precision_of,
     quantize_linears_int8, quantize_rows_int8, reference_int8_linear, resolve_precision, weight_bytes,
 )
@@ -65,7 +65,7 @@ def float32_between_the_linears(monkeypatch):
     """Every test here runs the int8 model with float32 activations between its linears, whatever the
     CPU (where bf16 is native the model would run bf16 there, and the tolerances above assume float32);
     the bf16 case has a test of its own, which overrides this."""
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: False)
 
@@ -193,7 +193,7 @@ def test_int8_logits_close_to_float32():
 
 
 def test_int8_runs_bf16_between_the_linears_where_bf16_is_native(monkeypatch):
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: True)
     model = copy.deepcopy(tiny_lm("qwen2").model)
@@ -327,7 +327,7 @@ def test_lr_with_float_draft_and_int8_target_equals_int8_ar():
 # ------------------------------------------------------------------------------------------- errors
 
 def test_names_and_aliases(monkeypatch):
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     assert normalize_precision(None) == "auto" and normalize_precision(" FP32 ") == "float32"
     assert normalize_precision("bfloat16") == "bf16" and set(PRECISIONS) >= {"auto", "float32", "bf16", "int8"}
@@ -354,7 +354,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
         resolve_precision("int8", torch.device("meta"))
     with pytest.raises(ConfigError, match="CUDA is not available|runs on the CPU only"):
         resolve_precision("int8", "cuda")
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "int8_kernel_available", lambda: False)
     monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: False)
@@ -370,7 +370,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
     (False, False, False, None),    # neither kernel: the unquantised dtype
 ])
 def test_auto_precision_follows_the_cpus_int8_instructions(monkeypatch, int8_dot, w8a8_runs, int8_runs, expected):
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: int8_dot)
     monkeypatch.setattr(precision, "w8a8_kernel_available", lambda: w8a8_runs)
@@ -382,7 +382,7 @@ def test_auto_precision_follows_the_cpus_int8_instructions(monkeypatch, int8_dot
 def test_a_saturating_int8_product_is_not_taken_for_the_kernel(monkeypatch):
     """Without VNNI, oneDNN's AVX2 int8 path sums product pairs in saturating int16: that inexact
     product must make w8a8 unavailable (refused by name, and auto falls back to weight-only int8)."""
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     def saturating(a, b):
         return (a.int() @ b.int()).clamp(-32768, 32767)

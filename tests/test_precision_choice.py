@@ -11,10 +11,10 @@ import logging
 
 import pytest
 
-import lookahead_reasoning.precision as precision
+import lookahead_reasoning.models.precision as precision
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.models import placement
-from lookahead_reasoning.precision import precision_warning, resolve_precision
+from lookahead_reasoning.models.precision import precision_warning, resolve_precision
 from lookahead_reasoning import hardware
 
 AVX2_ONLY = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"}  # an AVX2 EPYC: no VNNI, no AMX, no AVX512
@@ -47,10 +47,10 @@ def test_w8a8_without_int8_dot_instructions_warns_once_naming_the_better_choice(
     if not precision.w8a8_kernel_available():
         pytest.skip("torch._int_mm is inexact here, so w8a8 is refused rather than warned about")
     cpu(AVX2_ONLY)
-    with caplog.at_level(logging.WARNING, logger="lookahead_reasoning.precision"):
+    with caplog.at_level(logging.WARNING, logger="lookahead_reasoning.models.precision"):
         assert resolve_precision("w8a8", "cpu") == "w8a8"  # exact, so it runs: the user asked for it
         assert resolve_precision("w8a8", "cpu") == "w8a8"
-    messages = [r.getMessage() for r in caplog.records if r.name == "lookahead_reasoning.precision"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "lookahead_reasoning.models.precision"]
     assert len(messages) == 1 and "\n" not in messages[0]
     assert "without int8 dot-product instructions" in messages[0] and "--precision int8" in messages[0]
     cpu(AVX512_VNNI)

@@ -23,7 +23,7 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.planning.costs import cost_key
-from lookahead_reasoning.precision import (
+from lookahead_reasoning.models.precision import (
     Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, normalize_precision, precision_of,
     quantize_activations_int8, reference_w8a8_linear, resolve_precision, w8a8_kernel_available, weight_bytes,
 )
@@ -190,7 +190,7 @@ def test_w8a8_names_and_refusals(monkeypatch):
     assert resolve_precision("w8a8", "cpu") == "w8a8"
     with pytest.raises(ConfigError, match="CPU only"):
         resolve_precision("w8a8", torch.device("cuda"))
-    import lookahead_reasoning.precision as precision
+    import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "w8a8_kernel_available", lambda: False)
     with pytest.raises(ConfigError, match="_int_mm"):

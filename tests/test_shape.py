@@ -167,3 +167,19 @@ def test_subpackages_import_one_another_in_one_direction():
     edges = _subpackage_imports()
     assert "decoding" in edges.get("planning", set())  # the walk sees the imports at all
     assert _cycle(edges) is None, f"import cycle between subpackages: {' -> '.join(_cycle(edges))}"
+
+
+def test_no_module_of_the_package_is_imported_inside_a_function():
+    """Every import of the package's own modules stands at the top of its file, where the structure can
+    be read (a function-level import hid two import cycles once)."""
+    inside = []
+    for path, tree in _modules():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                own = (isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith("lookahead_reasoning"))
+                       or isinstance(node, ast.Import) and any(a.name.startswith("lookahead_reasoning") for a in node.names))
+                if own:
+                    inside.append(f"{path.relative_to(SRC)}:{node.lineno} in {fn.name}")
+    assert not inside, "\n".join(inside)

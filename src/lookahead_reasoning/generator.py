@@ -36,8 +36,8 @@ from .engines.generator import (
 from .errors import ConfigError, require
 from .kernels import quantize_draft_int8
 from .models import LoadOptions, load_model
+from .models.precision import normalize_precision
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
-from .precision import normalize_precision
 from .presets import (
     DEFAULT_MODE,
     DEFAULT_VERIFIER,
@@ -131,7 +131,7 @@ class LookaheadGenerator:
         precision: the weight precision per model, a name (the target's) or ``{"target": ...,
             "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;
             "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
-            activations too, per token; see :mod:`lookahead_reasoning.precision`). The draft's:
+            activations too, per token; see :mod:`lookahead_reasoning.models.precision`). The draft's:
             "int8-dynamic" turns a CPU draft's linear layers into dynamic int8 ones
             (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to a third of the
             draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is

@@ -1,7 +1,7 @@
 """The int8 linear layers behind the ``"int8"`` and ``"w8a8"`` precisions, their slow references,
 and the probes that say whether their kernels run (and run exactly) on this machine.
 
-:mod:`lookahead_reasoning.precision` chooses a precision and applies it; this module holds what it
+:mod:`lookahead_reasoning.models.precision` chooses a precision and applies it; this module holds what it
 applies: :class:`Int8WeightOnlyLinear` (int8 weights, bf16-rounded activations,
 ``torch._weight_int8pack_mm``) and :class:`Int8PerTokenLinear` (int8 weights and per-row int8
 activations, an exact int8 x int8 -> int32 product, ``torch._int_mm``), and

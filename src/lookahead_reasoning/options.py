@@ -23,8 +23,8 @@ from .errors import ConfigError, LookaheadError, require
 from .generator import LookaheadGenerator
 from .models.loading import context_window
 from .models.offline import cache_root
+from .models.precision import normalize_precision, resolve_precision
 from .planning import PlannerConfig
-from .precision import normalize_precision, resolve_precision
 from .presets import (
     DEFAULT_DRAFT,
     DEFAULT_MODE,

@@ -27,9 +27,27 @@ Four modules, four jobs:
 """
 
 from .loading import LoadedModel, LoadOptions, as_loaded, context_window, load_model
-from .offline import (CHUNK_BYTES, CONVERTED_MARKER, CONVERTED_SUBDIR, HASH_MARKER_SUFFIX, OFFLINE_MODELS,
-                      OfflineModel, cache_root, convert_offline, offline_gguf, offline_names, offline_spec, part_files)
-from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_attn_implementation, resolve_device, resolve_dtype
+from .offline import (
+                      CHUNK_BYTES,
+                      CONVERTED_MARKER,
+                      CONVERTED_SUBDIR,
+                      HASH_MARKER_SUFFIX,
+                      OFFLINE_MODELS,
+                      OfflineModel,
+                      cache_root,
+                      convert_offline,
+                      offline_gguf,
+                      offline_names,
+                      offline_spec,
+                      part_files,
+)
+from .placement import (
+                      cpu_supports_bf16,
+                      cpu_supports_int8_dot,
+                      resolve_attn_implementation,
+                      resolve_device,
+                      resolve_dtype,
+)
 
 __all__ = [
     "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadOptions", "LoadedModel", "OFFLINE_MODELS",

@@ -3,10 +3,36 @@ GGUF quantizer taken off so that the model saves as an ordinary safetensors chec
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
+
+
+def unavailable_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "this model cannot be had here" when transformers reads a checkpoint.
+
+    A missing or unreadable file, a hub lookup that failed or is switched off (huggingface_hub's
+    errors are OSErrors), a package that is not installed, content that is no checkpoint this
+    transformers can read (bad JSON, an unknown architecture: ValueError; damaged safetensors), or
+    too little memory. The loaders turn these into :class:`ModelLoadError`; anything else (TypeError,
+    AttributeError, KeyError, RuntimeError, ...) is a bug and propagates unchanged, so that a test
+    fails on it instead of skipping a model that "could not be loaded".
+    """
+    import torch
+
+    errors: tuple[type[BaseException], ...] = (OSError, ImportError, ValueError, MemoryError, torch.cuda.OutOfMemoryError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # transformers needs safetensors; without it the ImportError above covers the load
+        return errors
+    return (*errors, SafetensorError)
+
+
+def gguf_unavailable_errors() -> tuple[type[BaseException], ...]:
+    """:func:`unavailable_errors`, plus what a truncated or damaged GGUF file makes its reader raise."""
+    return (*unavailable_errors(), struct.error, EOFError)
 
 
 def _transformers_version() -> str:
@@ -33,7 +59,11 @@ def _strip_gguf_quantizer(model: Any) -> None:
 
 
 def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:
-    """Model and tokenizer from one GGUF file, every weight dequantised to a plain dense model."""
+    """Model and tokenizer from one GGUF file, every weight dequantised to a plain dense model.
+
+    A file that cannot be read as a model (:func:`gguf_unavailable_errors`) raises ModelLoadError;
+    any other exception propagates unchanged.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     path = Path(path)
@@ -41,9 +71,9 @@ def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                      quantization_config=GgufConfig(dequantize=True), **kwargs)
-    except Exception as exc:
+    except gguf_unavailable_errors() as exc:
         raise ModelLoadError(f"could not load the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
     return model, tokenizer
 
 
-__all__ = ["load_gguf"]
+__all__ = ["gguf_unavailable_errors", "load_gguf", "unavailable_errors"]

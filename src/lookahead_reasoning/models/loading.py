@@ -21,7 +21,9 @@ import torch
 from ..errors import ModelLoadError, require
 from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
 from . import offline
+from .gguf import unavailable_errors
 from .placement import device_map_device, resolve_attn_implementation, resolve_device, resolve_dtype
+from .precision import apply_precision, normalize_precision, resolve_precision
 
 
 @dataclass
@@ -88,7 +90,7 @@ class LoadOptions:
             much faster than the default BLAS for the few-token forwards speculative decoding makes
             (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
         precision: None keeps the weights as loaded in ``dtype``; "float32", "bf16", "int8" (weight-only
-            int8 linears, batch invariant, see :mod:`lookahead_reasoning.precision`), "w8a8" (int8
+            int8 linears, batch invariant, see :mod:`lookahead_reasoning.models.precision`), "w8a8" (int8
             weights and per-token int8 activations, batch invariant too) or "auto" (what measures
             fastest for the hardware) stores them that way. With "int8" or "w8a8" the model is read
             in bf16 (exact for the offline models, half the peak memory) unless ``dtype`` says otherwise.
@@ -111,7 +113,6 @@ def load_model(name_or_path: str | os.PathLike, options: LoadOptions | None = No
     how: ``load_model("qwen2.5-coder-1.5b", dtype="bf16", precision="int8")``. Every option is checked
     before anything loads.
     """
-    from ..precision import apply_precision  # lazily: precision reads the placement helpers of this package
 
     opts = dataclasses.replace(options or LoadOptions(), **settings)
     placement, precision, kwargs = _resolve(opts)
@@ -131,7 +132,6 @@ def load_model(name_or_path: str | os.PathLike, options: LoadOptions | None = No
 
 def _resolve(opts: LoadOptions) -> tuple[torch.device, str | None, dict[str, Any]]:
     """(where the model goes, its concrete precision or None, ``from_pretrained`` keywords); checks every option."""
-    from ..precision import normalize_precision, resolve_precision
 
     require(opts.cpu_linear is None or str(opts.cpu_linear).strip().lower() in CPU_LINEAR_CHOICES,
             f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {opts.cpu_linear!r}")
@@ -196,14 +196,17 @@ def context_window(name_or_path: str | os.PathLike) -> int | None:
 def _from_pretrained(source: str | Path, kwargs: dict, failure: Callable[[Exception], str]) -> tuple[Any, Any]:
     """Tokenizer and model via transformers' Auto classes from a directory or hub id.
 
-    Any exception becomes a ModelLoadError with the text ``failure(exception)``.
+    An exception that means the model cannot be had here (:func:`~.gguf.unavailable_errors`: a missing
+    file, a failed or switched-off hub lookup, a missing package, an unreadable checkpoint) becomes a
+    ModelLoadError with the text ``failure(exception)``; any other exception is a bug and propagates
+    unchanged.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=kwargs.get("trust_remote_code", False))
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    except Exception as exc:
+    except unavailable_errors() as exc:
         raise ModelLoadError(failure(exc)) from exc
     return model, tokenizer
 

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from ..errors import ModelLoadError
 from ..locks import file_lock
-from .gguf import _strip_gguf_quantizer, _transformers_version, load_gguf
+from .gguf import _strip_gguf_quantizer, _transformers_version, gguf_unavailable_errors, load_gguf
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,9 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
 
     First use: join the GGUF (:func:`offline_gguf`), dequantise it with transformers, save model and
     tokenizer to a temp directory, rename it into place, then delete the joined GGUF unless
-    ``keep_gguf``. Takes 30-60 s per model on a 2-core CPU; later calls return at once.
+    ``keep_gguf``. Takes 30-60 s per model on a 2-core CPU; later calls return at once. A failure that
+    means the model cannot be had here raises ModelLoadError; any other exception (a bug) propagates
+    unchanged. Either way no partial copy is left behind.
     """
     import torch
 
@@ -301,7 +303,7 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
             log.info("dequantised %s in %.1f s, saved in %.1f s", spec.name, t1 - t0, time.perf_counter() - t1)
         except ModelLoadError:
             raise
-        except Exception as exc:
+        except gguf_unavailable_errors() as exc:  # disk full, an unreadable GGUF...; a bug propagates as it is
             raise ModelLoadError(f"offline model {spec.name!r}: converting {gguf} to safetensors failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
         finally:

@@ -11,8 +11,8 @@ import re
 
 import torch
 
-from ..errors import ConfigError, require
 from .. import hardware
+from ..errors import ConfigError, require
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
 

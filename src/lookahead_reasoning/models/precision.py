@@ -1,6 +1,6 @@
 """Weight precision: store a loaded model's weights in fewer bytes, so each decoded token reads less.
 
-    from lookahead_reasoning.precision import apply_precision, resolve_precision
+    from lookahead_reasoning.models.precision import apply_precision, resolve_precision
 
     loaded = load_model("qwen2.5-coder-1.5b", dtype="bf16")      # bf16 is exact for the offline models
     info = apply_precision(loaded.model, resolve_precision("auto", "cpu"))
@@ -75,13 +75,23 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import require
-from .int8_layers import (INT8_KERNEL, W8A8_KERNEL, Int8PerTokenLinear, Int8WeightOnlyLinear, int8_kernel_available,
-                          quantize_activations_int8, quantize_linears_int8, quantize_rows_int8, reference_int8_linear,
-                          reference_w8a8_linear, w8a8_kernel_available)
-from .kernels import quantize_draft_int8, restore_linear
-from .models.placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
-from . import hardware
+from .. import hardware
+from ..errors import require
+from ..int8_layers import (
+    INT8_KERNEL,
+    W8A8_KERNEL,
+    Int8PerTokenLinear,
+    Int8WeightOnlyLinear,
+    int8_kernel_available,
+    quantize_activations_int8,
+    quantize_linears_int8,
+    quantize_rows_int8,
+    reference_int8_linear,
+    reference_w8a8_linear,
+    w8a8_kernel_available,
+)
+from ..kernels import quantize_draft_int8, restore_linear
+from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
 
 log = logging.getLogger(__name__)
 
