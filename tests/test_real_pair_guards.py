@@ -109,7 +109,7 @@ def test_lookahead_reasoning_writes_the_targets_greedy_text_and_rejects_a_step(g
         assert cycle.accepted <= first_reject  # nothing at or after a rejected step is kept
 
 
-def _free_rows() -> "Planning":
+def _free_rows():
     """A cost table on which a forward costs 0.1 s however many rows and tokens it holds (a draft forward
     0.01 s), so that every LR plan is priced above plain decoding; nothing is saved."""
     from lookahead_reasoning.planning import Book, CostGrid, CostTable, Planning
