@@ -143,7 +143,7 @@ def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
     costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
     assert costs.target_s(3, 40) > costs.target_s(1, 40) > costs.target_s(1, 8) > 0
     planner = EnginePlanner(costs, max_k=2)
-    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS, planner.learn))
+    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS))  # it learns as a policy
     reference, logprobs = _engine_greedy(pair, messages)
     assert_engine_text(auto.token_ids, reference, logprobs)
     assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles)
