@@ -213,7 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_url_options(lr)
     add_serve_command(sub)
 
-
     add_bench_commands(sub)
     add_pairs_commands(sub)
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)

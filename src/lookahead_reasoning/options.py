@@ -175,7 +175,6 @@ def check_cache_writable(why: str) -> None:
     """Refuse, before any model loads, a cache folder that cannot be written (``why``: what needs it)."""
     import tempfile
 
-
     root = cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)

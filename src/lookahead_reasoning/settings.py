@@ -38,8 +38,6 @@ def check_draft_stop_below(draft_stop_below: float | None) -> None:
             f"got {draft_stop_below!r}")
 
 
-
-
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 

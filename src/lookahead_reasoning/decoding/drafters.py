@@ -126,7 +126,6 @@ class ModelDrafter:
         self.longest_asked = 0  # the largest gamma the loop has asked for
         self.session: Session | None = None
 
-
     def attach(self, session: Session) -> None:
         """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""
         self.session = session

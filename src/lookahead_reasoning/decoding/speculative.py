@@ -92,7 +92,6 @@ def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[S
     return [h for h in hits if h is not None]
 
 
-
 def hear(drafter: Drafter, outcome: DraftOutcome) -> None:
     """Tell ``drafter`` what the target accepted; a drafter written with ``propose`` alone (before
     drafters had ``update``) has nothing to learn and is left alone."""

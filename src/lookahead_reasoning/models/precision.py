@@ -236,7 +236,6 @@ def _int8_compute_dtype() -> torch.dtype:
     return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
 
 
-
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
     """Set the weight precision of a loaded model, in place.
 

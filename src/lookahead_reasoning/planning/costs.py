@@ -94,7 +94,6 @@ class CostGrid:
                 best, best_t = m, t
         return best
 
-
     def _curve(self, rows: int, n: float) -> float:
         """T(rows, n) on one measured row count: linear between its points, 1-row shape beyond."""
         curve = self.points[rows]

@@ -74,7 +74,6 @@ class PlannerConfig:
                 f"got {self.draft_stop_below_choices!r}")
 
 
-
 @dataclass(frozen=True)
 class Prefill:
     """Tokens a model has never been fed when a cycle starts (the prompt, before the first cycle).

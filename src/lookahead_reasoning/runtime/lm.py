@@ -62,7 +62,6 @@ class ForwardTiming:
     seconds: float
 
 
-
 ForwardListener = Callable[[ForwardTiming], None]
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
@@ -84,7 +83,6 @@ class LM:
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
-
 
     @contextmanager
     def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:
