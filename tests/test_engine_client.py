@@ -294,6 +294,8 @@ def test_lookahead_generator_with_engine_urls_is_the_same_class_and_honours_or_r
             LookaheadGenerator(target=engine.url, draft=engine.url, dtype="bf16", device="cpu")
         with pytest.raises(ConfigError, match="precision: loading options"):
             LookaheadGenerator(target=engine.url, precision="int8")
+        with pytest.raises(ConfigError, match="tempertaure: not a setting or a loading option"):
+            LookaheadGenerator(target=engine.url, tempertaure=0.5)  # a misspelt name is not a loading option
         with pytest.raises(ConfigError, match="the draft must be an engine URL too"):
             LookaheadGenerator(target=engine.url, draft="qwen2.5-coder-0.5b")
         with pytest.raises(ConfigError, match="target-score"):

@@ -140,7 +140,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> int:
     """``lr --target-url``: the mode over the engine (:class:`.generator.EngineRuntime`, what
     ``LookaheadGenerator`` runs over URLs), with the engine's plain decoding for the speedup."""
-
     mode = args.mode or "auto"
     settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
     verifier = engine_verifier(args)
@@ -148,11 +147,12 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
                             {"target_model": args.target_model, "draft_model": args.draft_model})
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
     try:
-        result = runtime.generate(prompt, mode, settings, k=args.k, raw=True, on_text=show)
+        ids = runtime.pair.prompt_ids(prompt)  # tokenized once, for the mode and its comparison
+        result = runtime.generate(ids, mode, settings, k=args.k, on_text=show)
         print()
         out = {"mode": f"engine-{mode}", **result.summary()}
         if not args.no_compare:
-            ar = runtime.generate(prompt, "ar", settings, raw=True)
+            ar = runtime.generate(ids, "ar", settings)
             out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3),
                        speedup=round(result.tokens_per_s / ar.tokens_per_s, 3), same_text_as_ar=ar.text == result.text)
     finally:

@@ -43,6 +43,7 @@ from .presets import (
     DEFAULT_VERIFIER,
     LR_SD_TOKEN_SD,
     STEP_MODES,
+    check_max_k,
     check_mode,
     mode_gamma,
     mode_k,
@@ -156,6 +157,9 @@ class LookaheadGenerator:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
         self.planner, self._planning = own.get("planner"), None
         self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
+        unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
+        require(not unknown, f"{', '.join(unknown)}: not a setting or a loading option of LookaheadGenerator "
+                f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         self.engine: EngineRuntime | None = None
         if is_url(target):
             refuse_local_options(load_kwargs, precision)
@@ -166,9 +170,6 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
-        unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
-        require(not unknown, f"{', '.join(unknown)}: not a setting or a loading option of LookaheadGenerator "
-                f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         target_precision, draft_precision = split_precision(precision)
         pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                           if target_precision is not None else {})),
@@ -319,9 +320,7 @@ class LookaheadGenerator:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
         require(self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
-        if max_k is not None:
-            require(isinstance(max_k, int) and not isinstance(max_k, bool) and max_k >= 0,
-                    f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {max_k!r}")
+        check_max_k(max_k)
         config = self.planner or PlannerConfig()
         planning = self.planning()
         if not learn:

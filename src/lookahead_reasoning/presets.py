@@ -77,6 +77,14 @@ def mode_k(mode: str, k: int | None = None) -> int:
     return value
 
 
+def check_max_k(max_k: int | None) -> int | None:
+    """``max_k`` (the most drafted steps a plan of mode ``auto`` may use; None: the planner's own) when
+    it is an integer >= 0."""
+    require(max_k is None or (isinstance(max_k, int) and not isinstance(max_k, bool) and max_k >= 0),
+            f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {max_k!r}")
+    return max_k
+
+
 def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "draft") -> int:
     """Drafted tokens per SD iteration for ``mode``: ``gamma`` when given, else the preset (prompt
     lookup drafts fewer: ``lr-sd`` with n-gram rows uses :data:`NGRAM_GAMMA`)."""
@@ -91,5 +99,5 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
            "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_mode",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_max_k", "check_mode",
            "mode_gamma", "mode_k"]

@@ -32,7 +32,7 @@ from ..decoding.results import GenerationResult
 from ..engines import runs
 from ..errors import ConfigError, require
 from ..planning.engine import EnginePlanner, ameasured_planner
-from ..presets import DEFAULT_MAX_NEW_TOKENS
+from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
 from ..runtime.engine.pair import EnginePair
 from ..settings import Settings
@@ -52,7 +52,7 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
     base, k, asyn = match.group(1), match.group(2), match.group(3)
     require(k is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take @kN")
     require(asyn is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take -async")
-    return base, int(k) if k else (2 if base.startswith("lr") else None), "async" if asyn else "sync"
+    return base, int(k) if k else (mode_k("lr") if base.startswith("lr") else None), "async" if asyn else "sync"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
 from ..errors import ConfigError, require
 from ..planning.engine import EnginePlanner, ameasured_planner
-from ..presets import mode_k
+from ..presets import check_max_k, mode_k
 from ..prompts import math_messages
 from ..runtime.engine.pair import EnginePair
 from ..settings import Settings
@@ -72,31 +72,27 @@ class EngineRuntime:
         require(settings.gamma is None, "gamma is not used over engines (the engine drafts its own tokens, if "
                                         "started with SD): leave it unset")
         self.pair.use(settings)
-        messages = prompt if raw or not isinstance(prompt, str) else math_messages(prompt)
+        ids = self.pair.prompt_ids(prompt if raw or not isinstance(prompt, str) else math_messages(prompt))  # once
         if mode == "ar":
-            return runs.ar(self.pair, messages, settings.max_new_tokens, on_text)
+            return runs.ar(self.pair, ids, settings.max_new_tokens, on_text)
         if mode == "lr":
             plan = FixedK(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
-            return runs.lr(self.pair, messages, self.verifier, plan, settings.max_new_tokens, on_text)
+            return runs.lr(self.pair, ids, self.verifier, plan, settings.max_new_tokens, on_text)
         require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
-        planner = self._planner(messages, k, learn)
-        result = runs.lr(self.pair, messages, self.verifier, planner, settings.max_new_tokens, on_text)
+        planner = self._planner(ids, k, learn)
+        result = runs.lr(self.pair, ids, self.verifier, planner, settings.max_new_tokens, on_text)
         result.mode = "engine-auto"
         return result
 
-    def _planner(self, messages: Sequence, k: int | None, learn: bool) -> EnginePlanner:
-        """The pair's planner (measured once); a throwaway copy when nothing is to be learned or when
-        ``k`` caps the drafted steps differently from the planner's own."""
-
+    def _planner(self, ids: list[int], k: int | None, learn: bool) -> EnginePlanner:
+        """The pair's planner (measured once, after the prompt ``ids``); a throwaway copy when nothing is
+        to be learned or when ``k`` caps the drafted steps differently from the planner's own."""
         if self.planner is None:
-            self.planner = asyncio.run(ameasured_planner(self.pair.target, self.pair.draft,
-                                                         self.pair.prompt_ids(messages)))
-        if k is None and learn:
+            self.planner = asyncio.run(ameasured_planner(self.pair.target, self.pair.draft, ids))
+        if check_max_k(k) is None and learn:
             return self.planner
         planner = copy.deepcopy(self.planner)
         if k is not None:
-            require(isinstance(k, int) and not isinstance(k, bool) and k >= 0,
-                    f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {k!r}")
             planner.max_k = k
         return planner
 
