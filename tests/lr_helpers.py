@@ -106,3 +106,29 @@ class ScriptedPolicy:
 
     def finish(self, completed: bool) -> None:
         pass
+
+
+def request_table(cost, rows=(1, 2, 3, 4), lengths=(8, 40), draft=None, overlap: float = 1.0):
+    """A request cost table (as :func:`~lookahead_reasoning.planning.endpoints.ameasure` measures one):
+    ``cost(R, n)`` seconds at every (row count, length); ``draft(n)`` the draft's, when given."""
+    from lookahead_reasoning.planning.costs import CostTable
+    from lookahead_reasoning.planning.endpoints import request_grid
+
+    target = request_grid({r: {n: cost(r, n) for n in lengths} for r in rows})
+    drafts = request_grid({1: {n: draft(n) for n in lengths}}) if draft is not None else None
+    return CostTable(target, drafts, overlap, per="request")
+
+
+def engine_planner(table, accepted: float = 1.0, rejected: float = 1.0, max_k: int = 2, load=None):
+    """Mode auto's planner over an engine of ``table``, with alpha1's posterior Beta(accepted, rejected)."""
+    from lookahead_reasoning.planning import Beta, Book, Planner, PlannerConfig
+
+    book = Book()
+    book.step.alpha1 = Beta(accepted, rejected)
+    return Planner(table, book, PlannerConfig.over_engine(max_k), load=load)
+
+
+def engine_policy(planner):
+    from lookahead_reasoning.planning import AutoPolicy
+
+    return AutoPolicy(planner, ("\n\n",), mode="engine-auto")

@@ -15,7 +15,7 @@ from lookahead_reasoning.theory import (
     f_sync_costed, h_combined, lr_cycle, predict, sd_rate, simulate_costed_lr, simulate_costed_sd, simulate_lr_sd,
     step_cycle,
 )
-from lookahead_reasoning.theory.costed import iteration_seconds, max_pmf
+from lookahead_reasoning.theory.costed import chunk_cycle, iteration_seconds, max_pmf, request_cycle
 
 SIMS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -138,3 +138,60 @@ def test_predict_prices_the_batch_when_given_costs():
     assert priced.lr_sync == pytest.approx(f_sync_batched(2, 0.5, 0.1, 1.4))
     assert priced.lr_sync < free.lr_sync and priced.lr_sd < free.lr_sd
     assert math.isclose(priced.sd, free.sd)
+
+
+# ---------------------------------------------------------------------------------------- over an engine
+
+def _play_sync_requests(k, step, target, draft, load, overlap, cycles, rng):
+    """Play sync LR cycles over an engine: each drafted step passes with probability alpha1 until the
+    first rejection; a cycle pays its drafts (with ``overlap`` under load), one batch of k + 1 + load
+    requests, and the verifier per judged pair. Returns (tokens, seconds) over all cycles."""
+    tokens = seconds = 0.0
+    td = draft(1, step.draft_tokens)
+    for _ in range(cycles):
+        m = 0
+        while m < k and rng.random() < step.alpha1:
+            m += 1
+        judged = min(m + 1, k)
+        tokens += m * step.draft_tokens + step.target_tokens
+        seconds += (k * td * (overlap if load else 1.0) + target(k + 1 + load, step.target_tokens)
+                    + judged * step.verify_s)
+    return tokens, seconds
+
+
+@SIMS
+@given(k=st.integers(1, 4), alpha1=st.floats(0.0, 0.95), load=st.integers(0, 3), overlap=st.floats(1.0, 4.0),
+       target=cost_fns, draft=cost_fns)
+def test_sync_request_cycle_matches_its_simulation(k, alpha1, load, overlap, target, draft):
+    import random
+
+    step = StepModel(alpha1, 40.0, 30.0, verify_s=0.01)
+    tokens, seconds = _play_sync_requests(k, step, target, draft, load, overlap, 4000, random.Random(7))
+    priced = request_cycle(k, "sync", step, target, draft, load, overlap)
+    assert priced.rate == pytest.approx(tokens / seconds, rel=0.05)
+
+
+def test_request_cycles_over_free_rows_and_a_free_draft_are_the_paper_ceiling():
+    """Rows free (T(R, n) = T(1, n)), drafts free, no verifier cost: a cycle costs one target step and
+    keeps E[m] drafted steps, so LR's speed-up over one request per step is f_sync's with c = 0:
+    (1 - alpha1^(k+1)) / (1 - alpha1) steps per cycle, in either schedule."""
+    step = StepModel(0.6, 40.0, 40.0)
+    for k in (1, 2, 3):
+        for schedule in ("sync", "async"):
+            cycle = request_cycle(k, schedule, step, lambda r, n: 0.02 * n, lambda r, n: 0.0)
+            plain = chunk_cycle(40.0, lambda r, n: 0.02 * n)
+            assert cycle.rate / plain.rate == pytest.approx((1 - 0.6 ** (k + 1)) / (1 - 0.6))
+
+
+def test_async_request_cycles_pay_the_overlap_and_load_makes_every_plan_dearer():
+    step, target = StepModel(0.5, 40.0, 40.0), linear_costs(0.5, 0.8, 0.05)
+    draft = linear_costs(0.2, 0.8, 0.05)
+    for k in (1, 2):
+        base = request_cycle(k, "async", step, target, draft)
+        assert request_cycle(k, "async", step, target, draft, overlap=3.0).seconds == pytest.approx(3 * base.seconds)
+        for schedule in ("sync", "async"):
+            by_load = [request_cycle(k, schedule, step, target, draft, load).seconds for load in range(4)]
+            assert by_load == sorted(by_load) and by_load[0] < by_load[-1]
+    assert chunk_cycle(256, target, 2).seconds == target(3, 256)
+    with pytest.raises(ConfigError, match="schedule"):
+        request_cycle(1, "eager", step, target, draft)

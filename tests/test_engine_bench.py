@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import time
 
-from lr_helpers import at
+import pytest
+from lr_helpers import at, engine_planner, engine_policy, request_table
 from test_engine_client import FakeEngine
 
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.engines import runs
 from lookahead_reasoning.plan import CyclePlan
-from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
 from lookahead_reasoning.runtime.engine.pair import EnginePair
 
@@ -57,14 +57,13 @@ def test_no_window_no_timeline(tmp_path):
 
 
 def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():
-    costs = EngineCosts()
-    planner = EnginePlanner(costs)
-    planner.last = (CyclePlan(1), 60.0, 1.0, 2.0)
+    planner = engine_planner(request_table(lambda r, n: 0.03 * n * r))
+    planner.current = CyclePlan(1)
     other = planner.fork()
-    assert other.last is None and other.costs is planner.costs and other.rates is planner.rates
-    assert other.calibration is planner.calibration
-    other.calibration["sync"] = [1.0, 2.0]
-    assert planner.factor(CyclePlan(1)) == 0.5  # learned by one run, used by the other
+    assert other.current is None and other.costs is planner.costs and other.book is planner.book
+    other.book.record_cycle("lr@k1", 10, 1.0, 20.0)  # one run realised half its predicted speed
+    assert planner.book.factor("lr@k1") < 1.0  # learned by one run, used by the other
+    assert planner.book.factor("lr@k1-async") == 1.0  # async cycles keep their own
 
 
 def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
@@ -110,14 +109,12 @@ def test_a_batch_warms_every_run_before_it_times_any(tmp_path, monkeypatch):
 
 
 def test_a_price_tie_at_a_step_boundary_goes_to_the_chunk():
-    costs = EngineCosts()
-    for rows in (1, 2):  # seconds in proportion to tokens: a chunk and one step cost the same per token
-        costs.record_rows(rows, 8, 0.03 * 8 * rows)
-        costs.record_rows(rows, 40, 0.03 * 40 * rows)
-    planner = EnginePlanner(costs, max_k=1)
-    plan = planner.plan(at(0, True))
-    assert planner.rate(CyclePlan(0)) == planner.rate(CyclePlan(0, chunk=planner.chunk))
-    assert plan == CyclePlan(0, chunk=planner.chunk)
+    # seconds in proportion to tokens: a chunk and one step cost the same per token
+    planner = engine_planner(request_table(lambda r, n: 0.03 * n * r, rows=(1, 2)), max_k=1)
+    plan = engine_policy(planner).plan(at(0, True))
+    chunk = planner.config.chunk
+    assert planner.rate(CyclePlan(0), 0) == pytest.approx(planner.rate(CyclePlan(0, chunk=chunk), 0))
+    assert (plan.k, plan.chunk) == (0, chunk)
 
 
 def test_every_mode_follows_different_modes_across_problems():
@@ -140,14 +137,13 @@ def test_at_a_boundary_plain_decoding_is_a_chunk_never_a_single_step():
     """One plain step at a boundary is a chunk cut short plus one more request: the planner takes the
     chunk whatever the calibration says (plain steps and chunks share one), and a single step only
     mid-step, to reach the boundary where a better LR plan can start."""
-    costs = EngineCosts()
-    for rows in (1, 2):
-        costs.record_rows(rows, 8, 0.05 + 0.03 * 8 * rows)
-        costs.record_rows(rows, 40, 0.05 + 0.03 * 40 * rows)
-    planner = EnginePlanner(costs, max_k=1)
-    planner.calibration["plain"] = [3.0, 1.0]  # plain decoding ran three times slower than priced
-    plan = planner.plan(at(0, True))
-    assert plan.k >= 1 or plan.chunk == planner.chunk
-    planner.calibration["plain"] = [1.0, 1.0]
-    planner.calibration["sync"] = planner.calibration["async"] = [10.0, 1.0]  # LR hopeless
-    assert planner.plan(at(0, True)) == planner.plan(at(40, False)) == CyclePlan(0, chunk=planner.chunk)
+    planner = engine_planner(request_table(lambda r, n: 0.05 + 0.03 * n * r, rows=(1, 2)), max_k=1)
+    policy, chunk = engine_policy(planner), planner.config.chunk
+    planner.book.calibration["ar"].value = 1 / 3  # plain decoding ran three times slower than priced
+    plan = policy.plan(at(0, True))
+    assert plan.k >= 1 or plan.chunk == chunk
+    planner.book.calibration["ar"].value = 1.0
+    planner.book.calibration["lr"].value = 0.1  # LR hopeless, in either schedule
+    planner.book.calibration["lr-async"] = type(planner.book.calibration["lr"])(0.1)
+    assert policy.plan(at(0, True)).chunk == chunk
+    assert policy.plan(at(40, False)).chunk == chunk

@@ -1,8 +1,9 @@
 """Planning over an engine under load: other runs' requests in flight make rows dearer.
 
 R rows sent while B requests of other runs are in flight cost what R + B rows cost alone
-(engines/planning.py). The client counts its requests in flight; the benchmark's ``auto`` runs read
-that count when they plan, and measure the endpoints once however many run at once.
+(planning/planner.py, theory.costed.request_cycle). The client counts its requests in flight; the
+benchmark's ``auto`` runs read that count when they plan, and measure the endpoints once however
+many run at once.
 """
 
 from __future__ import annotations
@@ -11,59 +12,67 @@ import asyncio
 import json
 
 import pytest
-from lr_helpers import at
+from lr_helpers import at, engine_planner, engine_policy, request_table
 from test_engine_client import FakeEngine
 
 from lookahead_reasoning.bench import engine as engine_bench
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
-from lookahead_reasoning.errors import EngineError
+from lookahead_reasoning.errors import ConfigError, EngineError
 from lookahead_reasoning.plan import CyclePlan
-from lookahead_reasoning.planning.engine import EngineCosts, EnginePlanner, StepRates, price
+from lookahead_reasoning.planning import CostTable, endpoints
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
+from lookahead_reasoning.theory.costed import StepModel, chunk_cycle, request_cycle
 
 
-def budget_costs(budget: int = 4, widest: int = 8) -> EngineCosts:
+def budget_costs(budget: int = 4, widest: int = 8) -> CostTable:
     """An engine whose batch is free up to ``budget`` rows and grows in proportion beyond it (a GPU
     below and above its compute budget); a draft that costs half a target step."""
-    costs = EngineCosts()
-    for rows in range(1, widest + 1):
-        for n in (8, 40):
-            costs.record_rows(rows, n, (0.05 + 0.03 * n) * max(1.0, rows / budget))
-    for n in (8, 40):
-        costs.draft.add(n, 0.6 * n / 40)
-    return costs
+    return request_table(lambda r, n: (0.05 + 0.03 * n) * max(1.0, r / budget), rows=range(1, widest + 1),
+                         draft=lambda n: 0.6 * n / 40)
+
+
+STEP = StepModel(0.6, 40.0, 40.0)
+
+
+def priced(plan: CyclePlan, costs: CostTable, load: int = 0, step: StepModel = STEP):
+    """(tokens, seconds) of one cycle of ``plan`` on ``costs`` at ``load``."""
+    if plan.k == 0:
+        cycle = chunk_cycle(plan.chunk or step.target_tokens, costs.target, load)
+    else:
+        cycle = request_cycle(plan.k, plan.schedule, step, costs.target, costs.draft, load, costs.overlap)
+    return cycle.tokens, cycle.seconds
 
 
 def test_a_plan_under_load_is_priced_as_the_same_plan_with_more_rows():
-    costs, rates = budget_costs(), StepRates(accepted=3, rejected=2)
+    costs = budget_costs()
     for plan in (CyclePlan(2), CyclePlan(0, chunk=256), CyclePlan(0)):
-        tokens, seconds = price(plan, costs, rates, load=3)
-        lt = rates.target_tokens
+        tokens, seconds = priced(plan, costs, load=3)
         rows = 1 if plan.k == 0 else plan.k + 1
-        n = plan.chunk or lt
-        alone = costs.target_s(rows, n)
-        loaded = costs.target_s(rows + 3, n)
-        assert seconds - price(plan, costs, rates)[1] == pytest.approx(loaded - alone)
-        assert tokens == price(plan, costs, rates)[0]  # load changes the time, not what a cycle writes
+        n = plan.chunk or STEP.target_tokens
+        alone, loaded = costs.target(rows, n), costs.target(rows + 3, n)
+        assert seconds - priced(plan, costs)[1] == pytest.approx(loaded - alone)
+        assert tokens == priced(plan, costs)[0]  # load changes the time, not what a cycle writes
 
 
 def test_rows_between_measured_counts_are_interpolated():
-    costs = EngineCosts()
-    for rows, per_token in ((1, 0.02), (4, 0.05), (8, 0.13)):
-        for n in (8, 40):
-            costs.record_rows(rows, n, per_token * n)
-    assert costs.target_s(2, 40) == pytest.approx(costs.target_s(1, 40) + (costs.target_s(4, 40) - costs.target_s(1, 40)) / 3)
-    assert costs.target_s(6, 40) == pytest.approx((costs.target_s(4, 40) + costs.target_s(8, 40)) / 2)
-    assert costs.target_s(10, 40) > costs.target_s(8, 40)
+    per_token = {1: 0.02, 4: 0.05, 8: 0.13}
+    costs = request_table(lambda r, n: per_token[r] * n, rows=(1, 4, 8))
+    t = costs.target
+    assert t(2, 40) == pytest.approx(t(1, 40) + (t(4, 40) - t(1, 40)) / 3)
+    assert t(6, 40) == pytest.approx((t(4, 40) + t(8, 40)) / 2)
+    assert t(10, 40) > t(8, 40)
+    assert t(1, 256) == pytest.approx(0.02 * 256)  # a chunk past the longest probe: the line through the last two
 
 
 def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
     chosen = []
     for load in range(4):
-        planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=1), load=lambda load=load: load)
-        plan = planner.plan(at(0, True))
+        planner = engine_planner(budget_costs(), load=lambda load=load: load)
+        plan = engine_policy(planner).plan(at(0, True))
         assert planner.busy == load
-        assert planner.last[1:3] == pytest.approx(price(plan, planner.costs, planner.rates, load))
+        assert planner.rate(plan, 0) == pytest.approx(planner.estimate(plan, 0).rate)
+        tokens, seconds = priced(plan, planner.costs, load, planner.book.step.model())
+        assert planner.estimate(plan, 0).seconds == pytest.approx(seconds)
         chosen.append(plan.k)
     assert chosen[0] >= 2  # an idle engine: three or four rows cost what one does
     assert chosen == sorted(chosen, reverse=True)
@@ -73,14 +82,15 @@ def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
 def test_under_load_a_sync_cycle_pays_the_overlap_for_its_drafts():
     """Alone, a sync cycle's drafts run while the target's endpoint is idle; with other runs' requests
     in flight they run beside those rows and pay the measured overlap, as an async cycle does."""
-    costs, rates = budget_costs(), StepRates(accepted=9, rejected=1)
+    costs, step = budget_costs(), StepModel(0.9, 40.0, 40.0)
     sync = CyclePlan(2, 1, "sync")
-    alone, busy = price(sync, costs, rates)[1], price(sync, costs, rates, load=3)[1]
+    alone, busy = priced(sync, costs, 0, step)[1], priced(sync, costs, 3, step)[1]
     costs.overlap = 4.0
-    assert price(sync, costs, rates)[1] == pytest.approx(alone)  # no load: nothing runs beside the drafts
-    drafting = 2 * costs.draft(rates.draft_tokens)
-    assert price(sync, costs, rates, load=3)[1] == pytest.approx(busy + 3 * drafting)
-    assert price(CyclePlan(0, chunk=256), costs, rates, load=3) == price(CyclePlan(0, chunk=256), budget_costs(), rates, load=3)
+    assert priced(sync, costs, 0, step)[1] == pytest.approx(alone)  # no load: nothing runs beside the drafts
+    drafting = 2 * costs.draft(1, step.draft_tokens)
+    assert priced(sync, costs, 3, step)[1] == pytest.approx(busy + 3 * drafting)
+    chunk = CyclePlan(0, chunk=256)
+    assert priced(chunk, costs, 3, step) == priced(chunk, budget_costs(), 3, step)
 
 
 def test_the_client_counts_its_requests_in_flight_and_forgets_failed_ones():
@@ -120,7 +130,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
         measured.append(list(context))
         await asyncio.sleep(3.0)  # the others must wait, not measure too
         client = target.client
-        return EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30), load=lambda: client.in_flight)
+        return engine_planner(budget_costs(), accepted=1, rejected=30, load=lambda: client.in_flight)
 
     monkeypatch.setattr(engine_bench, "ameasured_planner", fake_planner)
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
@@ -138,9 +148,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
     assert records[0]["batch_wall_s"] < 3.0  # measured before the batch, not inside its wall time
 
 
-def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
-    from lookahead_reasoning.planning import engine as planning
-
+def test_one_slow_probe_does_not_bend_the_cost_table(monkeypatch):
     tries = iter([0.26, 1.70, 0.27])  # one try of (1 row, 8 tokens) meets a passing load
 
     async def timed(steps, context, rows, n):
@@ -152,26 +160,26 @@ def test_one_slow_probe_does_not_bend_the_cost_fit(monkeypatch):
             async def acomplete(*args, **kwargs):
                 return None
 
-    monkeypatch.setattr(planning, "_timed", timed)
-    costs = asyncio.run(planning.ameasure(Quiet(), None, [1, 2, 3], rows=2))
-    assert costs.target[1].points == [(8.0, 0.27), (40.0, pytest.approx(0.0333 * 40))]
-    assert len(costs.target[2].points) == 2  # one point per (rows, tokens)
-    a, b = costs.target[1].coefficients()
-    assert a < 0.01 and b == pytest.approx(0.0333, rel=0.02)
+    monkeypatch.setattr(endpoints, "_timed", timed)
+    costs = asyncio.run(endpoints.ameasure(Quiet(), None, [1, 2, 3], rows=2))
+    assert costs.per == "request" and costs.draft is None
+    assert costs.target.points[1] == {8: 0.27, 40: pytest.approx(0.0333 * 40)}
+    assert set(costs.target.points[2]) == {8, 40}  # one point per (rows, tokens)
+    assert costs.target(1, 24) == pytest.approx((0.27 + 0.0333 * 40) / 2)
 
 
-def test_engine_costs_survive_a_round_trip_through_json():
-    from lookahead_reasoning.planning.engine import ConfigError
-
+def test_request_costs_survive_a_round_trip_through_json():
     costs = budget_costs()
-    again = EngineCosts.from_json(json.loads(json.dumps(costs.to_json())))
+    costs.overlap = 2.5
+    again = CostTable.from_json(json.loads(json.dumps(costs.to_json())))
     for rows in (1, 3, 6, 8, 11):
-        assert again.target_s(rows, 100) == pytest.approx(costs.target_s(rows, 100))
-    assert again.draft(40) == pytest.approx(costs.draft(40))
-    with pytest.raises(ConfigError, match="engine cost table"):
-        EngineCosts.from_json({"rows": []})
-    with pytest.raises(ConfigError, match="at least one row"):
-        EngineCosts.from_json({"target": {}})
+        assert again.target(rows, 100) == pytest.approx(costs.target(rows, 100))
+    assert again.draft(1, 40) == pytest.approx(costs.draft(1, 40))
+    assert (again.per, again.overlap, again.target.padding) == ("request", 2.5, False)
+    with pytest.raises(ConfigError, match="not a cost table"):
+        CostTable.from_json({"rows": []})
+    with pytest.raises(ConfigError, match="1-row curve"):
+        CostTable.from_json({**costs.to_json(), "target": {**costs.target.to_json(), "points": {}}})
 
 
 def _chunk_trace(ids: int, wall_s: float, end: str = "eos"):
@@ -185,46 +193,67 @@ def _chunk_trace(ids: int, wall_s: float, end: str = "eos"):
 def test_a_chunk_that_meets_eos_early_is_calibrated_for_the_tokens_it_wrote():
     """A chunk priced for 256 tokens that stops at EOS after 64, in the time its price gives 64 tokens,
     was predicted right: the calibration must stay 1 (it fell to 0.25 when the whole price was counted)."""
-    planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
-    planner.plan(at(0, True))  # a run's first cycle: not calibrated
-    planner.learn(_chunk_trace(256, 9.0, "budget"))
-    plan = planner.plan(at(256, False))
-    assert plan.chunk == 256 and planner.factor(plan) == 1.0
-    _, tokens, seconds, _ = planner.last
-    planner.learn(_chunk_trace(64, seconds * 64 / tokens))
-    assert planner.factor(plan) == pytest.approx(1.0)
-    planner.plan(at(320, False))
-    planner.learn(_chunk_trace(100, 2 * seconds * 100 / tokens))  # twice as slow as priced
-    realised, predicted = planner.calibration["plain"]
-    assert realised / predicted == pytest.approx((64 + 200) / (64 + 100))
+    planner = engine_planner(budget_costs(), accepted=1, rejected=30)
+    policy = engine_policy(planner)
+    policy.plan(at(0, True))  # a run's first cycle: not calibrated
+    policy.learn(_chunk_trace(256, 9.0, "budget"))
+    plan = policy.plan(at(256, False))
+    assert plan.chunk == 256 and planner.book.factor(plan.label) == 1.0
+    estimate = planner.estimate(plan, 256)
+    policy.learn(_chunk_trace(64, estimate.seconds * 64 / estimate.tokens))
+    assert planner.book.factor(plan.label) == pytest.approx(1.0)
+    policy.plan(at(320, False))
+    policy.learn(_chunk_trace(100, 2 * estimate.seconds * 100 / estimate.tokens))  # twice as slow as priced
+    assert planner.book.factor(plan.label) < 1.0
+    assert planner.book.factor("ar") == planner.book.factor(plan.label)  # one plain step shares the chunks' factor
 
 
 def test_chunks_teach_the_step_rates_nothing():
-    planner = EnginePlanner(budget_costs(), StepRates(accepted=1, rejected=30))
-    before = (planner.rates.target_tokens, planner.rates.seen)
+    planner = engine_planner(budget_costs(), accepted=1, rejected=30)
+    policy = engine_policy(planner)
+    before = (planner.book.step.target_tokens.value, planner.book.step.target_tokens.weight)
+    points = json.dumps(planner.costs.to_json())
     for done in (0, 256):
-        plan = planner.plan(at(done, done == 0))
+        plan = policy.plan(at(done, done == 0))
         assert plan.chunk
-        planner.learn(_chunk_trace(200, 8.0))  # a 200-token chunk that met EOS: not a 200-token step
-    assert (planner.rates.target_tokens, planner.rates.seen) == before
-    assert [p for p in planner.costs.target[1].points if p[0] == 200] == []  # nor a row measurement
+        policy.learn(_chunk_trace(200, 8.0))  # a 200-token chunk that met EOS: not a 200-token step
+    after = planner.book.step.target_tokens
+    assert (after.value, after.weight) == before
+    assert json.dumps(planner.costs.to_json()) == points  # nor a row measurement
+
+
+def test_a_sync_cycle_teaches_the_request_table_at_its_rows_plus_the_load():
+    from lookahead_reasoning.decoding.results import CycleTrace
+    from lookahead_reasoning.steps import Step
+
+    costs = request_table(lambda r, n: (0.05 + 0.03 * n) * max(1.0, r / 4), draft=lambda n: 0.001 * n, overlap=8.0)
+    # a cheap draft, and async cycles that pay dearly for overlapping it: the planner runs sync ones
+    planner = engine_planner(costs, accepted=30, rejected=1, max_k=1, load=lambda: 1)
+    policy = engine_policy(planner)
+    policy.plan(at(0, True))  # the first cycle teaches nothing of costs
+    policy.learn(CycleTrace([], [Step([1] * 40, "x", "delimiter")], [], 0, True, 0.0, 9.0, 0.0, 2, tokens=40, wall_s=9.0))
+    plan = policy.plan(at(40, True))
+    assert (plan.k, plan.schedule) == (1, "sync")
+    before = planner.costs.target(3, 40)
+    steps = [Step([1] * 40, "x", "delimiter"), Step([2] * 40, "y", "delimiter")]
+    policy.learn(CycleTrace(steps[:1], steps, [], 0, True, 0.1, 4 * before, 0.0, 2, tokens=40, wall_s=4 * before))
+    assert planner.costs.target(3, 40) > before  # 2 rows + 1 request of another run, slower than the table said
+    assert planner.costs.target(2, 40) == pytest.approx(0.05 + 0.03 * 40)
 
 
 def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
     """The overlap ``ameasure`` finds (a draft and a target request at once, over the dearer alone)
     multiplies the async price: where the two servers fight for one CPU's cores, async LR must not win."""
-    from lookahead_reasoning.planning import engine as planning
-
-    costs, rates = budget_costs(), StepRates(accepted=9, rejected=1)
-    planner = EnginePlanner(costs, rates)
+    costs, step = budget_costs(), StepModel(0.9, 40.0, 40.0)
+    planner = engine_planner(costs, accepted=9, rejected=1)
     async_plan = CyclePlan(2, 1, "async")
-    base = price(async_plan, costs, rates)[1]
-    assert planner.plan(at(0, True)) == max(planner.speculative(), key=planner.rate)  # speculation pays here
+    base = priced(async_plan, costs, 0, step)[1]
+    first = engine_policy(planner).plan(at(0, True))
+    assert first.k > 0 and planner.rate(first, 0) == max(planner.rate(p, 0) for p in planner.candidates())
     costs.overlap = 8.0
-    assert price(async_plan, costs, rates)[1] == pytest.approx(8 * base)
-    assert price(CyclePlan(2, 1, "sync"), costs, rates) == price(CyclePlan(2, 1, "sync"), budget_costs(), rates)
-    assert planner.plan(at(0, True)).schedule != "async"
-    assert EngineCosts.from_json(json.loads(json.dumps(costs.to_json()))).overlap == 8.0
+    assert priced(async_plan, costs, 0, step)[1] == pytest.approx(8 * base)
+    assert priced(CyclePlan(2, 1, "sync"), costs, 0, step) == priced(CyclePlan(2, 1, "sync"), budget_costs(), 0, step)
+    assert engine_policy(planner).plan(at(0, True)).schedule != "async"
 
     class Endpoint:
         class client:
@@ -243,8 +272,8 @@ def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
         return n, seconds
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(planning, "_timed", timed)
-        measured = asyncio.run(planning.ameasure(Endpoint(), Endpoint(), [1, 2], rows=1, repeats=1))
-        alone = asyncio.run(planning.ameasure(Endpoint(), None, [1, 2], rows=1, repeats=1))
+        mp.setattr(endpoints, "_timed", timed)
+        measured = asyncio.run(endpoints.ameasure(Endpoint(), Endpoint(), [1, 2], rows=1, repeats=1))
+        alone = asyncio.run(endpoints.ameasure(Endpoint(), None, [1, 2], rows=1, repeats=1))
     assert measured.overlap == pytest.approx(5.0, rel=0.3)
     assert alone.overlap == 1.0  # no draft, nothing to overlap

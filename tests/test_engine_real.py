@@ -136,13 +136,13 @@ def test_async_and_sync_schedules_agree(pair, problems):
 def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
     import asyncio
 
-    from lookahead_reasoning.planning.engine import EnginePlanner, ameasure
+    from lookahead_reasoning.planning import AutoPolicy, Book, Planner, PlannerConfig, ameasure
 
     messages = math_messages(problems[1].question)
     prompt = pair.prompt_ids(messages)
     costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
-    assert costs.target_s(3, 40) > costs.target_s(1, 40) > costs.target_s(1, 8) > 0
-    planner = EnginePlanner(costs, max_k=2)
+    assert costs.target(3, 40) > costs.target(1, 40) > costs.target(1, 8) > 0
+    planner = AutoPolicy(Planner(costs, Book(), PlannerConfig.over_engine(2)), ("\n\n",), mode="engine-auto")
     auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS))  # it learns as a policy
     reference, logprobs = _engine_greedy(pair, messages)
     assert_engine_text(auto.token_ids, reference, logprobs)

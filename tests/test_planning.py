@@ -18,6 +18,7 @@ from lookahead_reasoning.runtime.lm import ForwardTiming
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
                                           load_or_profile)
+from lookahead_reasoning.planning import cost_cache as cache_mod
 from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
 from lookahead_reasoning.planning.estimates import CONFIDENCE_BINS, TokenBook, load_book, save_book
@@ -112,8 +113,8 @@ def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path
     load_or_profile(lm, small, progress=False, root=tmp_path)
     assert len(calls) == 1  # read back, not measured
     for change in ({"dtype": "torch.bfloat16"}, {"onednn": True}, {"cpu": "another CPU"}, {"model": "other"}):
-        key = {**costs_mod.cost_key(lm), **change}
-        monkeypatch.setattr(costs_mod, "cost_key", lambda _lm, key=key: key)
+        key = {**cache_mod.cost_key(lm), **change}
+        monkeypatch.setattr(cache_mod, "cost_key", lambda _lm, key=key: key)
         _, other = load_or_profile(lm, small, progress=False, root=tmp_path)
         assert other != path  # another setup, another table
     assert len(calls) == 5
@@ -127,16 +128,16 @@ def test_cost_table_is_cached_and_measured_again_when_the_setup_changes(tmp_path
 
 
 def test_cost_key_tells_an_instruction_set_cap_from_the_full_cpu(monkeypatch):
-    for name in costs_mod._ISA_CAPS:
+    for name in cache_mod._ISA_CAPS:
         monkeypatch.delenv(name, raising=False)
     lm = tiny_lm(0)
-    plain = costs_mod.cost_key(lm)
-    assert not set(costs_mod._ISA_CAPS) & plain.keys()  # unset: the key is what it always was
+    plain = cache_mod.cost_key(lm)
+    assert not set(cache_mod._ISA_CAPS) & plain.keys()  # unset: the key is what it always was
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    capped = costs_mod.cost_key(lm)
+    capped = cache_mod.cost_key(lm)
     assert capped != plain and capped["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    assert costs_mod.cost_key(lm) not in (plain, capped)
+    assert cache_mod.cost_key(lm) not in (plain, capped)
 
 
 def test_profile_times_forwards_of_exactly_the_grid_shapes():

@@ -15,7 +15,8 @@ import functools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lr_helpers import ScriptedPolicy, ScriptedVerifier, at, exact, frequent_char, tiny_lm
+from lr_helpers import (ScriptedPolicy, ScriptedVerifier, at, engine_planner, engine_policy, exact, frequent_char,
+                        request_table, tiny_lm)
 
 from lookahead_reasoning import Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
@@ -141,25 +142,14 @@ def test_chunks_of_plain_decoding_between_cycles_keep_the_greedy_text():
 
 
 def test_the_engine_planner_stands_aside_in_chunks_when_steps_are_rejected():
-    from lookahead_reasoning.planning.engine import (
-        EngineCosts,
-        EnginePlanner,
-        StepRates,
-    )
+    def draft(n):
+        return 0.02 + 0.01 * n
 
-    costs = EngineCosts()
-    for rows in (1, 2, 3, 4):  # a CPU: every row costs nearly a full one more
-        costs.record_rows(rows, 8, 0.05 + 0.03 * 8 * (1 + 0.8 * (rows - 1)))
-        costs.record_rows(rows, 40, 0.05 + 0.03 * 40 * (1 + 0.8 * (rows - 1)))
-    costs.draft.add(8, 0.02 + 0.01 * 8)
-    costs.draft.add(40, 0.02 + 0.01 * 40)
-    hopeless = EnginePlanner(costs, StepRates(accepted=1, rejected=30))
+    cpu = request_table(lambda r, n: 0.05 + 0.03 * n * (1 + 0.8 * (r - 1)), draft=draft)  # every row costs
+    hopeless = engine_policy(engine_planner(cpu, accepted=1, rejected=30))
     assert hopeless.plan(at(0, True)).chunk and hopeless.plan(at(10, False)).chunk
-    free = EngineCosts()  # a GPU-like engine: rows in one batch cost what one does
-    for rows in (1, 2, 3, 4):
-        free.record_rows(rows, 8, 0.05 + 0.03 * 8)
-        free.record_rows(rows, 40, 0.05 + 0.03 * 40)
-    free.draft = costs.draft
-    hopeful = EnginePlanner(free, StepRates(accepted=30, rejected=3))
+    free = request_table(lambda r, n: 0.05 + 0.03 * n, draft=draft)  # a GPU-like engine: rows in one batch are free
+    hopeful = engine_policy(engine_planner(free, accepted=30, rejected=3))
     assert hopeful.plan(at(0, True)).k >= 1
-    assert hopeful.plan(at(10, False)) == CyclePlan(0)  # mid-step: one plain step to reach the next boundary
+    mid = hopeful.plan(at(10, False))  # mid-step: one plain step (no chunk) to reach the next boundary
+    assert (mid.k, mid.chunk) == (0, 0)

@@ -8,7 +8,7 @@ Modes (the URLs come from :class:`EngineURLs`):
 ``ngram``          one completion from a target started with the engine's n-gram SD
 ``lr@kN``          Lookahead Reasoning, N drafted steps, sync schedule (``-async``: async)
 ``lr-sd@kN``       the same with the SD target writing the rows (the reference's layout)
-``auto``           every cycle planned by :class:`~.planning.EnginePlanner`
+``auto``           every cycle planned by :class:`~.planning.Planner` over the endpoints' request costs
 =================  =====================================================================
 
 Each finished (problem, mode) is one JSON line, synced before the next starts; a rerun skips what the
@@ -31,7 +31,9 @@ from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
 from ..engines import runs
 from ..errors import ConfigError, require
-from ..planning.engine import EnginePlanner, ameasured_planner
+from ..planning.endpoints import ameasured_planner
+from ..planning.planner import Planner
+from ..planning.policy import AutoPolicy
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
 from ..runtime.engine.pair import EnginePair
@@ -127,12 +129,12 @@ class EngineRunner:
             self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings)
         if urls.ngram:
             self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings)
-        self.planner: EnginePlanner | None = None
+        self.planner: Planner | None = None
         self._measuring = asyncio.Lock()
         self.models = {"target": self.pairs["plain"].target.client.model_name(),
                        "draft": self.pairs["plain"].draft.client.model_name() if urls.draft else None}
 
-    async def _planner(self, prompt: list[int]) -> EnginePlanner:
+    async def _planner(self, prompt: list[int]) -> Planner:
         """The planner every ``auto`` run forks: the endpoints are measured once, by the first run to
         ask (the others wait, so nothing else is in flight while it measures), and it reads the load
         from the target's client."""
@@ -164,7 +166,8 @@ class EngineRunner:
             return await asyncio.to_thread(runs.ar, pair, ids, n), {}
         timeline = []
         if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
-            planner = (await self._planner(ids)).fork()
+            planner = AutoPolicy((await self._planner(ids)).fork(), self.bench.settings.steps.delimiters,
+                                 mode="engine-auto")
         else:
             planner = FixedK(k, schedule=schedule)
         start = time.perf_counter()

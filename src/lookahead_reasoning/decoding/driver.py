@@ -15,9 +15,9 @@ engine: rows as concurrent requests, sync or async). The driver is a coroutine; 
 never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
 
 Policies: :class:`FixedK` (modes ``lr`` and ``lr-sd``, and fixed LR over an engine) plans the same
-cycle every time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.auto.AutoPolicy`
-here, :class:`lookahead_reasoning.planning.engine.EnginePlanner` over engines) prices every plan before
-each cycle and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt front door.
+cycle every time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.policy.AutoPolicy`,
+here and over engines: one planner, pricing forwards or requests) prices every plan before each cycle
+and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt front door.
 """
 
 from __future__ import annotations

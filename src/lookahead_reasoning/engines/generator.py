@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
 from ..errors import ConfigError, require
-from ..planning.engine import EnginePlanner, ameasured_planner
+from ..planning.endpoints import ameasured_planner
+from ..planning.planner import Planner
+from ..planning.policy import AutoPolicy
 from ..presets import check_max_k, mode_k
 from ..prompts import math_messages
 from ..runtime.engine.pair import EnginePair
@@ -59,7 +62,7 @@ class EngineRuntime:
                 f"None, or draft_model= on the target's engine), got {type(draft).__name__} {draft!r}")
         self.pair = EnginePair(target, draft, target_model=names.get("target_model"),
                                draft_model=names.get("draft_model"), settings=settings, template=names.get("template"))
-        self.planner: EnginePlanner | None = None
+        self.planner: Planner | None = None
         self.verifier = verifier
 
     def generate(self, prompt: str | Sequence, mode: str, settings: Settings, *,
@@ -79,21 +82,22 @@ class EngineRuntime:
             plan = FixedK(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
             return runs.lr(self.pair, ids, self.verifier, plan, settings.max_new_tokens, on_text)
         require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
-        planner = self._planner(ids, k, learn)
-        result = runs.lr(self.pair, ids, self.verifier, planner, settings.max_new_tokens, on_text)
+        policy = AutoPolicy(self._planner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
+        result = runs.lr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_text)
         result.mode = "engine-auto"
         return result
 
-    def _planner(self, ids: list[int], k: int | None, learn: bool) -> EnginePlanner:
-        """The pair's planner (measured once, after the prompt ``ids``); a throwaway copy when nothing is
-        to be learned or when ``k`` caps the drafted steps differently from the planner's own."""
+    def _planner(self, ids: list[int], k: int | None, learn: bool) -> Planner:
+        """The pair's planner (its endpoints measured once, after the prompt ``ids``), for one run: its
+        cost table and book are the pair's, or copies when nothing is to be learned; ``k`` caps the
+        drafted steps of this run's plans."""
         if self.planner is None:
             self.planner = asyncio.run(ameasured_planner(self.pair.target, self.pair.draft, ids))
-        if check_max_k(k) is None and learn:
-            return self.planner
-        planner = copy.deepcopy(self.planner)
-        if k is not None:
-            planner.max_k = k
+        planner = self.planner.fork()
+        if not learn:
+            planner.costs, planner.book = copy.deepcopy(planner.costs), copy.deepcopy(planner.book)
+        if check_max_k(k) is not None:
+            planner.config = replace(planner.config, max_k=k)
         return planner
 
     def warm(self) -> None:

@@ -1,18 +1,25 @@
 """Speculation that configures itself: a measured cost table, rates learned online, and a planner
-that picks the fastest plan (k drafted steps, gamma drafted tokens) before every cycle.
+that picks the fastest plan (k drafted steps, gamma drafted tokens) before every cycle, in this
+process or over an engine.
 
 * :mod:`.costs`      ``CostGrid``/``CostTable``: T(R, n), measured once per machine and model setup,
-  cached on disk, refined from the run's own timed forwards;
-* :mod:`.estimates`  ``Book``: acceptance posteriors (token and step level), lengths, overheads;
+  refined from the run's own timed forwards; :mod:`.cost_cache` keeps them on disk;
+* :mod:`.endpoints`  the same table for an engine's requests, measured per endpoint;
+* :mod:`.estimates`  ``Book``: acceptance posteriors (token and step level), lengths, overheads,
+  the calibration per kind of plan;
 * :mod:`.planner`    ``PlannerConfig``, ``Planner``: prices plans with
   :mod:`lookahead_reasoning.theory.costed`, picks one with hysteresis, gates rows;
-* :mod:`.auto`       ``generate_auto``: the adaptive loop (mode ``auto``).
+* :mod:`.policy`     ``AutoPolicy``: the planner as the driver's cycle policy; learns from traces;
+* :mod:`.auto`       ``generate_auto``: mode ``auto`` over this process's models.
 """
 
 from .auto import AutoOptions, Planning, generate_auto
-from .costs import CostGrid, CostTable, load_or_profile, profile
+from .cost_cache import load_or_profile
+from .costs import CostGrid, CostTable, profile
+from .endpoints import ameasure
 from .estimates import Beta, Book, StepBook, TokenBook
 from .planner import Choice, Planner, PlannerConfig, Prefill
+from .policy import AutoPolicy
 
-__all__ = ["AutoOptions", "Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig", "Planning",
-           "Prefill", "StepBook", "TokenBook", "generate_auto", "load_or_profile", "profile"]
+__all__ = ["AutoOptions", "AutoPolicy", "Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig",
+           "Planning", "Prefill", "StepBook", "TokenBook", "ameasure", "generate_auto", "load_or_profile", "profile"]

@@ -34,17 +34,18 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..decoding.cycle import ToolOptions, make_tools
-from ..decoding.driver import DraftPrompt, Position, local_settings, run_lr, start_state
-from ..decoding.results import CycleTrace, GenerationResult, LRStats, PlanNote
-from ..plan import CyclePlan
+from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
+from ..decoding.results import GenerationResult, LRStats
 from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..settings import Settings, TokenSD
 from ..verifiers.base import Verifier
-from .costs import DRAFT_GRID, TARGET_GRID, CostTable, load_or_profile, save
+from .cost_cache import load_or_profile, save
+from .costs import DRAFT_GRID, TARGET_GRID, CostTable
 from .estimates import Book, load_book, save_book
-from .planner import Planner, PlannerConfig, Prefill
+from .planner import Planner, PlannerConfig
+from .policy import AutoPolicy
 
 log = logging.getLogger(__name__)
 
@@ -96,47 +97,6 @@ class Planning:
             save_book(self.book, path)
 
 
-class AutoPolicy:
-    """Mode ``auto``'s cycle policy (module docstring): plan by the planner's prices, gate the rows by
-    them, learn from every cycle's trace. ``delimiters``: the step delimiters (an overshooting SD
-    iteration that crossed one wrote the end of one step and the start of the next). The token rates do
-    not pass through here: the tools' row drafter teaches them to the planner's ``book.token`` (its
-    learner, as :func:`generate_auto` wires the tools)."""
-
-    mode = "auto"
-
-    def __init__(self, planner: Planner, planning: Planning, config: PlannerConfig, delimiters: Sequence[str]):
-        self.planner, self.planning, self.config, self.delimiters = planner, planning, config, tuple(delimiters)
-        self.chosen: tuple[CyclePlan, float, int] | None = None  # this cycle's plan, its predicted speed, the context
-
-    def plan(self, position: Position) -> CyclePlan:
-        """Step 1: the fastest plan priced at this context (the target alone when the text is mid-step)."""
-        prefill = Prefill(*position.prefill)
-        choice = self.planner.choose(position.context, prefill)
-        plan, rate = choice.plan, choice.rate
-        if plan.k > 0 and not position.at_boundary:  # finish the current step alone first
-            plan, rate = self.planner.best_alone(position.context, prefill)
-        self.chosen = (plan, rate, position.context)
-        return replace(plan, overshoot=choice.plan.k == 0)
-
-    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
-        chosen, _, context = self.chosen
-        return self.planner.rows_to_run(chosen, context, drafted_tokens, agreements)
-
-    def learn(self, trace: CycleTrace) -> None:
-        """Step 3: what the cycle realised against its prediction, and its step rates and overheads
-        (its token rates reached the book through the row drafter as it ran)."""
-        chosen, rate, _ = self.chosen
-        book = self.planner.book
-        trace.plan = PlanNote(chosen.label, rate, trace.target_rows)
-        book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
-        _learn(book, trace, self.delimiters, chosen)
-
-    def finish(self, completed: bool) -> None:
-        if completed and self.config.learn:
-            self.planning.save()
-
-
 @dataclass(frozen=True)
 class AutoOptions:
     """What :func:`generate_auto` runs with beyond its settings: ``config`` (:class:`PlannerConfig`;
@@ -177,30 +137,8 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     for grid in (planning.costs.target, planning.costs.draft):
         grid.padding = config.pad
     with planning.costs.applied(target_lm, draft_lm, refine=config.refine):  # forwards padded, and timed into the table
-        return run_lr(state, tools, AutoPolicy(planner, planning, config, settings.steps.delimiters), stats, on_text)
+        policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
+        return run_lr(state, tools, policy, stats, on_text)
 
 
-def _learn(book: Book, trace: CycleTrace, delimiters: Sequence[str], plan: CyclePlan) -> None:
-    """Update the book from one finished cycle (token-level rates were recorded as it ran)."""
-    step = book.step
-    for verdict, agreement in zip(trace.verdicts, trace.agreements):
-        step.record_verdict(agreement, verdict.accepted)
-        step.verify_s.add(verdict.latency_s)
-    for drafted, agreement in zip(trace.drafted, trace.agreements):
-        step.draft_tokens.add(len(drafted.ids))
-        step.agreement.add(agreement)
-    for target_step in trace.target:
-        if target_step.complete and target_step.ids:
-            step.target_tokens.add(len(target_step.ids))
-        elif target_step.end == "overshoot":  # the end of one step and the start of the next
-            crossed = sum(target_step.text.count(d) for d in delimiters)
-            if crossed:
-                step.target_tokens.add(len(target_step.ids) / crossed, crossed)
-    unexplained = max(0.0, trace.wall_s - trace.forward_s - trace.verify_s)
-    if plan.k == 0 and trace.sd_iterations > 0:
-        book.token.iteration_overhead.add(unexplained / trace.sd_iterations, 0.2)
-    elif plan.k > 0:
-        step.cycle_overhead.add(unexplained, 0.5)
-
-
-__all__ = ["AutoOptions", "AutoPolicy", "Planning", "generate_auto"]
+__all__ = ["AutoOptions", "Planning", "generate_auto"]

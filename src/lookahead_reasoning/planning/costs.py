@@ -8,7 +8,7 @@ cores, with a progress bar) and times again the points a passing load on the mac
 order (:func:`out_of_order`), :class:`CostGrid` interpolates between grid points, and
 :meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure.
 
-Tables are cached on disk (:func:`load_or_profile`), keyed by everything that changes a forward's time:
+Tables are cached on disk (:func:`~.cost_cache.load_or_profile`), keyed by everything that changes a forward's time:
 the model, its dtype, device and kernels (oneDNN linears, int8 layers), the CPU (model name and
 instruction-set flags), the thread count and the torch version. A changed key means a new profile;
 a corrupt file is measured again with a warning.
@@ -16,27 +16,18 @@ a corrupt file is measured again with a warning.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import os
-import platform
-import re
 import statistics
 import time
 from bisect import bisect_left
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
-import torch
 from tqdm.auto import tqdm
 
-from ..kernels import uses_onednn_linear
-from ..models import cache_root
-from .. import hardware
+from ..errors import ConfigError, require
 from ..runtime.lm import LM, ForwardTiming
 
 log = logging.getLogger(__name__)
@@ -157,12 +148,46 @@ class CostGrid:
         return cls(points, int(data["prefix"]), float(data["per_context"]), dict(data.get("key", {})))
 
 
+COST_UNITS = ("forward", "request")
+
+
 @dataclass
 class CostTable:
-    """The target's and the draft's cost grids, what the planner prices plans with."""
+    """The target's and the draft's cost grids, what the planner prices plans with.
+
+    ``per``: what a grid point times. "forward": one forward pass of R rows x n new tokens in this
+    process (:func:`profile`). "request": R concurrent requests to an engine that each write n
+    tokens after a cached prefix (:func:`~.endpoints.ameasure`); ``overlap`` is then what a draft
+    and a target request cost run at once, over the dearer one alone (1: the endpoints share
+    nothing), and ``draft`` may be None (no draft endpoint measured)."""
 
     target: CostGrid
-    draft: CostGrid
+    draft: CostGrid | None
+    overlap: float = 1.0
+    per: str = "forward"
+
+    def __post_init__(self) -> None:
+        require(self.per in COST_UNITS, f"a cost table prices one of {COST_UNITS}, got {self.per!r}")
+        require(self.overlap > 0, f"a cost table's overlap must be > 0, got {self.overlap!r}")
+        require(self.draft is not None or self.per == "request", "a table of forwards needs the draft's grid")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"per": self.per, "overlap": self.overlap, "target": self.target.to_json(),
+                "draft": self.draft.to_json() if self.draft is not None else None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CostTable":
+        """The table :meth:`to_json` wrote; ConfigError naming what is wrong with any other."""
+        try:
+            target = CostGrid.from_json(data["target"])
+            draft = CostGrid.from_json(data["draft"]) if data.get("draft") is not None else None
+            table = cls(target, draft, float(data.get("overlap", 1.0)), str(data.get("per", "forward")))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"not a cost table ({exc})") from None
+        for grid in (table.target, table.draft):
+            if grid is not None:
+                grid.padding = table.per == "forward"
+        return table
 
     @contextmanager
     def applied(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> Iterator["CostTable"]:
@@ -266,77 +291,5 @@ def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> se
     return bad
 
 
-def cost_key(lm: LM) -> dict[str, Any]:
-    """Everything that changes how long ``lm``'s forward takes here (the cache key of its table)."""
-    param = next(lm.model.parameters())
-    kinds = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
-    return {
-        "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
-        "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
-        "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, **_instruction_caps(),
-    }
-
-
-_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def _instruction_caps() -> dict[str, str]:
-    """The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use,
-    where set: the same CPU then has other costs (absent when unset, so ordinary keys stay as they were)."""
-    return {name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)}
-
-
-def _cpu_identity() -> str:
-    """The CPU's model name and a digest of its instruction-set flags."""
-    name, flags = platform.processor() or platform.machine(), " ".join(sorted(hardware.cpu_flags() or ()))
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    if name in ("", platform.machine(), platform.processor()):
-                        name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{name} [{hashlib.sha256(flags.encode()).hexdigest()[:12]}]"
-
-
-def cache_path(lm: LM, key: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
-    """Where ``lm``'s table lives: beside its converted weights for an offline model, else under costs/."""
-    base = cache_root(root)
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", lm.name).strip("_") or "model"
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    folder = base / safe / "costs" if (base / safe).is_dir() else base / "costs" / safe
-    return folder / f"{digest}.json"
-
-
-def load_or_profile(lm: LM, grid: dict[int, tuple[int, ...]], *, reprofile: bool = False, progress: bool = True,
-                    label: str = "", root: str | os.PathLike | None = None) -> tuple[CostGrid, Path]:
-    """``lm``'s cost grid from its cache file, or measured (and saved) when missing, stale or unreadable."""
-    key = {**cost_key(lm), "grid": {str(r): list(ns) for r, ns in sorted(grid.items())}}
-    path = cache_path(lm, key, root)
-    if path.exists() and not reprofile:
-        try:
-            grid_ = CostGrid.from_json(json.loads(path.read_text(encoding="utf-8")))
-            if grid_.key == json.loads(json.dumps(key)):
-                return grid_, path
-            log.warning("cost table %s was measured for another setup; measuring again", path)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # json errors are ValueErrors
-            log.warning("cost table %s is unreadable (%s); measuring again", path, exc)
-    measured = profile(lm, grid, progress=progress, label=label)
-    measured.key = key
-    save(measured, path)
-    return measured, path
-
-
-def save(grid: CostGrid, path: Path) -> None:
-    """Write a table atomically (a torn write never leaves a half file behind)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(grid.to_json(), indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-__all__ = ["CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "cache_path", "cost_key", "forward_seconds",
-           "load_or_profile", "out_of_order", "profile", "save"]
+__all__ = ["COST_UNITS", "CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "forward_seconds", "out_of_order",
+           "profile"]

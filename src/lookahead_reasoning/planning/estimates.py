@@ -211,8 +211,10 @@ CALIBRATED_BY = "time"  # how record_cycle weighs cycles (books without the fiel
 
 
 def plan_kind(label: str) -> str:
-    """"sd@g12" -> "sd", "lr-sd@k1g8" -> "lr-sd": what a calibration factor is kept for."""
-    return label.partition("@")[0]
+    """"sd@g12" -> "sd", "lr-sd@k1g8" -> "lr-sd", "ar@c256" -> "ar", "lr@k2-async" -> "lr-async": what a
+    calibration factor is kept for (an async cycle's rows overlap its drafts, which no sync cycle shows)."""
+    kind = label.partition("@")[0]
+    return kind + "-async" if label.endswith("-async") else kind
 
 
 @dataclass

@@ -13,6 +13,18 @@ measured :class:`~.costs.CostTable` at the current context length and fed with w
 faster by more than ``margin`` (hysteresis: estimates move a little every cycle, and a plan that
 flaps pays for its switches in forks and cold caches).
 
+Over an engine the same planner prices requests instead of forwards (the table's ``per`` is
+"request", :mod:`.endpoints`): its plans are a chunk of plain decoding (``PlannerConfig.chunk``
+tokens in one request, where no speculation pays), or LR with k = 1..max_k drafted steps in each of
+``PlannerConfig.schedules``, priced by :func:`~lookahead_reasoning.theory.costed.request_cycle` at
+the engine's load (``load``: the requests of other runs in flight at the target when a cycle is
+planned; they share the engine's batch, so R rows cost what R + load rows cost alone). Where rows
+are nearly free (a GPU below its batch budget) load leaves LR's price alone until R + load passes the
+budget; where every row costs (a CPU) it makes every plan dearer. The planner prices its own
+request's latency: far past the budget one more row adds only about 1/(R + load) to every forward,
+so LR can pay again for this request while it slows the others (a service that prices its total
+throughput would charge rows in full).
+
 After a cycle's scoring pass, :meth:`Planner.rows_to_run` is the step-level analogue of the draft's
 confidence stop: it keeps a target row only when the expected tokens it adds (its drafted step's
 acceptance, read off the step's agreement with the target) are worth its cost at the rate the best
@@ -21,12 +33,13 @@ plan without drafted steps would give.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
-from ..plan import CyclePlan
 from ..errors import require
+from ..plan import SCHEDULES, CyclePlan
 from ..presets import PRESETS
-from ..theory.costed import CycleEstimate, ScoredChain, gated_cycle, lr_cycle, step_cycle
+from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
 
@@ -47,7 +60,10 @@ class PlannerConfig:
     what the run learned (table and rates) for the next run of the pair (in another cost regime, its
     acceptance rates only);
     ``progress``: show the profile's progress bar; ``cache_dir``: where tables and books live
-    (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``).
+    (default: the model cache, ``$LOOKAHEAD_REASONING_CACHE``); ``schedules``: the LR schedules
+    tried (async needs a runtime that runs rows as their prefixes appear: an engine); ``chunk`` > 0:
+    the plain plan writes that many tokens past step ends in one go (an engine's request) instead of
+    one step. :meth:`over_engine` gives the settings of ``auto`` over engines.
     """
 
     max_k: int = PRESETS["auto"].k
@@ -62,6 +78,17 @@ class PlannerConfig:
     learn: bool = True
     progress: bool = True
     cache_dir: str | None = None
+    schedules: tuple[str, ...] = ("sync",)
+    chunk: int = 0
+
+    @classmethod
+    def over_engine(cls, max_k: int = PRESETS["auto"].k, chunk: int = 256) -> "PlannerConfig":
+        """Mode ``auto`` over engines: no token SD in this process (an engine drafts its own tokens),
+        both schedules, plain decoding in chunks of ``chunk`` tokens, every row run (an engine runs
+        them as they are sent), no padding, no hysteresis (one plan is as cheap to switch to as
+        another), nothing saved (the endpoints are measured when a run starts)."""
+        return cls(max_k=max_k, gammas=(), row_gammas=(0,), draft_stop_below_choices=(), margin=0.0, gate=False,
+                   pad=False, learn=False, progress=False, schedules=SCHEDULES, chunk=chunk)
 
     def __post_init__(self) -> None:
         require(isinstance(self.max_k, int) and self.max_k >= 0, f"planner max_k must be an integer >= 0, got {self.max_k!r}")
@@ -72,6 +99,9 @@ class PlannerConfig:
         require(all(isinstance(x, (int, float)) and 0 < x < 1 for x in self.draft_stop_below_choices),
                 "planner draft_stop_below_choices (draft confidences) must be numbers in (0, 1), "
                 f"got {self.draft_stop_below_choices!r}")
+        require(bool(self.schedules) and set(self.schedules) <= set(SCHEDULES),
+                f"planner schedules must be among {SCHEDULES}, got {self.schedules!r}")
+        require(isinstance(self.chunk, int) and self.chunk >= 0, f"planner chunk must be an integer >= 0, got {self.chunk!r}")
 
 
 @dataclass(frozen=True)
@@ -100,16 +130,31 @@ class Choice:
 class Planner:
     """Prices plans with a cost table and a book; picks one per cycle with hysteresis. Plans that draft
     tokens try ``draft_stop_below`` (the generator's) and ``config.draft_stop_below_choices``; none
-    when ``draft_stop_below`` is None."""
+    when ``draft_stop_below`` is None. ``load`` (over an engine): the requests of other runs in
+    flight at the target now (module docstring; None: nothing else runs)."""
 
     def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
-                 can_sd: bool = True, draft_stop_below: float | None = None):
+                 can_sd: bool = True, draft_stop_below: float | None = None,
+                 load: Callable[[], int] | None = None):
         self.costs, self.book, self.config = costs, book, config
-        self.can_draft, self.can_sd = can_draft, can_sd
+        self.can_draft, self.can_sd, self.load = can_draft, can_sd, load
+        self.draft_stop_below = draft_stop_below
         choices = sorted({draft_stop_below, *config.draft_stop_below_choices}) if draft_stop_below is not None else []
         self.draft_stop_below_choices: tuple[float | None, ...] = tuple(choices) or (None,)
         self.current: CyclePlan | None = None
+        self.busy = 0  # the load the last choice was priced at
         self._memo: dict[tuple[str, int, int, int], float] = {}  # costs read since the last choice
+
+    def fork(self) -> "Planner":
+        """A planner for one more run at the same time: the same cost table and book (every run learns
+        for all, and each prices its plans at the load the others make), its own current plan."""
+        return Planner(self.costs, self.book, self.config, self.can_draft, self.can_sd, self.draft_stop_below,
+                       self.load)
+
+    @property
+    def per_request(self) -> bool:
+        """Whether the table prices an engine's requests (else this process's forwards)."""
+        return self.costs.per == "request"
 
     def _costs_at(self, context: int):
         """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
@@ -123,6 +168,8 @@ class Planner:
 
         def draft(r: int, n: int) -> float:
             key = ("d", r, n, context)
+            if costs.draft is None:
+                return 0.0
             if key not in memo:
                 memo[key] = costs.draft(r, n, context)
             return memo[key]
@@ -131,17 +178,20 @@ class Planner:
     def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()
         choices = self.draft_stop_below_choices
-        plans = [CyclePlan(0, gamma=0)] + [CyclePlan(0, gamma=g, draft_stop_below=s) for g in gammas for s in choices]
+        plans = [CyclePlan(0, gamma=0, chunk=self.config.chunk)]
+        plans += [CyclePlan(0, gamma=g, draft_stop_below=s) for g in gammas for s in choices]
         if self.can_draft:
             row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
-            plans += [CyclePlan(k, gamma=g, draft_stop_below=s) for k in range(1, self.config.max_k + 1) for g in row_gammas
-                      for s in (choices if g else (None,))]
+            plans += [CyclePlan(k, gamma=g, draft_stop_below=s, schedule=schedule) for k in range(1, self.config.max_k + 1)
+                      for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
         return plans
 
     def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
+        if self.per_request:
+            return self._request_estimate(plan, target, draft)
         token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
         if plan.k == 0:
             overhead = self.book.token.iteration_overhead.value
@@ -151,6 +201,16 @@ class Planner:
         if prefill.target or prefill.draft:
             cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
         return cycle
+
+    def _request_estimate(self, plan: CyclePlan, target, draft) -> CycleEstimate:
+        """A cycle over an engine at the load of this choice: one request of a chunk (or of one step),
+        or an LR cycle of requests (``request_cycle``). The prompt is in the engine's prefix cache
+        before the first cycle, so there is no prefill to price."""
+        step = self.book.step.model()
+        if plan.k == 0:
+            return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
+        return request_cycle(plan.k, plan.schedule, step, target, draft if self.costs.draft is not None else None,
+                             self.busy, self.costs.overlap)
 
     def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
@@ -169,6 +229,7 @@ class Planner:
     def choose(self, context: int, prefill: Prefill = Prefill()) -> Choice:
         """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
         self._memo.clear()  # the table may have learned from the last cycle's forwards
+        self.busy = max(0, int(self.load())) if self.load is not None else 0
         rates = {plan: self.rate(plan, context, prefill) for plan in self.candidates()}
         best = max(rates, key=rates.get)
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
@@ -177,8 +238,10 @@ class Planner:
         return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
 
     def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[CyclePlan, float]:
-        """The fastest plan without drafted steps and its speed (the rate a dropped row is measured against)."""
-        rates = {plan: self.rate(plan, context, prefill) for plan in self.candidates() if plan.k == 0}
+        """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),
+        and its speed: what runs mid-step when LR wins, and the rate a dropped row is measured against."""
+        rates = {replace(plan, chunk=0): 0.0 for plan in self.candidates() if plan.k == 0}
+        rates = {plan: self.rate(plan, context, prefill) for plan in rates}
         best = max(rates, key=rates.get)
         return best, rates[best]
 

@@ -28,8 +28,8 @@ from .formulas import (
     f_step, f_sync, f_sync_batched, g_token, h_combined, lookahead_pays, parallel_degree, sd_ceiling, sd_speedup,
 )
 from .costed import (
-    CycleEstimate, StepModel, TokenModel, ar_rate, drafted_pmf, expected_accepted, f_sync_costed,
-    iteration_seconds, lr_cycle, sd_rate, step_cycle, tokens_per_iteration,
+    CycleEstimate, StepModel, TokenModel, ar_rate, chunk_cycle, drafted_pmf, expected_accepted, f_sync_costed,
+    iteration_seconds, kept_pmf, lr_cycle, request_cycle, sd_rate, step_cycle, tokens_per_iteration,
 )
 from .predict import Prediction, predict
 from .simulate import (
@@ -39,8 +39,8 @@ from .simulate import (
 from .simulate_costed import CostedPlay, simulate_costed_lr, simulate_costed_sd
 
 __all__ = [
-    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepModel", "TokenModel", "ar_rate", "drafted_pmf",
-    "expected_accepted", "f_sync_costed", "iteration_seconds", "lr_cycle", "sd_rate", "simulate_costed_lr",
+    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepModel", "TokenModel", "ar_rate", "chunk_cycle", "drafted_pmf",
+    "expected_accepted", "f_sync_costed", "iteration_seconds", "kept_pmf", "lr_cycle", "request_cycle", "sd_rate", "simulate_costed_lr",
     "simulate_costed_sd", "step_cycle", "tokens_per_iteration",
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
     "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",

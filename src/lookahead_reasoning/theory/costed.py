@@ -24,6 +24,10 @@ New here:
   and the verifier's seconds per judged pair.
 
 All functions are pure; a cost function is any callable ``(R, n) -> seconds``.
+
+Over an engine (:func:`request_cycle`, :func:`chunk_cycle`) the unit is a request, not a forward:
+``T(R, n)`` is the time of R concurrent requests that each write n tokens after a shared, cached
+prefix, and ``load`` is the requests of other runs the engine batches with them.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from .formulas import check_count, check_rate, f_sync_batched
 
 CostFn = Callable[[int, int], float]
 
-__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepModel", "TokenModel", "ar_rate", "drafted_pmf",
-           "expected_accepted", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
+__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepModel", "TokenModel", "ar_rate", "chunk_cycle", "drafted_pmf",
+           "expected_accepted", "kept_pmf", "request_cycle", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
            "step_cycle", "tokens_per_iteration"]
 
 
@@ -245,3 +249,51 @@ def f_sync_costed(k1: int, alpha1: float, c1: float, target: CostFn, n: int = 1)
     k1 = int(check_count(k1, "k1"))
     beta = target(k1, n) / target(1, n) if k1 > 1 else 1.0
     return float(f_sync_batched(k1, alpha1, c1, beta))
+
+
+# ---------------------------------------------------------------------------------------- over an engine
+
+def kept_pmf(k: int, alpha1: float) -> np.ndarray:
+    """``P(m drafted steps kept)``, m = 0..k: ``alpha1^m (1 - alpha1)`` below k, ``alpha1^k`` at k."""
+    m = np.arange(int(check_count(k, "k", 0)) + 1)
+    pmf = alpha1 ** m * (1 - alpha1)
+    pmf[-1] = alpha1 ** k
+    return pmf
+
+
+def chunk_cycle(n: float, target: CostFn, load: int = 0) -> CycleEstimate:
+    """The target writes ``n`` tokens in one request (a plain step, or a chunk past step ends) while
+    ``load`` requests of other runs are in flight: ``T(1 + load, n)``."""
+    return CycleEstimate(n, target(1 + load, n))
+
+
+def request_cycle(k: int, schedule: str, step: StepModel, target: CostFn, draft: CostFn | None, load: int = 0,
+                  overlap: float = 1.0) -> CycleEstimate:
+    """One LR cycle over an engine: k drafted steps, each a draft request of ``L_d`` tokens
+    (``T_d = draft(1, L_d)``; 0 without a draft's costs), and target rows, each a request of ``L_t``.
+
+    It keeps m ~ :func:`kept_pmf` drafted steps and one target step: ``E[tokens] = E[m] L_d + L_t``.
+
+    * sync: ``k T_d + T(k + 1 + load, L_t)``: every step drafted, then all rows at once. With other
+      runs in flight the drafts run beside their rows and pay ``overlap`` (what a draft and a target
+      request cost run at once, over the dearer one alone).
+    * async: row j starts once drafted step j exists (``j T_d``); the cycle ends when the row that
+      decides it (row m) ends: ``(E[m] T_d + T(R + load, L_t)) overlap``, R the rows in flight
+      together (a row lasts ``T(1, L_t)``, so about ``1 + T / T_d`` of them, at most k + 1).
+
+    The verifier judges the rows up to the first rejection: ``E[min(m + 1, k)]`` pairs of ``verify_s``.
+    """
+    k = int(check_count(k, "k"))
+    require(schedule in ("sync", "async"), f"schedule must be sync or async, got {schedule!r}")
+    pmf, m = kept_pmf(k, step.alpha1), np.arange(k + 1)
+    lt, ld = step.target_tokens, step.draft_tokens
+    tokens = float(pmf @ (m * ld)) + lt
+    td = draft(1, ld) if draft is not None else 0.0
+    if schedule == "sync":
+        seconds = k * td * (overlap if load > 0 else 1.0) + target(k + 1 + load, lt)
+    else:
+        row = target(1 + load, lt)
+        in_flight = min(k + 1, 1 + (int(np.ceil(row / td)) if td > 0 else k))
+        seconds = (float(pmf @ (m * td)) + target(in_flight + load, lt)) * overlap
+    judged = float(pmf @ np.minimum(m + 1, k))
+    return CycleEstimate(tokens, seconds + judged * step.verify_s)
