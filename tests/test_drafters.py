@@ -2,20 +2,20 @@
 
 The loop tells the drafter, once per iteration, how many tokens each checked row drafted (m) and how
 many the target accepted (n), with the proposal's per-token confidences for those m tokens; that is
-exactly what the run's counters record (``SDStats.log``). The model drafter hands each row's outcome
-to its learners and, with ``adaptive_gamma``, drafts 2 more tokens after an iteration that accepted
+exactly what the run's counters record (``SDStats.log``, which each LR cycle's trace carries). The model drafter,
+with ``adaptive_gamma``, drafts 2 more tokens after an iteration that accepted
 everything and 1 fewer after one that did not; greedy SD stays greedy AR's text either way.
 """
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.cycle import ToolOptions, make_tools
-from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome,
-                                                   make_drafter)
+from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
 from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats
 from lookahead_reasoning.decoding.session import Session
@@ -28,16 +28,6 @@ from lookahead_reasoning.verifiers import ExactMatchVerifier
 from conftest import ORDINARY_IDS, perturbed_lm, set_eos, tiny_lm
 
 prompts = st.lists(st.sampled_from(ORDINARY_IDS), min_size=1, max_size=16)
-
-
-class Recorder:
-    """A learner that keeps every record it is given, in order, as ``SDStats.log`` keeps them."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-
-    def record(self, sure, drafted, accepted, confidence=None):
-        self.calls.append((sure, drafted, accepted, confidence))
 
 
 class ScriptedDrafter:
@@ -116,27 +106,23 @@ def test_update_names_the_rows_the_iteration_checked():
     assert as_log(drafter.outcomes) == stats.log
 
 
-def test_the_model_drafter_feeds_every_learner_what_the_run_records():
-    first, second = Recorder(), Recorder()
-    drafter = make_drafter("draft", lm=tiny_lm("qwen2", seed=1), sampling=SamplingConfig(), draft_stop_below=0.3,
-                           learners=[first, second])
-    result = generate_sd(tiny_lm("qwen2"), [5, 6, 7, 8], drafter, gamma=5, max_new_tokens=30)
-    log = result.stats.log
-    assert first.calls == second.calls == log
-    assert any(entry[2] < entry[1] for entry in log) and all(entry[0] is not None for entry in log)
-
-
-def test_lr_rows_teach_the_learners_given_to_the_tools_in_row_order():
-    """LR with SD inside the target's k + 1 rows: the row drafter's learner sees every row's iterations
-    in the order the run's counters hold them."""
+def test_each_lr_trace_carries_its_cycle_s_token_outcomes_in_row_order():
+    """LR with SD inside the target's k + 1 rows: each cycle's trace holds the outcomes of that cycle's
+    SD iterations (what mode auto's policy learns token rates from), together the run's counters' log,
+    and its timed forwards of each model."""
     target, draft, prompt = tiny_lm("qwen2"), tiny_lm("qwen2", seed=1), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
-    learner, stats = Recorder(), LRStats(k=2)
+    stats = LRStats(k=2)
     tools = make_tools(target, draft, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats,
-                       options=ToolOptions(confidence=True, learners=[learner]))
+                       options=ToolOptions(confidence=True))
     result = run_lr(start_state(target, draft, prompt, None, settings.max_new_tokens), tools, FixedK(2), stats)
-    assert learner.calls == stats.target_sd.log and len(learner.calls) > len(result.stats.cycles)
-    assert all(entry[3] is not None for entry in learner.calls)  # the confidences the tools asked for
+    cycles = result.stats.cycles
+    assert [o for c in cycles for o in c.token_outcomes] == stats.target_sd.log
+    assert len(stats.target_sd.log) > len(cycles) and all(c.sd_iterations == len(c.token_outcomes) for c in cycles)
+    assert all(entry[3] is not None for entry in stats.target_sd.log)  # the confidences the tools asked for
+    assert all(c.target_forwards and c.draft_forwards for c in cycles)
+    assert sum(t.seconds for c in cycles for t in c.target_forwards + c.draft_forwards) == pytest.approx(
+        sum(c.forward_s for c in cycles))
 
 
 # ---------------------------------------------------------------------------------- adaptive gamma

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
@@ -14,7 +14,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..verifiers.base import Verifier
 from ..plan import CyclePlan
-from .drafters import Drafter, Learner, ModelDrafter, NGramDrafter
+from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .results import LRStats, SDStats
 from ..settings import Settings, TokenSD
 from .writers import StepWriter, Translator
@@ -80,15 +80,13 @@ class ToolOptions:
 
     ``same_vocab``: the pair shares one tokenizer (drafted steps cross as ids; token-level SD with the
     draft model is possible); ``share_single``: one target row drafts on the draft's own session;
-    ``confidence``: the row drafter reports each drafted token's top probability (for mode auto);
-    ``learners``: the row drafter hands every SD iteration's outcome in the target's rows to each of
-    them (mode auto's token book).
+    ``confidence``: the row drafter reports each drafted token's top probability (what mode auto
+    learns the best confidence stop from, off each SD iteration the run's counters log).
     """
 
     same_vocab: bool = True
     share_single: bool = False
     confidence: bool = False
-    learners: Sequence[Learner] = ()
 
 
 def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settings | None = None, *,
@@ -109,8 +107,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
         if token_sd.target == "ngram":
             target_drafter = ngram
         elif token_sd.target == "draft" and options.same_vocab:
-            row_drafter = ModelRows(draft_lm, sampling, generator, options.share_single, options.confidence,
-                                    options.learners)
+            row_drafter = ModelRows(draft_lm, sampling, generator, options.share_single, options.confidence)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
     alt_writer = None
@@ -129,16 +126,16 @@ class ModelRows:
     """Token-level drafting for the target's R rows with the draft model, forked from the draft's
     own cache of x + the drafted steps (so the draft re-reads nothing it has already seen).
     ``share_single``: one row drafts on the draft's own session instead of a copy of it. Each cycle
-    builds its drafter with the stop of its plan; every drafter it builds feeds the same ``learners``."""
+    builds its drafter with the stop of its plan."""
 
     def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
-                 share_single: bool = False, confidence: bool = False, learners: Sequence[Learner] = ()):
+                 share_single: bool = False, confidence: bool = False):
         self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
-        self.share_single, self.confidence, self.learners = share_single, confidence, tuple(learners)
+        self.share_single, self.confidence = share_single, confidence
 
     def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
         drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, draft_stop_below=draft_stop_below,
-                               confidence=self.confidence, learners=self.learners)
+                               confidence=self.confidence)
         drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

@@ -5,10 +5,9 @@ A drafter is anything with ``propose(rows, gamma, active) -> Proposal`` and ``up
 committed token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per
 row, with their draft probabilities q when it has them. After the target has checked them, the loop
 calls ``update`` with a :class:`DraftOutcome`: per checked row, how many tokens it drafted (m) and how
-many the target accepted (n). That is where a drafter adapts: the model drafter passes every row's
-outcome to its learners (anything with ``record(sure, drafted, accepted, confidence)``, such as mode
-``auto``'s :class:`~lookahead_reasoning.planning.estimates.TokenBook`) and, when asked, schedules its
-own draft length; the n-gram drafter has nothing to adapt. A drafter keeps whatever other state it
+many the target accepted (n). That is where a drafter adapts: the model drafter, when asked,
+schedules its own draft length; the n-gram drafter has nothing to adapt. (Who learns acceptance rates
+reads them off the run's counters, ``SDStats.log``, which every iteration's outcome also reaches.) A drafter keeps whatever other state it
 wants in step with the rows by itself: the model drafter syncs its KV cache to the rows on every call
 (keeping the longest common prefix, so accepted drafted tokens are never recomputed and rejected ones
 are dropped), the n-gram drafter keeps none.
@@ -71,13 +70,6 @@ class DraftOutcome:
     rows: tuple[RowOutcome, ...]
 
 
-class Learner(Protocol):
-    """Learns from one row's SD iteration (e.g. :class:`~lookahead_reasoning.planning.estimates.TokenBook`)."""
-
-    def record(self, sure: Sequence[bool] | None, drafted: int, accepted: int,
-               confidence: Sequence[float] | None = None) -> None: ...
-
-
 class Drafter(Protocol):
     """Proposes up to gamma tokens for each active row, then hears what the target accepted of them."""
 
@@ -101,8 +93,7 @@ class ModelDrafter:
     (mode ``auto`` picks it per cycle); ``confidence=True`` reports every drafted token's top
     probability even without a stop (what the planner learns the best stop from).
 
-    :meth:`update` hands every checked row's outcome to each of ``learners``, in row order. With
-    ``adaptive_gamma`` the drafter also schedules its own draft length (as transformers' assisted
+    With ``adaptive_gamma`` the drafter schedules its own draft length (as transformers' assisted
     generation does): after an iteration in which every row that drafted had all its tokens accepted
     it drafts 2 more next time, after any other iteration 1 fewer, always within [1, the largest
     gamma the loop has asked for] (it starts at the loop's gamma and never drafts past the gamma of
@@ -113,14 +104,13 @@ class ModelDrafter:
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
                  draft_stop_below: float | None = None, confidence: bool = False,
-                 learners: Sequence[Learner] = (), adaptive_gamma: bool = False):
+                 adaptive_gamma: bool = False):
         check_draft_stop_below(draft_stop_below)
         self.lm = lm
         self.sampling = sampling
         self.generator = generator
         self.draft_stop_below = draft_stop_below
         self.confidence = confidence
-        self.learners = tuple(learners)
         self.adaptive_gamma = adaptive_gamma
         self.scheduled: int | None = None  # the adaptive draft length (None: the loop's gamma)
         self.longest_asked = 0  # the largest gamma the loop has asked for
@@ -138,10 +128,7 @@ class ModelDrafter:
         return min(gamma, self.scheduled)
 
     def update(self, outcome: DraftOutcome) -> None:
-        """Feed every row's outcome to the learners; move the adaptive draft length (class docstring)."""
-        for row in outcome.rows:
-            for learner in self.learners:
-                learner.record(row.sure, row.drafted, row.accepted, row.confidence)
+        """Move the adaptive draft length (class docstring)."""
         judged = [row for row in outcome.rows if row.drafted > 0]
         if self.adaptive_gamma and judged:
             now = self.longest_asked if self.scheduled is None else self.scheduled
@@ -232,6 +219,6 @@ def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | 
     """The drafter registered as ``name`` in :data:`DRAFTERS`; ``options`` are forwarded to its
     constructor: "ngram" (:class:`NGramDrafter`, prompt lookup; ``max_n``, ``min_n``) or "draft"
     (:class:`ModelDrafter`, the draft model ``lm`` with the target's ``sampling``; ``draft_stop_below``,
-    ``confidence``, ``learners``, ``adaptive_gamma``)."""
+    ``confidence``, ``adaptive_gamma``)."""
     require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

@@ -22,12 +22,13 @@ and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt front door.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Protocol, Sequence
 
 from ..errors import require
 from ..plan import CyclePlan
-from ..runtime.lm import LM
+from ..runtime.lm import LM, ForwardTiming, PadPolicy
 from ..sampling import make_generator
 from ..settings import Settings
 from ..verifiers.base import Verifier
@@ -136,11 +137,15 @@ def run_sync(run: Coroutine[Any, Any, Any]) -> Any:
 
 class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
-    ``state``'s sessions with ``tools``; each trace also carries the forward seconds of both models and
-    the SD iterations of the target's rows (``stats.target_sd``) the cycle took."""
+    ``state``'s sessions with ``tools``. Each trace also carries what the cycle measured: the forward
+    seconds of both models, every timed forward, and the SD iterations of the target's rows (counted,
+    and each one's outcome, from ``stats.target_sd``). ``pads`` (target's, draft's): the n each
+    model runs a forward of n new tokens per row at (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`;
+    None: as asked; one LM in both roles pads as the target)."""
 
-    def __init__(self, state: LRState, tools: CycleTools, stats: LRStats):
-        self.state, self.tools, self.stats = state, tools, stats
+    def __init__(self, state: LRState, tools: CycleTools, stats: LRStats,
+                 pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)):
+        self.state, self.tools, self.stats, self.pads = state, tools, stats, pads
 
     @property
     def done(self) -> str | None:
@@ -158,22 +163,32 @@ class TorchCycles:
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
         lms = (self.state.target.lm, self.state.draft.lm)
         before, iterations = [lm.stats.copy() for lm in lms], self._iterations()
-        trace = run_cycle(self.state, plan, self.tools, lambda tokens, agreements: policy.rows(plan, tokens, agreements))
+        logged = len(self.stats.target_sd.log) if self.stats.target_sd is not None else 0
+        timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
+        with ExitStack() as stack:
+            for role in ((1, 0) if lms[0] is not lms[1] else (0,)):  # the target's padding innermost
+                stack.enter_context(lms[role].metered(timed[role].append, self.pads[role]))
+            trace = run_cycle(self.state, plan, self.tools,
+                              lambda tokens, agreements: policy.rows(plan, tokens, agreements))
         trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
         trace.sd_iterations = self._iterations() - iterations
+        trace.target_forwards, trace.draft_forwards = timed
+        if self.stats.target_sd is not None:
+            trace.token_outcomes = self.stats.target_sd.log[logged:]
         return trace
 
 
 def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
-           on_text: Callable[[str], None] | None = None) -> GenerationResult:
-    """:func:`drive` over :class:`TorchCycles` from ``state``; the accepted text goes to ``on_text``
-    as it grows."""
+           on_text: Callable[[str], None] | None = None,
+           pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
+    """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``pads``); the
+    accepted text goes to ``on_text`` as it grows."""
     target_lm, draft_lm = state.target.lm, state.draft.lm
     streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
     t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
     grow = (lambda trace: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
     with Laps() as wall:
-        run_sync(drive(TorchCycles(state, tools, stats), policy, stats, grow))
+        run_sync(drive(TorchCycles(state, tools, stats, pads), policy, stats, grow))
     state.done = state.done or "budget"
     t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
     if stats.target_sd is not None:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..runtime.lm import ForwardTiming
 from ..steps import Step
 
 from ..verifiers.base import Verdict
@@ -112,6 +113,12 @@ class CycleTrace:
     plan: PlanNote | None = None  # adaptive mode only
     forward_s: float = 0.0  # seconds both models spent in forward passes (this process's runtime)
     sd_iterations: int = 0  # token-level SD iterations in the target's rows (this process's runtime)
+    # what this process's runtime measured during the cycle, for a policy to learn from: every SD
+    # iteration of a target row, as SDStats.log holds them (sure, drafted, accepted, confidence), and
+    # every timed forward of each model (one LM in both roles: the target's list only)
+    token_outcomes: list[tuple[Any, int, int, Any]] = field(default_factory=list, repr=False)
+    target_forwards: list[ForwardTiming] = field(default_factory=list, repr=False)
+    draft_forwards: list[ForwardTiming] = field(default_factory=list, repr=False)
 
     @property
     def kept_steps(self) -> list[Step]:

@@ -9,13 +9,12 @@ The loop (compare :func:`lookahead_reasoning.decoding.driver.generate_lr`):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
               whose rows the step gate may cut after the scoring pass;
-  3. learn    the cycle's verdicts, lengths and unexplained time update the book, and every timed
-              forward updates the cost table; the token rates were learned as the cycle ran (the row
-              drafter hands every SD iteration's outcome to the book's token part, its learner).
+  3. learn    from the cycle's trace only (:class:`~.policy.AutoPolicy`): its verdicts, lengths,
+              SD iterations and unexplained time update the book, its timed forwards the cost table.
 
 Every forward runs at the n (new tokens per row) the cost table prices it at: where a forward of a
 larger measured n is cheaper than the one asked for, it is padded to that n (``PlannerConfig.pad``,
-``CostGrid.padded_n``, ``LM.pad_to``).
+``CostGrid.padded_n``, handed to the runtime as ``run_lr``'s ``pads``).
 
 A drafted step must start at a step boundary: when a plan with k >= 1 wins but the text is mid-step
 (after an overshooting cycle), the target first finishes the step alone. With draft == target, the
@@ -129,16 +128,16 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
                                                                  gamma=max(config.gammas, default=TOKEN_GAMMA)))
     stats = LRStats(k=config.max_k)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       options=ToolOptions(same_vocab=draft_prompt.same_vocab, share_single=True, confidence=True,
-                                           learners=(planning.book.token,)))  # the draft teaches the token rates
+                       options=ToolOptions(same_vocab=draft_prompt.same_vocab, share_single=True, confidence=True))
     state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
-    for grid in (planning.costs.target, planning.costs.draft):
+    grids = (planning.costs.target, planning.costs.draft)
+    for grid in grids:
         grid.padding = config.pad
-    with planning.costs.applied(target_lm, draft_lm, refine=config.refine):  # forwards padded, and timed into the table
-        policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
-        return run_lr(state, tools, policy, stats, on_text)
+    pads = tuple(grid.padded_n if config.pad else None for grid in grids)  # forwards run at the n they are priced at
+    policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
+    return run_lr(state, tools, policy, stats, on_text, pads)
 
 
 __all__ = ["AutoOptions", "Planning", "generate_auto"]

@@ -6,7 +6,8 @@ drafted chain (1, k L_d + 1); LR's batched rows (k + 1, 1) or, with SD inside, (
 :func:`profile` times a grid of these shapes once (20-50 s for a 1.5B model in float32 on two
 cores, with a progress bar) and times again the points a passing load on the machine put out of
 order (:func:`out_of_order`), :class:`CostGrid` interpolates between grid points, and
-:meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure.
+:meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure (mode
+``auto``'s policy reads them off each cycle's trace).
 
 Tables are cached on disk (:func:`~.cost_cache.load_or_profile`), keyed by everything that changes a forward's time:
 the model, its dtype, device and kernels (oneDNN linears, int8 layers), the CPU (model name and
@@ -21,9 +22,8 @@ import math
 import statistics
 import time
 from bisect import bisect_left
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -52,7 +52,7 @@ class CostGrid:
     each further cached token adds per row (attention and cache reads grow with the context).
     Between grid points the time is linear in n; past the largest n of a row count, that row count's
     curve follows the 1-row curve's shape; between and past row counts it is linear in R.
-    With ``padding`` a forward is priced (and run, through :meth:`CostTable.applied`) at the n :meth:`padded_n` picks.
+    With ``padding`` a forward is priced (and run, through ``run_lr``'s ``pads``) at the n :meth:`padded_n` picks.
     """
 
     points: dict[int, dict[int, float]]
@@ -188,18 +188,6 @@ class CostTable:
             if grid is not None:
                 grid.padding = table.per == "forward"
         return table
-
-    @contextmanager
-    def applied(self, target_lm: LM, draft_lm: LM, refine: bool = True) -> Iterator["CostTable"]:
-        """For the block, both models pad their forwards where their grid says a larger n is cheaper,
-        and (with ``refine``) every forward they make moves their grid toward it (:meth:`LM.metered`).
-        One LM in both roles pads and teaches as the target."""
-        with ExitStack() as stack:
-            for lm, grid in ((draft_lm, self.draft), (target_lm, self.target)):  # the target's policy innermost
-                teach = refine and (lm is not target_lm or grid is self.target)
-                stack.enter_context(lm.metered(grid.observe if teach else None,
-                                               grid.padded_n if grid.padding else None))
-            yield self
 
 
 # ---------------------------------------------------------------------------------------- measuring

@@ -3,11 +3,13 @@ cycle with the planner's prices, gate its rows by them, learn from its trace.
 
 What a finished cycle teaches (:meth:`AutoPolicy.learn`, the only way anything is learned):
 
+* the book's token rates: every SD iteration in the target's rows (this process's cycles);
+* the cost table: every timed forward of either model (this process's cycles, ``PlannerConfig.refine``);
 * the book's step rates: verdicts up to the first rejection (each with its agreement band where
   the runtime scored the drafted steps), the tokens of target and drafted steps, the verifier's
   seconds, and the time the formulas leave unexplained (this process's cycles);
 * the calibration: the cycle's realised speed against its plan's predicted speed, per kind of plan;
-* over an engine, the cost table: a sync cycle's rows are a measurement of T(R + load, L) requests.
+* over an engine, the request table: a sync cycle's rows are a measurement of T(R + load, L).
 
 A chunk (over an engine: plain decoding past step ends) is no step and teaches the step rates
 nothing; a run's first cycle over an engine also feeds the prompt, which no request price holds, so
@@ -31,8 +33,7 @@ class AutoPolicy:
     """Mode ``auto``'s :class:`~lookahead_reasoning.decoding.driver.CyclePolicy` (module docstring).
     ``delimiters``: the step delimiters (an overshooting SD iteration that crossed one wrote the end of
     one step and the start of the next); ``on_finish``: called when a run completes (saving what it
-    learned). The token rates do not pass through here: the row drafter teaches them to the book
-    (its learner, as :func:`~.auto.generate_auto` wires the tools)."""
+    learned)."""
 
     def __init__(self, planner: Planner, delimiters: Sequence[str], on_finish: Callable[[], None] | None = None,
                  mode: str = "auto"):
@@ -62,7 +63,10 @@ class AutoPolicy:
         if not chosen.chunk:
             learn_steps(book, trace, self.delimiters)
         if not planner.per_request:
+            learn_tokens(book, trace)
             learn_overheads(book, trace, chosen)
+            if planner.config.refine:
+                observe_forwards(planner, trace)
         elif position.generated == 0:
             return
         book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
@@ -98,6 +102,19 @@ def learn_steps(book: Book, trace: CycleTrace, delimiters: Sequence[str]) -> Non
                 step.target_tokens.add(len(target_step.ids) / crossed, crossed)
 
 
+def learn_tokens(book: Book, trace: CycleTrace) -> None:
+    """The token layer's rates: every SD iteration of the cycle's target rows, in the run's order."""
+    for sure, drafted, accepted, confidence in trace.token_outcomes:
+        book.token.record(sure, drafted, accepted, confidence)
+
+
+def observe_forwards(planner: Planner, trace: CycleTrace) -> None:
+    """Move each model's cost grid toward the forwards it timed in this cycle."""
+    for grid, timings in ((planner.costs.target, trace.target_forwards), (planner.costs.draft, trace.draft_forwards)):
+        for timing in timings:
+            grid.observe(timing)
+
+
 def learn_overheads(book: Book, trace: CycleTrace, plan: CyclePlan) -> None:
     """The time a cycle in this process took beyond its forwards and its verifier: per SD iteration of
     a plan without drafted steps, per cycle of an LR plan."""
@@ -116,4 +133,4 @@ def observe_rows(planner: Planner, trace: CycleTrace) -> None:
         planner.costs.target.observe(ForwardTiming(rows, max(written), 0, trace.target_s))
 
 
-__all__ = ["AutoPolicy", "learn_overheads", "learn_steps", "observe_rows"]
+__all__ = ["AutoPolicy", "learn_overheads", "learn_steps", "learn_tokens", "observe_forwards", "observe_rows"]
