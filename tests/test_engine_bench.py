@@ -147,3 +147,21 @@ def test_at_a_boundary_plain_decoding_is_a_chunk_never_a_single_step():
     planner.book.calibration["lr-async"] = type(planner.book.calibration["lr"])(0.1)
     assert policy.plan(at(0, True)).chunk == chunk
     assert policy.plan(at(40, False)).chunk == chunk
+
+
+def test_batches_meet_each_group_of_problems_in_every_mode_in_turn():
+    """C problems of one mode at a time, each group of C once per mode, the mode that goes first turning
+    per group (so no mode's batch always follows the same state of the server); done pairs left out."""
+    from lookahead_reasoning.bench.datasets import Problem
+    from lookahead_reasoning.bench.engine import batch_order
+
+    problems = [Problem(f"p{i}", "q", "1", "test", i) for i in range(6)]
+    batches = batch_order(problems, ("ar", "auto"), 2)
+    assert [[p.id for p, _ in b] for b in batches] == [["p0", "p1"]] * 2 + [["p2", "p3"]] * 2 + [["p4", "p5"]] * 2
+    assert all(len({m for _, m in b}) == 1 for b in batches)
+    firsts = [batches[i][0][1] for i in range(0, 6, 2)]
+    assert set(firsts) == {"ar", "auto"}
+    assert [[(p.id, m) for p, m in b] for b in batch_order(problems[:2], ("ar", "auto"), 1)] == [
+        [("p0", "ar")], [("p0", "auto")], [("p1", "auto")], [("p1", "ar")]]  # C = 1: mode_order per problem
+    left = batch_order(problems[:2], ("ar", "auto"), 2, {("p0", "ar", 0)})
+    assert [[(p.id, m) for p, m in b] for b in left] == [[("p1", "ar")], [("p0", "auto"), ("p1", "auto")]]

@@ -203,7 +203,7 @@ def _check_same_models(path: Path, models: dict[str, Any]) -> None:
 
 
 async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
-    """Run every (problem, mode) not yet in ``bench.out``; modes rotate per problem, C problems at once."""
+    """Run every (problem, mode) not yet in ``bench.out``, batch by batch (:func:`batch_order`)."""
     from tqdm import tqdm
 
     path = Path(bench.out)
@@ -212,18 +212,16 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     runner = EngineRunner(bench)
     _check_same_models(path, runner.models)
     done = done_pairs(path)
-    order = [(p, m) for i, p in enumerate(problems) for m in mode_order(bench.modes, i) if (p.id, m, 0) not in done]
-    if bench.concurrency > 1:  # C problems of one mode at a time
-        order = sorted(order, key=lambda pm: bench.modes.index(pm[1]))
-    if order:  # no timed run pays a cold server's first forward
+    batches = batch_order(problems, bench.modes, bench.concurrency, done)
+    if batches:  # no timed run pays a cold server's first forward
         for pair in runner.pairs.values():
             await asyncio.to_thread(pair.warm)
-    first_auto = next((p for p, m in order if parse_engine_mode(m)[0] == "auto"), None)
+    first_auto = next((p for batch in batches for p, m in batch if parse_engine_mode(m)[0] == "auto"), None)
     if first_auto is not None:  # nor a batch's wall time the one measurement of the endpoints
         await runner._planner(runner.pairs["plain"].prompt_ids(math_messages(first_auto.question)))
-    bar = tqdm(total=len(order), disable=not progress, desc="engine bench")
+    bar = tqdm(total=sum(map(len, batches)), disable=not progress, desc="engine bench")
     try:
-        for batch in _batches(order, bench.concurrency):
+        for batch in batches:
             # every run of the batch is tokenized and warmed before any is timed: a run warming its
             # endpoints while another decodes would slow that one (on a shared CPU, by far more than
             # the warm-up's own cost) and charge the batch for it
@@ -250,19 +248,26 @@ def mode_order(modes: tuple[str, ...], i: int) -> list[str]:
     return turned[::-1] if (i // 2) % 2 else turned
 
 
-def _batches(order: list[tuple[Problem, str]], size: int) -> list[list[tuple[Problem, str]]]:
-    """Consecutive runs of one mode, at most ``size`` long."""
-    out: list[list[tuple[Problem, str]]] = []
-    for item in order:
-        if out and len(out[-1]) < size and out[-1][0][1] == item[1]:
-            out[-1].append(item)
-        else:
-            out.append([item])
-    return out
+def batch_order(problems: list[Problem], modes: tuple[str, ...], size: int,
+                done: set | frozenset = frozenset()) -> list[list[tuple[Problem, str]]]:
+    """The batches of a run, each ``size`` problems of one mode decoded at once: the problems in groups
+    of ``size``, each group once per mode, the modes in :func:`mode_order` of the group's number (C = 1:
+    per problem). Every mode meets each group right after another mode met it, as often as the others:
+    a batch that follows a batch of other problems finds the server's slots and caches in another state
+    (the first batch after eight of another mode ran 24-37% slower, whichever mode it was), and that
+    must not fall on one mode. Pairs in ``done`` ((problem id, mode, 0)) are left out."""
+    batches = []
+    for g, start in enumerate(range(0, len(problems), size)):
+        group = problems[start:start + size]
+        for mode in mode_order(modes, g):
+            batch = [(p, mode) for p in group if (p.id, mode, 0) not in done]
+            if batch:
+                batches.append(batch)
+    return batches
 
 
 def run_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     return asyncio.run(arun_engine_bench(bench, progress))
 
 
-__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "mode_order", "parse_engine_mode", "run_engine_bench"]
+__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "batch_order", "mode_order", "parse_engine_mode", "run_engine_bench"]
