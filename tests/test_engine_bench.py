@@ -165,3 +165,25 @@ def test_batches_meet_each_group_of_problems_in_every_mode_in_turn():
         [("p0", "ar")], [("p0", "auto")], [("p1", "auto")], [("p1", "ar")]]  # C = 1: mode_order per problem
     left = batch_order(problems[:2], ("ar", "auto"), 2, {("p0", "ar", 0)})
     assert [[(p.id, m) for p, m in b] for b in left] == [[("p1", "ar")], [("p0", "auto"), ("p1", "auto")]]
+
+
+def test_a_failed_run_loses_no_other_result_of_its_batch_and_the_bench_resumes(tmp_path):
+    """At C = 2 one problem's requests fail: the other run of its batch is written, the error (naming
+    the endpoint) stops the bench, and a rerun with the same file runs only what is missing."""
+    from lookahead_reasoning.errors import EngineError
+
+    data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
+    with FakeEngine(text="2 \\boxed{2}", stop=None, fails={ord("B")}) as target:
+        bench = EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+                            max_new_tokens=32)
+        with pytest.raises(EngineError, match=target.url.replace(".", r"\.")):
+            run_engine_bench(bench, progress=False)
+    [kept] = map(json.loads, out.read_text().splitlines())
+    assert kept["index"] == 0 and kept["correct"]
+    with FakeEngine(text="2 \\boxed{2}", stop=None) as target:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+                                     max_new_tokens=32), progress=False)
+        assert len([r for r in target.requests if r["max_tokens"] == 32]) == 1  # only the missing run
+    ids = [json.loads(line)["problem_id"] for line in out.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 2 and ids[0] == kept["problem_id"]

@@ -36,10 +36,12 @@ class FakeEngine:
     """A loopback server whose answers a test scripts: ``script`` is a list of actions, one per
     completion request (the last repeats): "ok", "500", "400", "notjson", "notcompletion", "hang"."""
 
-    def __init__(self, script=("ok",), flavour="llama.cpp", text="Step one.", stop="\n\n", tokens=None, delays=None):
+    def __init__(self, script=("ok",), flavour="llama.cpp", text="Step one.", stop="\n\n", tokens=None, delays=None,
+                 fails=()):
         self.script, self.flavour, self.text, self.stop = list(script), flavour, text, stop
         self.tokens = tokens or {}  # text -> ids for /tokenize
         self.delays = delays or {}  # a prompt's first id -> seconds its completions take
+        self.fails = set(fails)  # prompts' first ids whose completions of more than 16 tokens answer HTTP 400
         self.requests: list[dict] = []
         self.port = free_port()
         engine = self
@@ -78,6 +80,8 @@ class FakeEngine:
                 if action == "hang":
                     time.sleep(5)
                     return self._send(200, b"{}")
+                if prompt and isinstance(prompt, list) and prompt[0] in engine.fails and body.get("max_tokens", 0) > 16:
+                    return self._send(400, b'{"error": {"message": "scripted failure of this prompt"}}')
                 if action in ("500", "400"):
                     return self._send(int(action), b'{"error": {"message": "scripted failure"}}')
                 if action == "notjson":

@@ -227,12 +227,17 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
             # the warm-up's own cost) and charge the batch for it
             ready = [await runner.prepare(p, m) for p, m in batch]
             began = time.perf_counter()
-            results = await asyncio.gather(*(runner.run(r) for r in ready))
+            results = await asyncio.gather(*(runner.run(r) for r in ready), return_exceptions=True)
             batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
             tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
-            for (problem, mode), (result, extra) in zip(batch, results):
-                append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
-                bar.update(1)
+            failed = [outcome for outcome in results if isinstance(outcome, BaseException)]
+            for (problem, mode), outcome in zip(batch, results):  # a run that failed loses no other's result
+                if not isinstance(outcome, BaseException):
+                    result, extra = outcome
+                    append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
+                    bar.update(1)
+            if failed:  # the rest of the bench stops; a rerun with the same --out resumes after the kept records
+                raise failed[0]
     finally:  # the runs share this loop's connections: closed once, when none is left
         bar.close()
         for pair in runner.pairs.values():
