@@ -173,8 +173,9 @@ def test_a_reply_that_never_comes_times_out_without_hanging():
     with FakeEngine(script=["hang"]) as engine:
         start = time.monotonic()
         with pytest.raises(EngineError, match="did not answer within 0.5 s"):
-            _client(engine.url, timeout_s=0.5, retries=1).complete([1], 5)
+            _client(engine.url, timeout_s=0.5, retries=2).complete([1], 5)
         assert time.monotonic() - start < 4
+        assert len(engine.requests) == 1  # not sent again: the server may still be computing it
 
 
 def test_no_server_is_a_clear_error_saying_how_to_start_one():
@@ -377,3 +378,29 @@ def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
         quick, slow = asyncio.run(both())
     assert quick.text == slow.text == "2 \\boxed{2}"
     assert [r["prompt"][0] for r in engine.requests] in ([1, 7], [7, 1])  # each sent once
+
+
+def test_the_llama_cpp_source_is_checked_against_its_pinned_hash(tmp_path, caplog):
+    import hashlib
+    import logging
+
+    from lookahead_reasoning.runtime.engine import build
+
+    archive = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    archive.write_bytes(b"not the source this project built")
+    with pytest.raises(EngineError, match="not the pinned 832db069"):
+        build.check_sdist(archive, "0.3.36")
+    with caplog.at_level(logging.WARNING):
+        build.check_sdist(archive, "9.9.9")  # no pin: built, with the hash said
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() in caplog.text
+
+
+def test_a_build_key_and_hints_on_machines_without_x86_flags(monkeypatch):
+    from lookahead_reasoning.runtime.engine import build
+
+    monkeypatch.setattr(build, "cpu_flags", lambda: None)  # macOS, or a CPU whose cpuinfo lists no flags
+    key = build.cpu_key()
+    assert len(key) == 8 and int(key, 16) >= 0
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    with pytest.raises(EngineError, match=r"apt-get install g\+\+"):
+        build._tool("c++")

@@ -16,7 +16,9 @@ interrupted build leaves nothing half-made; a lock file serialises concurrent fi
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -28,7 +30,12 @@ from ...models.offline import cache_root
 from ...hardware import cpu_flags
 from ...locks import file_lock
 
+logger = logging.getLogger(__name__)
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist whose vendored llama.cpp is built
+# sha256 of each sdist this project has built and checked: a downloaded archive must match before it is built
+SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+PACKAGES = {"c++": "g++", "cmake": "cmake"}  # the Debian package that puts each build tool on PATH
 BINARY = "llama-server"
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -44,8 +51,11 @@ CMAKE_FLAGS = (
 
 
 def cpu_key() -> str:
-    """Eight hex digits naming this CPU's instruction set (a native build runs only where it was built)."""
-    return hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:8]
+    """Eight hex digits naming this CPU's instruction set (a native build runs only where it was built);
+    where /proc/cpuinfo has no flags (another OS, or a CPU that lists none) its architecture and model."""
+    flags = cpu_flags()
+    name = " ".join(sorted(flags)) if flags else f"{platform.machine()} {platform.processor()}"
+    return hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
 def build_dir(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
@@ -66,8 +76,22 @@ def _run(cmd: list[str], cwd: Path, log: Path, what: str) -> None:
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        raise EngineError(f"building llama-server needs `{name}` on PATH (Debian: apt-get install {name})")
+        raise EngineError(f"building llama-server needs `{name}` on PATH (Debian: apt-get install "
+                          f"{PACKAGES.get(name, name)}; it also needs cmake and a C++ compiler)")
     return found
+
+
+def check_sdist(archive: Path, version: str) -> None:
+    """EngineError unless ``archive`` has the sha256 pinned for ``version`` (:data:`SDIST_SHA256`): no
+    source that differs from the one this project built and tested is compiled. A version without a
+    pin is built with a warning naming its hash."""
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    expected = SDIST_SHA256.get(version)
+    if expected is None:
+        logger.warning("llama-cpp-python %s has no pinned sha256 here; building %s (sha256 %s)", version, archive, digest)
+    elif digest != expected:
+        raise EngineError(f"the downloaded {archive.name} has sha256 {digest}, not the pinned {expected}: "
+                          f"not building a source that differs from the one this project checked")
 
 
 def _fetch_source(work: Path, version: str, log: Path) -> Path:
@@ -77,6 +101,7 @@ def _fetch_source(work: Path, version: str, log: Path) -> Path:
     archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
     if not archives:
         raise EngineError(f"pip downloaded no llama-cpp-python=={version} source archive into {work}")
+    check_sdist(archives[0], version)
     shutil.unpack_archive(str(archives[0]), str(work))
     source = work / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     if not (source / "tools" / "server").is_dir():

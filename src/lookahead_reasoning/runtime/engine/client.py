@@ -16,8 +16,9 @@ Each engine reports that in its own extension fields, all of which :func:`parse_
 
 Faults come back as :class:`~lookahead_reasoning.errors.EngineError` naming the endpoint and the
 cause. A request is retried (at most ``retries`` times, with a short back-off) only where that is safe:
-the connection failed, timed out, or the engine answered 5xx; a 4xx answer or a reply that is not
-the JSON the protocol promises is final.
+no connection could be made (in time) or it dropped, or the engine answered 5xx; a request that
+outlived its timeout (the server may still be computing it: a long generation would be computed once
+per try), a 4xx answer or a reply that is not the JSON the protocol promises is final.
 """
 
 from __future__ import annotations
@@ -227,9 +228,11 @@ class EngineClient:
 
     @staticmethod
     def _retryable(exc: Exception) -> bool:
+        """A 5xx or a failed connection; not a request that outlived its timeout (module docstring)."""
         if isinstance(exc, _HTTPStatus):
             return exc.status >= 500
-        return isinstance(exc, (httpx.TransportError,))
+        return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout
+                                                                          | httpx.PoolTimeout)
 
     def request(self, method: str, path: str, body: dict | None = None) -> Any:
         """One JSON request with bounded retries; EngineError naming the endpoint and cause on failure."""
