@@ -259,7 +259,7 @@ def batch_order(problems: list[Problem], modes: tuple[str, ...], size: int,
     of ``size``, each group once per mode, the modes in :func:`mode_order` of the group's number (C = 1:
     per problem). Every mode meets each group right after another mode met it, as often as the others:
     a batch that follows a batch of other problems finds the server's slots and caches in another state
-    (the first batch after eight of another mode ran 24-37% slower, whichever mode it was), and that
+    (the first batch after eight of another mode ran 33-37% slower, whichever mode it was), and that
     must not fall on one mode. Pairs in ``done`` ((problem id, mode, 0)) are left out."""
     batches = []
     for g, start in enumerate(range(0, len(problems), size)):
