@@ -82,6 +82,20 @@ class FakeEngine:
                     return self._send(200, b"{}")
                 if prompt and isinstance(prompt, list) and prompt[0] in engine.fails and body.get("max_tokens", 0) > 16:
                     return self._send(400, b'{"error": {"message": "scripted failure of this prompt"}}')
+                if action == "429":
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0.2")
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    return self.wfile.write(b"{}")
+                if action == "truncated":  # promises more than it sends, then closes
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "400")
+                    self.end_headers()
+                    self.wfile.write(b'{"choices": [{"te')
+                    self.close_connection = True
+                    return None
                 if action in ("500", "400"):
                     return self._send(int(action), b'{"error": {"message": "scripted failure"}}')
                 if action == "notjson":
@@ -404,3 +418,21 @@ def test_a_build_key_and_hints_on_machines_without_x86_flags(monkeypatch):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     with pytest.raises(EngineError, match=r"apt-get install g\+\+"):
         build._tool("c++")
+
+
+def test_a_busy_engine_is_tried_again_after_the_wait_it_asks_for_then_named():
+    with FakeEngine(script=["429", "ok"]) as engine:
+        start = time.monotonic()
+        assert _client(engine.url, backoff_s=0.0).complete([1], 5).text == "Step one."
+        assert time.monotonic() - start >= 0.2 and len(engine.requests) == 2  # waited as asked, then served
+    with FakeEngine(script=["429"]) as engine:
+        with pytest.raises(EngineError, match=r"HTTP 429 \(busy: it asked to be tried again in 0.2 s\)") as err:
+            _client(engine.url, retries=1).complete([1], 5)
+        assert engine.url in str(err.value) and len(engine.requests) == 2
+
+
+def test_a_truncated_reply_is_a_clear_error_naming_the_endpoint():
+    with FakeEngine(script=["truncated"]) as engine:
+        with pytest.raises(EngineError, match="failed: RemoteProtocolError") as err:
+            _client(engine.url, retries=1).complete([1], 5)
+        assert engine.url in str(err.value)

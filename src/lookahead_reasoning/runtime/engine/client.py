@@ -15,10 +15,8 @@ Each engine reports that in its own extension fields, all of which :func:`parse_
 * SGLang: ``choices[0].matched_stop``.
 
 Faults come back as :class:`~lookahead_reasoning.errors.EngineError` naming the endpoint and the
-cause. A request is retried (at most ``retries`` times, with a short back-off) only where that is safe:
-no connection could be made (in time) or it dropped, or the engine answered 5xx; a request that
-outlived its timeout (the server may still be computing it: a long generation would be computed once
-per try), a 4xx answer or a reply that is not the JSON the protocol promises is final.
+cause. A request is retried (at most ``retries`` times, with a short back-off) only where that is safe
+(:mod:`.faults`); a reply that is not the JSON the protocol promises is final.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ import httpx
 
 from ...errors import EngineError, require
 from ...presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
+from .faults import HTTPStatus, pause, retry_after, retryable
 from .load import InFlight
 
 ENDS = ("stop_string", "eos", "budget")  # why a completion ended, in the vocabulary of decoding.steps
@@ -207,8 +206,9 @@ class EngineClient:
     def _decode(self, response: httpx.Response, path: str) -> Any:
         where = f"the engine at {self.endpoint.url}{path}"
         if response.status_code >= 400:
-            detail = response.text[:300].strip()
-            raise _HTTPStatus(response.status_code, f"{where} answered HTTP {response.status_code}: {detail}")
+            detail, wait = response.text[:300].strip(), retry_after(response)
+            busy = f" (busy: it asked to be tried again in {wait:g} s)" if wait is not None else ""
+            raise HTTPStatus(response.status_code, f"{where} answered HTTP {response.status_code}{busy}: {detail}", wait)
         try:
             return response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -222,17 +222,9 @@ class EngineClient:
         if isinstance(exc, httpx.TimeoutException):
             return EngineError(f"{where} did not answer within {self.endpoint.timeout_s:g} s "
                                f"({type(exc).__name__}); raise the timeout or check the server's load")
-        if isinstance(exc, _HTTPStatus):
+        if isinstance(exc, HTTPStatus):
             return EngineError(str(exc))
         return EngineError(f"{where} failed: {type(exc).__name__}: {exc}")
-
-    @staticmethod
-    def _retryable(exc: Exception) -> bool:
-        """A 5xx or a failed connection; not a request that outlived its timeout (module docstring)."""
-        if isinstance(exc, _HTTPStatus):
-            return exc.status >= 500
-        return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout
-                                                                          | httpx.PoolTimeout)
 
     def request(self, method: str, path: str, body: dict | None = None) -> Any:
         """One JSON request with bounded retries; EngineError naming the endpoint and cause on failure."""
@@ -240,10 +232,10 @@ class EngineClient:
             try:
                 response = self._client().request(method, self.endpoint.url + path, json=body)
                 return self._decode(response, path)
-            except (httpx.HTTPError, _HTTPStatus) as exc:
-                if attempt == self.endpoint.retries or not self._retryable(exc):
+            except (httpx.HTTPError, HTTPStatus) as exc:
+                if attempt == self.endpoint.retries or not retryable(exc):
                     raise self._failure(path, exc) from None
-                time.sleep(self.endpoint.backoff_s * (attempt + 1))
+                time.sleep(pause(exc, self.endpoint.backoff_s, attempt, self.endpoint.timeout_s))
         raise AssertionError("unreachable")
 
     async def arequest(self, method: str, path: str, body: dict | None = None) -> Any:
@@ -252,10 +244,10 @@ class EngineClient:
             try:
                 response = await self._aclient().request(method, self.endpoint.url + path, json=body)
                 return self._decode(response, path)
-            except (httpx.HTTPError, _HTTPStatus) as exc:
-                if attempt == self.endpoint.retries or not self._retryable(exc):
+            except (httpx.HTTPError, HTTPStatus) as exc:
+                if attempt == self.endpoint.retries or not retryable(exc):
                     raise self._failure(path, exc) from None
-                await asyncio.sleep(self.endpoint.backoff_s * (attempt + 1))
+                await asyncio.sleep(pause(exc, self.endpoint.backoff_s, attempt, self.endpoint.timeout_s))
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------------------- the protocol
@@ -337,14 +329,6 @@ class EngineClient:
         if self._sync is not None:
             self._sync.close()
             self._sync = None
-
-
-class _HTTPStatus(Exception):
-    """An HTTP error status, kept apart from transport failures to decide on a retry."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 __all__ = ["Completion", "Endpoint", "EngineClient", "Sampling", "TokenLogprob", "parse_completion", "request_body"]
