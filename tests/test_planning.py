@@ -512,7 +512,9 @@ def test_auto_prices_the_prompt_on_its_first_cycle_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Planner, "choose", spy)
     prompt = [9, 8, 7, 6, 5]
-    result = _auto(tiny_lm(1), prompt, tmp_path, learn=False).generate(prompt, max_new_tokens=30)
+    # 60 tokens: at least two cycles whatever the plans (one writes at most 3 steps of 10, or one step and
+    # an SD iteration past its end); at 30 an LR cycle whose two drafts pass wrote the whole budget
+    result = _auto(tiny_lm(1), prompt, tmp_path, learn=False).generate(prompt, max_new_tokens=60)
     assert len(seen) == len(result.stats.cycles) >= 2
     assert seen[0] == Prefill(target=len(prompt), draft=len(prompt))
     assert all(p == Prefill() for p in seen[1:])

@@ -157,12 +157,9 @@ class TorchCycles:
         return Position(self.state.generated, self.state.remaining, self.state.at_boundary, len(target.rows[0]),
                         unread)
 
-    def _iterations(self) -> int:
-        return self.stats.target_sd.iterations if self.stats.target_sd is not None else 0
-
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
         lms = (self.state.target.lm, self.state.draft.lm)
-        before, iterations = [lm.stats.copy() for lm in lms], self._iterations()
+        before = [lm.stats.copy() for lm in lms]
         logged = len(self.stats.target_sd.log) if self.stats.target_sd is not None else 0
         timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
         with ExitStack() as stack:
@@ -171,10 +168,10 @@ class TorchCycles:
             trace = run_cycle(self.state, plan, self.tools,
                               lambda tokens, agreements: policy.rows(plan, tokens, agreements))
         trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
-        trace.sd_iterations = self._iterations() - iterations
         trace.target_forwards, trace.draft_forwards = timed
-        if self.stats.target_sd is not None:
+        if self.stats.target_sd is not None:  # one log entry per SD iteration of a row
             trace.token_outcomes = self.stats.target_sd.log[logged:]
+        trace.sd_iterations = len(trace.token_outcomes)
         return trace
 
 

@@ -166,10 +166,10 @@ class Planner:
                 memo[key] = costs.target(r, n, context)
             return memo[key]
 
-        def draft(r: int, n: int) -> float:
-            key = ("d", r, n, context)
+        def draft(r: int, n: int) -> float:  # no draft's table (an engine measured alone): drafts are free
             if costs.draft is None:
                 return 0.0
+            key = ("d", r, n, context)
             if key not in memo:
                 memo[key] = costs.draft(r, n, context)
             return memo[key]
@@ -209,8 +209,7 @@ class Planner:
         step = self.book.step.model()
         if plan.k == 0:
             return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
-        return request_cycle(plan.k, plan.schedule, step, target, draft if self.costs.draft is not None else None,
-                             self.busy, self.costs.overlap)
+        return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
 
     def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
@@ -240,8 +239,8 @@ class Planner:
     def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),
         and its speed: what runs mid-step when LR wins, and the rate a dropped row is measured against."""
-        rates = {replace(plan, chunk=0): 0.0 for plan in self.candidates() if plan.k == 0}
-        rates = {plan: self.rate(plan, context, prefill) for plan in rates}
+        alone = dict.fromkeys(replace(plan, chunk=0) for plan in self.candidates() if plan.k == 0)
+        rates = {plan: self.rate(plan, context, prefill) for plan in alone}
         best = max(rates, key=rates.get)
         return best, rates[best]
 
