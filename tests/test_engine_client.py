@@ -42,7 +42,9 @@ class FakeEngine:
         self.tokens = tokens or {}  # text -> ids for /tokenize
         self.delays = delays or {}  # a prompt's first id -> seconds its completions take
         self.fails = set(fails)  # prompts' first ids whose completions of more than 16 tokens answer HTTP 400
-        self.requests: list[dict] = []
+        self.requests: list[dict] = []  # completion bodies
+        self.paths: list[str] = []  # every route asked for, in order
+        self.bodies: list[dict] = []  # every POST body
         self.port = free_port()
         engine = self
 
@@ -61,18 +63,29 @@ class FakeEngine:
                     pass
 
             def do_GET(self):
-                self._send(200, b'{"status": "ok", "data": [{"id": "fake"}]}')
+                engine.paths.append(self.path)
+                owner = {"llama.cpp": "llamacpp", "vllm": "vllm"}.get(engine.flavour, "someone")
+                self._send(200, json.dumps({"status": "ok", "data": [{"id": "fake", "owned_by": owner}]}).encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                if self.path == "/tokenize":
-                    text = body.get("content", "")
+                engine.paths.append(self.path)
+                engine.bodies.append(body)
+                if self.path == "/tokenize":  # each engine's own field; vLLM also takes chat messages
+                    if "messages" in body and engine.flavour == "vllm":
+                        text = body["messages"][-1]["content"]
+                    else:
+                        text = body.get("content" if engine.flavour == "llama.cpp" else "prompt")
+                    if text is None:
+                        return self._send(400, b'{"error": {"message": "no text to tokenize"}}')
                     ids = engine.tokens.get(text, [ord(c) for c in text])
                     return self._send(200, json.dumps({"tokens": ids}).encode())
-                if self.path == "/apply-template":
+                if self.path == "/apply-template" and engine.flavour == "llama.cpp":
                     return self._send(200, json.dumps({"prompt": body["messages"][-1]["content"]}).encode())
                 if self.path == "/detokenize":
                     return self._send(200, json.dumps({"content": "".join(map(chr, body["tokens"]))}).encode())
+                if self.path != "/v1/completions":
+                    return self._send(404, b'{"error": {"message": "no such route"}}')
                 engine.requests.append(body)
                 action = engine.script[min(len(engine.requests) - 1, len(engine.script) - 1)]
                 prompt = body.get("prompt")

@@ -56,6 +56,9 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     if uses != "generate":
         g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
         g.add_argument("--draft-model", help="the draft's model name on its engine")
+    g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), for chat "
+                                      "prompts to an engine that applies no chat template itself (default: the "
+                                      "engine's own, else the tokenizer of the model name it serves)")
     g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S, help="seconds one engine request may take")
     if uses != "all":
         return
@@ -144,7 +147,8 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
     settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
     verifier = engine_verifier(args)
     runtime = EngineRuntime(args.target_url, args.draft_url, settings, verifier,
-                            {"target_model": args.target_model, "draft_model": args.draft_model})
+                            {"target_model": args.target_model, "draft_model": args.draft_model,
+                             "template": args.template})
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
     try:
         ids = runtime.pair.prompt_ids(prompt)  # tokenized once, for the mode and its comparison
@@ -166,7 +170,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
 
-    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url)
+    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url, args.template)
     bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=engine_verifier(args), settings=engine_settings(args))
@@ -179,7 +183,8 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
     """``generate --target-url``: plain decoding by the engine (one completion request), printed with
     the local command's summary line."""
 
-    pair = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args))
+    pair = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
+                      template=args.template)
     try:
         result = runs.ar(pair, prompt, args.max_new_tokens, on_text=lambda text: print(text, end="", flush=True))
     finally:
@@ -197,7 +202,7 @@ def run_pairs_over_engine(args: argparse.Namespace) -> int:
     require(args.draft_url is not None or args.draft_model is not None,
             "pairs over engines need a draft: give --draft-url (or --draft-model on the target's engine)")
     pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
-                      settings=engine_settings(args))
+                      settings=engine_settings(args), template=args.template)
     try:
         path = run_engine_pairs(pair, config)
     finally:

@@ -59,12 +59,14 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
 
 @dataclass(frozen=True)
 class EngineURLs:
-    """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD."""
+    """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD;
+    ``template``: the served model's tokenizer, for engines that apply no chat template themselves."""
 
     target: str
     draft: str | None = None
     sd: str | None = None
     ngram: str | None = None
+    template: str | None = None
 
     def needed(self, modes: tuple[str, ...]) -> None:
         for mode in modes:
@@ -124,11 +126,12 @@ class EngineRunner:
         self.bench, urls = bench, bench.urls
         self.verifier = make_verifier(bench.verifier) if isinstance(bench.verifier, str) else bench.verifier
         self.pairs: dict[str, EnginePair] = {}
-        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings)
+        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings, template=urls.template)
+        template = self.pairs["plain"].template  # loaded once, if named
         if urls.sd:
-            self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings)
+            self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings, template=template)
         if urls.ngram:
-            self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings)
+            self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings, template=template)
         self.planner: Planner | None = None
         self._measuring = asyncio.Lock()
         self.models = {"target": self.pairs["plain"].target.client.model_name(),

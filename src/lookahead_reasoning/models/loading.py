@@ -179,6 +179,23 @@ def _dispatch(name_or_path: str | os.PathLike, text: str, kwargs: dict[str, Any]
     return (*_from_pretrained(text, remote, _hub_failed(text)), "hub", text)
 
 
+def load_tokenizer(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Any:
+    """Only the tokenizer of a model (an offline name, a .gguf file, a directory or a hub id): what a
+    client needs to apply the chat template of a model an engine serves. ModelLoadError if there is none."""
+    from transformers import AutoTokenizer
+
+    text = os.fspath(name_or_path)
+    spec, path = offline.offline_spec(text), Path(text).expanduser()
+    try:
+        if spec is not None:
+            return AutoTokenizer.from_pretrained(offline.convert_offline(spec.name, cache_dir))
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        return AutoTokenizer.from_pretrained(path if path.is_dir() else text)
+    except unavailable_errors() as exc:
+        raise ModelLoadError(_failed(f"a tokenizer for {text!r}")(exc)) from exc
+
+
 def context_window(name_or_path: str | os.PathLike) -> int | None:
     """The context length (``max_position_embeddings``) in a model's config.json, read without loading
     the model: a local directory, or an offline model already converted. None when unknown."""

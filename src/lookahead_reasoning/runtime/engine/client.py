@@ -6,12 +6,14 @@ concurrent requests, which the engine batches and serves from its prefix cache.
 
 The OpenAI protocol says why a completion ended only as ``"stop"`` or ``"length"``; a step writer
 must also know whether it stopped at a delimiter or at end-of-sequence, and which tokens it wrote.
-Each engine reports that in its own extension fields, all of which :func:`parse_completion` reads:
+Each engine reports that in its own extension fields, asked for by the endpoint's
+:class:`~.dialects.Dialect` (found once per client from ``/v1/models``) and all read by
+:func:`parse_completion`:
 
 * llama.cpp: ``__verbose.stop_type`` ("word", "eos", "limit"), ``__verbose.stopping_word``,
-  ``__verbose.tokens`` (asked for with ``verbose`` and ``return_tokens``);
+  ``__verbose.tokens``;
 * vLLM: ``choices[0].stop_reason`` (the stop string, a stop token id, or null at EOS) and
-  ``choices[0].token_ids`` (asked for with ``return_token_ids``);
+  ``choices[0].token_ids``;
 * SGLang: ``choices[0].matched_stop``.
 
 Faults come back as :class:`~lookahead_reasoning.errors.EngineError` naming the endpoint and the
@@ -32,6 +34,7 @@ import httpx
 
 from ...errors import EngineError, require
 from ...presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
+from .dialects import DIALECTS, Dialect, dialect_named, probe_dialect, token_list
 from .faults import HTTPStatus, pause, retry_after, retryable
 from .load import InFlight
 
@@ -44,7 +47,8 @@ class Endpoint:
 
     ``url`` is the server's base address (``http://127.0.0.1:8080``; a trailing ``/v1`` is accepted);
     ``model`` names the model for servers that serve several (None: the server's only one).
-    ``timeout_s`` bounds one request end to end, ``retries`` the retries of one request.
+    ``timeout_s`` bounds one request end to end, ``retries`` the retries of one request. ``engine``
+    names the server's kind ("llama.cpp", "vllm", "openai"; None: asked once, from ``/v1/models``).
     """
 
     url: str
@@ -53,6 +57,7 @@ class Endpoint:
     timeout_s: float = ENGINE_TIMEOUT_S
     retries: int = ENGINE_RETRIES
     backoff_s: float = 0.5
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.url, str) and self.url.startswith(("http://", "https://")),
@@ -61,6 +66,8 @@ class Endpoint:
         require(isinstance(self.retries, int) and self.retries >= 0,
                 f"engine retries must be an integer >= 0, got {self.retries!r}")
         object.__setattr__(self, "url", self.url.rstrip("/").removesuffix("/v1"))
+        if self.engine is not None:
+            dialect_named(self.engine)
 
 
 @dataclass(frozen=True)
@@ -101,13 +108,13 @@ class Sampling:
 
 
 def request_body(endpoint: Endpoint, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str],
-                 sampling: Sampling, logprobs: int = 0) -> dict[str, Any]:
-    """The JSON body of one ``/v1/completions`` request, with every engine's extension asked for."""
+                 sampling: Sampling, logprobs: int = 0, dialect: Dialect = DIALECTS["openai"]) -> dict[str, Any]:
+    """The JSON body of one ``/v1/completions`` request, with ``dialect``'s extension fields."""
     require(isinstance(max_tokens, int) and max_tokens >= 1, f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     body: dict[str, Any] = {
         "prompt": prompt if isinstance(prompt, str) else [int(t) for t in prompt],
-        "max_tokens": max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
-        "stream": False, "verbose": True, "return_tokens": True, "return_token_ids": True, "cache_prompt": True,
+        "max_tokens": max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p, "stream": False,
+        **dialect.completion_fields(logprobs),
     }
     if endpoint.model is not None:
         body["model"] = endpoint.model
@@ -117,7 +124,6 @@ def request_body(endpoint: Endpoint, prompt: str | Sequence[int], max_tokens: in
         body["seed"] = sampling.seed
     if logprobs:
         body["logprobs"] = logprobs
-        body["n_probs"] = logprobs
     return body
 
 
@@ -182,6 +188,7 @@ class EngineClient:
         self._sync: httpx.Client | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
         self.load = InFlight()  # completions under way from this process (what a planner prices load by)
+        self._dialect: Dialect | None = None if self.endpoint.engine is None else dialect_named(self.endpoint.engine)
 
     def __repr__(self) -> str:
         return f"EngineClient({self.endpoint.url!r})"
@@ -254,7 +261,7 @@ class EngineClient:
     def complete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
                  sampling: Sampling = Sampling(), logprobs: int = 0) -> Completion:
         """One completion of ``prompt`` (text, or token ids in the engine's tokenizer)."""
-        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs)
+        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs, self.dialect)
         start = time.perf_counter()
         with self.load.request():
             done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
@@ -264,24 +271,12 @@ class EngineClient:
     async def acomplete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
                         sampling: Sampling = Sampling(), logprobs: int = 0) -> Completion:
         """:meth:`complete` for asyncio: gather several to have the engine batch them."""
-        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs)
+        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs, await self.adialect())
         start = time.perf_counter()
         with self.load.request():
             done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
         done.seconds = time.perf_counter() - start
         return done
-
-    def complete_many(self, prompts: Sequence[str | Sequence[int]], max_tokens: Sequence[int],
-                      stop: Sequence[str] = (), sampling: Sampling = Sampling()) -> list[Completion]:
-        """Several completions sent at once (the engine batches them), in the order given."""
-        async def all_of() -> list[Completion]:
-            try:
-                return list(await asyncio.gather(*(self.acomplete(p, n, stop, sampling)
-                                                   for p, n in zip(prompts, max_tokens))))
-            finally:
-                await self.aclose()
-        return asyncio.run(all_of()) if len(prompts) > 1 else [self.complete(prompts[0], max_tokens[0], stop,
-                                                                               sampling)]
 
     @property
     def in_flight(self) -> int:
@@ -292,16 +287,29 @@ class EngineClient:
     def where(self) -> str:
         return f"the engine at {self.endpoint.url}"
 
+    @property
+    def dialect(self) -> Dialect:
+        """The endpoint's :class:`~.dialects.Dialect`: named by the endpoint, or asked of ``/v1/models`` once."""
+        if self._dialect is None:
+            self._dialect = probe_dialect(self.request("GET", "/v1/models"))
+        return self._dialect
+
+    async def adialect(self) -> Dialect:
+        if self._dialect is None:
+            self._dialect = probe_dialect(await self.arequest("GET", "/v1/models"))
+        return self._dialect
+
     def tokenize(self, text: str) -> list[int]:
-        """The engine's token ids of ``text`` (``/tokenize``: llama.cpp's ``content``, vLLM's ``prompt``)."""
-        body: dict[str, Any] = {"content": text, "prompt": text, "add_special": False, "add_special_tokens": False}
+        """The engine's token ids of ``text`` (``/tokenize``, in the endpoint's dialect)."""
+        body = self.dialect.tokenize_body(text)
         if self.endpoint.model is not None:
             body["model"] = self.endpoint.model
-        data = self.request("POST", "/tokenize", body)
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list):
-            raise EngineError(f"{self.where}/tokenize answered no token list: {str(data)[:200]}")
-        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+        return token_list(self.request("POST", "/tokenize", body), self.where)
+
+    def chat_ids(self, messages) -> list[int] | None:
+        """Token ids of chat ``messages`` with the served model's template applied by the engine, or None
+        where the engine has no route for it (:meth:`.dialects.Dialect.chat_ids`)."""
+        return self.dialect.chat_ids(self, messages)
 
     def model_name(self) -> str:
         """The model the endpoint serves (``/v1/models``), or the one this client names."""

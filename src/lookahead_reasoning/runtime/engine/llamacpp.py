@@ -1,10 +1,9 @@
 """Start llama.cpp's ``llama-server`` on a loopback port, serving GGUF files as they ship.
 
 :class:`LlamaServer` is a context manager: it builds the server if the cache has none
-(:func:`~lookahead_reasoning.runtime.engine.build.llama_server_binary`), picks a free port on 127.0.0.1,
-starts the process with its log in a file, waits until ``/health`` says the model is loaded, and
-stops the process on exit (terminate, then kill). A server that dies while loading is reported with
-the last lines of its log.
+(:func:`~lookahead_reasoning.runtime.engine.build.llama_server_binary`), then runs it as a
+:class:`~.process.ServerProcess`: a free loopback port, a log file, a wait until ``/health`` says the
+model is loaded, terminate-then-kill on exit, and a death while loading reported with its log.
 
 Models are GGUF paths or the library's offline names (``qwen2.5-coder-1.5b``): those are joined
 from their PyPI parts and checked against their sha256 once, then served quantised as they are.
@@ -15,21 +14,15 @@ The server's own token-level speculation (``spec``) uses a draft GGUF in the sam
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import EngineError, require
 from ...models.offline import offline_gguf, offline_spec
 from .build import llama_server_binary
-from .client import Endpoint, EngineClient
+from .process import LOOPBACK, ServerProcess, free_port
 
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple"}
-LOOPBACK = "127.0.0.1"
 
 
 def gguf_path(model: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -41,24 +34,6 @@ def gguf_path(model: str | os.PathLike, cache_dir: str | os.PathLike | None = No
         raise EngineError(f"an engine model must be an offline name or a .gguf file, got {str(model)!r} "
                           f"({'not a .gguf file' if path.is_file() else 'no such file'})")
     return path
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to kill the server when the process that started it dies
-    (a test run or a benchmark killed outright leaves no server behind). A no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -101,83 +76,20 @@ class ServerConfig:
         return argv + list(self.extra)
 
 
-@dataclass
-class LlamaServer:
+class LlamaServer(ServerProcess):
     """A running ``llama-server`` (use as a context manager, or :meth:`start` / :meth:`stop`)."""
 
-    config: ServerConfig
-    startup_s: float = 300.0
-    log_path: Path | None = None
-    process: subprocess.Popen | None = field(default=None, repr=False)
-    port: int | None = None
+    label = "llama-server"
 
-    @property
-    def url(self) -> str:
-        require(self.port is not None, "the server has not been started", EngineError)
-        return f"http://{LOOPBACK}:{self.port}"
+    def __init__(self, config: ServerConfig, startup_s: float = 300.0, log_path: Path | None = None):
+        super().__init__(startup_s, log_path, config.port)
+        self.config = config
 
-    def endpoint(self, **kwargs) -> Endpoint:
-        return Endpoint(self.url, **kwargs)
+    def argv(self, port: int) -> list[str]:
+        return self.config.argv(llama_server_binary(self.config.cache_dir), port)
 
-    def start(self) -> "LlamaServer":
-        binary = llama_server_binary(self.config.cache_dir)
-        self.port = self.config.port or free_port()
-        argv = self.config.argv(binary, self.port)
-        if self.log_path is None:  # a log of our own, removed again when the server is stopped
-            fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
-            os.close(fd)
-            self.log_path, self._temporary_log = Path(name), True
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
-        self._wait_healthy()
-        return self
-
-    def _wait_healthy(self) -> None:
-        client, deadline = EngineClient(Endpoint(self.url, retries=0, timeout_s=5.0)), time.monotonic() + self.startup_s
-        try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise EngineError(f"llama-server exited with code {self.process.returncode} while loading "
-                                      f"{self.config.model}:\n{self.log_tail()}")
-                if client.healthy():
-                    return
-                time.sleep(0.25)
-        finally:
-            client.close()
-        tail = self.log_tail()
-        self.stop()
-        raise EngineError(f"llama-server did not become healthy within {self.startup_s:g} s:\n{tail}")
-
-    def log_tail(self, lines: int = 12) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """Kill the process at once (as a crash would)."""
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if getattr(self, "_temporary_log", False) and self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)
-
-    def __enter__(self) -> "LlamaServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def describe(self) -> str:
+        return str(self.config.model)
 
 
 __all__ = ["LlamaServer", "ServerConfig", "free_port", "gguf_path"]

@@ -5,16 +5,20 @@ endpoint or, with ``draft_model``, a second model of the target's endpoint), che
 one tokenizer, turns prompts into token ids and warms the servers. What runs over it (plain
 decoding, Lookahead Reasoning) is :mod:`lookahead_reasoning.engines.runs`.
 
-Prompts are chat messages or text; the chat template is the engine's (llama.cpp's
-``/apply-template``) or, for engines without that route, the one of a local tokenizer passed as
-``template``.
+Prompts are chat messages, text or token ids. Messages get the served model's chat template: from
+``template`` where one is given (a tokenizer, or the offline name, directory or hub id of one), else
+from the engine's own route (:meth:`~.dialects.Dialect.chat_ids`: vLLM's ``/tokenize`` with messages,
+llama.cpp's ``/apply-template``), else from the tokenizer of the model name the engine serves, loaded
+here.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
-from ...errors import EngineError, PromptError, require
+from ...errors import ModelLoadError, PromptError, require
+from ...models.loading import load_tokenizer
 from ...settings import Settings
 from .client import Endpoint, EngineClient
 from .steps import EngineSteps, check_same_tokenizer
@@ -39,7 +43,7 @@ class EnginePair:
         self.target = steps_at(target_url, target_model)
         has_draft = draft_url is not None or draft_model is not None
         self.draft = steps_at(draft_url or target_url, draft_model) if has_draft else None
-        self.template = template
+        self.template = load_tokenizer(template) if isinstance(template, (str, os.PathLike)) else template
         self.check()
 
     def use(self, settings: Settings) -> None:
@@ -80,20 +84,30 @@ class EnginePair:
             require(prompt.strip() != "", "the prompt is empty", PromptError)
             return self.target.encode(prompt)
         if prompt and isinstance(prompt[0], dict):
-            return self.target.encode(self.chat_text(prompt))
+            return self.chat_ids(prompt)
         require(len(prompt) > 0, "the prompt is empty", PromptError)
         return [int(t) for t in prompt]
 
-    def chat_text(self, messages: Messages) -> str:
-        """The chat template applied to ``messages`` with the assistant's turn opened."""
-        if self.template is not None:
-            return self.template.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    def chat_ids(self, messages: Messages) -> list[int]:
+        """Token ids of ``messages`` with the chat template applied and the assistant's turn opened
+        (module docstring: the given template, the engine's route, or the served model's tokenizer)."""
+        if self.template is None:
+            ids = self.target.client.chat_ids(messages)
+            if ids is not None:
+                return ids
+            self.template = self._served_tokenizer()
+        text = self.template.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return self.target.encode(text)
+
+    def _served_tokenizer(self) -> Any:
+        name = self.target.client.model_name()
         try:
-            data = self.target.client.request("POST", "/apply-template", {"messages": list(messages)})
-        except EngineError as exc:
-            raise PromptError(f"{self.target.client.where} applies no chat template ({exc}); pass a local "
-                              f"tokenizer with a chat template as `template`, or a text prompt") from None
-        return data["prompt"]
+            return load_tokenizer(name)
+        except ModelLoadError as exc:
+            raise PromptError(f"{self.target.client.where} applies no chat template itself, and the model it serves "
+                              f"({name!r}) is no tokenizer found here ({exc}); name the served model's tokenizer "
+                              f"with --template (an offline name, a directory or a hub id; in Python: template=), "
+                              f"or send a text prompt") from None
 
     def close(self) -> None:
         for steps in (self.target, self.draft):

@@ -1,0 +1,110 @@
+"""What each engine says beyond the OpenAI protocol: its fields, its tokenizer routes, its chat template.
+
+Every engine serves ``/v1/completions``; the rest differs. A :class:`Dialect` holds one engine's
+differences, and an :class:`~.client.EngineClient` finds its endpoint's dialect once, from the owner
+that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless the endpoint names it:
+
+* :class:`LlamaCpp` (llama.cpp's server): asks for ``__verbose`` (why a completion stopped, its token
+  ids), ``cache_prompt``, ``n_probs``; tokenizes ``content``; applies the chat template with
+  ``/apply-template``. These fields and routes are sent to no other engine.
+* :class:`VLLM`: asks for ``return_token_ids``; tokenizes ``prompt``; applies the chat template with
+  ``/tokenize`` given ``messages`` (the ids come back directly).
+* :class:`OpenAI` (any other OpenAI-compatible server, SGLang for one): the vLLM-style fields, and no
+  chat-template route: the caller applies the served model's template with a local tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ...errors import EngineError
+
+if TYPE_CHECKING:
+    from .client import EngineClient
+
+Messages = Sequence[dict[str, str]]
+
+
+def token_list(data: Any, where: str) -> list[int]:
+    """The ids of a ``/tokenize`` reply (plain ids, or llama.cpp's ``{"id", "piece"}`` objects)."""
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list):
+        raise EngineError(f"{where}/tokenize answered no token list: {str(data)[:200]}")
+    try:
+        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+    except (KeyError, TypeError, ValueError):
+        raise EngineError(f"{where}/tokenize answered tokens that are not ids: {str(tokens)[:200]}") from None
+
+
+class Dialect:
+    """The OpenAI protocol plus the extensions most engines read (:class:`OpenAI`'s behaviour)."""
+
+    name = "openai"
+
+    def completion_fields(self, logprobs: int) -> dict[str, Any]:
+        """Extension fields of a ``/v1/completions`` body (``logprobs``: top-N asked for)."""
+        return {"return_token_ids": True}
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"prompt": text, "add_special_tokens": False}
+
+    def chat_ids(self, client: "EngineClient", messages: Messages) -> list[int] | None:
+        """Token ids of ``messages`` with the chat template applied and the assistant's turn opened,
+        or None where this engine has no route for it."""
+        return None
+
+
+class OpenAI(Dialect):
+    pass
+
+
+class VLLM(Dialect):
+    name = "vllm"
+
+    def chat_ids(self, client: "EngineClient", messages: Messages) -> list[int] | None:
+        body = {"messages": list(messages), "add_generation_prompt": True, "add_special_tokens": False}
+        if client.endpoint.model is not None:
+            body["model"] = client.endpoint.model
+        return token_list(client.request("POST", "/tokenize", body), client.where)
+
+
+class LlamaCpp(Dialect):
+    name = "llama.cpp"
+
+    def completion_fields(self, logprobs: int) -> dict[str, Any]:
+        fields: dict[str, Any] = {"verbose": True, "return_tokens": True, "cache_prompt": True}
+        if logprobs:
+            fields["n_probs"] = logprobs
+        return fields
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"content": text, "add_special": False}
+
+    def chat_ids(self, client: "EngineClient", messages: Messages) -> list[int] | None:
+        data = client.request("POST", "/apply-template", {"messages": list(messages)})
+        text = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise EngineError(f"{client.where}/apply-template answered no prompt: {str(data)[:200]}")
+        return client.tokenize(text)
+
+
+DIALECTS = {d.name: d for d in (LlamaCpp(), VLLM(), OpenAI())}
+OWNERS = {"llamacpp": "llama.cpp", "vllm": "vllm"}  # /v1/models' owned_by -> dialect
+
+
+def dialect_named(name: str) -> Dialect:
+    if name not in DIALECTS:
+        raise EngineError(f"unknown engine kind {name!r}: pick one of {', '.join(DIALECTS)}")
+    return DIALECTS[name]
+
+
+def probe_dialect(models: Any) -> Dialect:
+    """The dialect of an endpoint from its ``/v1/models`` reply: the owner of its first model."""
+    try:
+        owner = str(models["data"][0].get("owned_by", ""))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        owner = ""
+    return DIALECTS[OWNERS.get(owner.lower(), "openai")]
+
+
+__all__ = ["DIALECTS", "Dialect", "LlamaCpp", "OpenAI", "VLLM", "dialect_named", "probe_dialect", "token_list"]

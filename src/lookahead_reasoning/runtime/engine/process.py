@@ -1,0 +1,139 @@
+"""One engine server as a child process on a loopback port: started, waited for, stopped.
+
+:class:`ServerProcess` is what :class:`~.llamacpp.LlamaServer` and :class:`~.vllm.VLLMServer` share: a
+free port on 127.0.0.1, the process started with its log in a file (a temporary one unless given),
+a wait until the engine answers ``/health``, and on exit terminate, then kill. The child is asked to
+die with the process that started it (Linux), so a test run or benchmark killed outright leaves no
+server behind. A server that dies while loading is reported with the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ...errors import EngineError, require
+from .client import Endpoint, EngineClient
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to kill the server when the process that started it dies.
+    A no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class ServerProcess:
+    """A running engine server (use as a context manager, or :meth:`start` / :meth:`stop`).
+
+    Subclasses say what to run: :meth:`argv` (the command line for a port), :meth:`environment` (extra
+    environment variables) and ``label`` (the engine's name in messages)."""
+
+    label = "engine server"
+
+    def __init__(self, startup_s: float = 300.0, log_path: Path | None = None, port: int | None = None):
+        self.startup_s, self.log_path, self.port = startup_s, log_path, port
+        self.process: subprocess.Popen | None = None
+        self.started_s: float | None = None  # seconds from start to ready
+        self._temporary_log = False
+
+    # what to run (subclasses)
+    def argv(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return {}
+
+    def describe(self) -> str:
+        return self.label
+
+    @property
+    def url(self) -> str:
+        require(self.port is not None, f"the {self.label} has not been started", EngineError)
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def endpoint(self, **kwargs) -> Endpoint:
+        return Endpoint(self.url, **kwargs)
+
+    def start(self) -> "ServerProcess":
+        self.port = self.port or free_port()
+        argv = self.argv(self.port)
+        if self.log_path is None:  # a log of our own, removed again when the server is stopped
+            fd, name = tempfile.mkstemp(prefix=f"{self.label.replace(' ', '-')}-", suffix=".log")
+            os.close(fd)
+            self.log_path, self._temporary_log = Path(name), True
+        began = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env={**os.environ, **self.environment()}, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
+        self._wait_healthy()
+        self.started_s = time.monotonic() - began
+        return self
+
+    def _wait_healthy(self) -> None:
+        client, deadline = EngineClient(Endpoint(self.url, retries=0, timeout_s=5.0)), time.monotonic() + self.startup_s
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise EngineError(f"{self.label} exited with code {self.process.returncode} while loading "
+                                      f"{self.describe()}:\n{self.log_tail()}")
+                if client.healthy():
+                    return
+                time.sleep(0.25)
+        finally:
+            client.close()
+        tail = self.log_tail()
+        self.stop()
+        raise EngineError(f"{self.label} did not become healthy within {self.startup_s:g} s:\n{tail}")
+
+    def log_tail(self, lines: int = 12) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """Kill the process group at once (as a crash would)."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._temporary_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+__all__ = ["LOOPBACK", "ServerProcess", "free_port"]
