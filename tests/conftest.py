@@ -220,3 +220,23 @@ def feed_chunks(lm, rows):
             if c:
                 got[b].append(logits[b, width - len(c):])
     return [torch.cat(g) for g in got], state
+
+
+# ------------------------------------------------------------------------------------- vLLM
+
+VLLM_MODEL = "qwen2.5-coder-0.5b"  # the target vLLM serves in the tests (the smaller model: vLLM is slow on CPUs)
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """One vLLM server for the whole test session (1-1.5 minutes to start on 2 cores): the 0.5B's bf16
+    cache, eager, both cores. Skips where vLLM is not installed (fails under CI, where .ci/run installs it
+    with ``serve-engine --engine vllm --build-only``)."""
+    from lookahead_reasoning.runtime.engine.vllm import READY, VLLMConfig, VLLMServer, vllm_home
+
+    if not (vllm_home(USER_CACHE) / READY).is_file():
+        unavailable("vLLM is not installed: `lookahead-reasoning serve-engine --engine vllm --build-only` installs it")
+    if not _converted_ok(USER_CACHE / VLLM_MODEL / CONVERTED_SUBDIR, offline_spec(VLLM_MODEL)):
+        unavailable(f"{VLLM_MODEL} is not converted: `lookahead-reasoning serve-engine --engine vllm --build-only`")
+    with VLLMServer(VLLMConfig(VLLM_MODEL, threads=2, cache_dir=USER_CACHE)) as server:
+        yield server

@@ -44,7 +44,7 @@ class FakeEngine:
         self.fails = set(fails)  # prompts' first ids whose completions of more than 16 tokens answer HTTP 400
         self.requests: list[dict] = []  # completion bodies
         self.paths: list[str] = []  # every route asked for, in order
-        self.bodies: list[dict] = []  # every POST body
+        self.posts: list[tuple[str, dict]] = []  # every POST: (route, body)
         self.port = free_port()
         engine = self
 
@@ -70,7 +70,7 @@ class FakeEngine:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 engine.paths.append(self.path)
-                engine.bodies.append(body)
+                engine.posts.append((self.path, body))
                 if self.path == "/tokenize":  # each engine's own field; vLLM also takes chat messages
                     if "messages" in body and engine.flavour == "vllm":
                         text = body["messages"][-1]["content"]

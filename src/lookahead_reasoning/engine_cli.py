@@ -12,7 +12,9 @@ and exit status 2.
 
 ``serve-engine`` starts, on loopback ports, the target (plain), the draft, and with ``--with-sd``
 the target twice more with the engine's own token-level speculation (draft model, n-gram), prints
-their URLs and the commands that use them, and stops them all on Ctrl-C.
+their URLs and the commands that use them, and stops them all on Ctrl-C. ``--engine`` picks
+llama.cpp's server (GGUF, the default) or vLLM (the bf16 safetensors cache); ``--draft-engine`` lets
+the draft run on the other one (their tokenizers match for the offline models).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .presets import (
 from .runtime.engine.build import llama_server_binary
 from .runtime.engine.llamacpp import LlamaServer, ServerConfig, gguf_path
 from .runtime.engine.pair import EnginePair
+from .runtime.engine.vllm import VLLMConfig, VLLMServer, served_model, vllm_python
 from .sampling import SamplingConfig
 from .settings import Settings
 from .steps import StepConfig
@@ -90,44 +93,79 @@ def engine_verifier(args: argparse.Namespace):
     return build_verifier(settings)
 
 
+ENGINES = ("llama.cpp", "vllm")
+
+
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("serve-engine", help="build llama.cpp's server once and serve the offline models on loopback")
-    s.add_argument("--target", default=DEFAULT_TARGET, help="offline name or .gguf file")
-    s.add_argument("--draft", default=DEFAULT_DRAFT, help="offline name or .gguf file ('none': no draft server)")
+    s = sub.add_parser("serve-engine", help="start llama.cpp's server (built once) or vLLM (installed once) on "
+                                            "loopback, serving the offline models")
+    s.add_argument("--engine", default="llama.cpp", choices=ENGINES,
+                   help="llama.cpp: GGUF files as shipped (built from source, 8-10 min once); vllm: the bf16 "
+                        "safetensors cache (vLLM's CPU build, installed into its own environment, 2.5-5 min once)")
+    s.add_argument("--draft-engine", choices=ENGINES, help="the draft's engine (default: --engine)")
+    s.add_argument("--target", default=DEFAULT_TARGET, help="offline name, .gguf file (llama.cpp), model directory "
+                                                            "or hub id (vllm)")
+    s.add_argument("--draft", default=DEFAULT_DRAFT, help="the same for the draft ('none': no draft server)")
     s.add_argument("--with-sd", action="store_true",
                    help="also start the target with the engine's own draft-model SD and with its n-gram SD")
-    s.add_argument("--parallel", type=int, default=4, help="slots per server: requests served at once")
-    s.add_argument("--context", type=int, default=16384, help="KV cache tokens per server, shared by its slots")
+    s.add_argument("--parallel", type=int, default=4, help="llama.cpp: slots per server, requests served at once")
+    s.add_argument("--context", type=int, default=None,
+                   help="llama.cpp: KV cache tokens per server, shared by its slots (16384); vllm: max model length "
+                        "(4096)")
     s.add_argument("--threads", type=int, default=None, help="CPU threads per server (default: all cores)")
     s.add_argument("--port", type=int, default=None, help="the target's port (others: free ports)")
-    s.add_argument("--build-only", action="store_true", help="build llama-server and join the GGUF files, then exit")
+    s.add_argument("--build-only", action="store_true",
+                   help="build llama-server (or install vLLM) and prepare the models, then exit")
     s.set_defaults(func=cmd_serve)
 
 
-def _configs(args: argparse.Namespace) -> dict:
+def _server(engine: str, model: str, args: argparse.Namespace, port: int | None = None, spec: str | None = None):
+    """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
+    draft = args.draft if spec == "draft" else None
+    if engine == "vllm":
+        return VLLMServer(VLLMConfig(model, max_model_len=args.context or 4096, threads=args.threads, port=port,
+                                     spec=spec, draft=draft))
+    return LlamaServer(ServerConfig(model, parallel=args.parallel, context=args.context or 16384,
+                                    threads=args.threads, port=port, spec=spec, draft=draft))
 
-    common = dict(parallel=args.parallel, context=args.context, threads=args.threads)
-    configs = {"target": ServerConfig(args.target, port=args.port, **common)}
+
+def _servers(args: argparse.Namespace) -> dict:
+    draft_engine = args.draft_engine or args.engine
+    servers = {"target": _server(args.engine, args.target, args, args.port)}
     if args.draft != "none":
-        configs["draft"] = ServerConfig(args.draft, **common)
+        servers["draft"] = _server(draft_engine, args.draft, args)
         if args.with_sd:
-            configs["sd"] = ServerConfig(args.target, draft=args.draft, spec="draft", **common)
-            configs["ngram"] = ServerConfig(args.target, spec="ngram", **common)
-    return configs
+            servers["sd"] = _server(args.engine, args.target, args, spec="draft")
+            servers["ngram"] = _server(args.engine, args.target, args, spec="ngram")
+    return servers
+
+
+def _prepare(args: argparse.Namespace, servers: dict) -> None:
+    """Build or install each engine named and prepare each model, saying where they are and how long it took."""
+    start = time.perf_counter()
+    engines = {server.label for server in servers.values()}
+    if "llama-server" in engines:
+        print(f"llama-server: {llama_server_binary()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    if "vLLM server" in engines:
+        print(f"vLLM: {vllm_python()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    for server in servers.values():
+        model = server.config.model
+        where = served_model(model)[0] if isinstance(server, VLLMServer) else gguf_path(model)
+        print(f"{server.label} model: {where}", file=sys.stderr)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
-    configs = _configs(args)  # checks every number before anything is built
-    start = time.perf_counter()
-    print(f"llama-server: {llama_server_binary()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    for name in {args.target, args.draft} - {"none"}:
-        print(f"model: {gguf_path(name)}", file=sys.stderr)
+    servers = _servers(args)  # checks every number before anything is built
+    _prepare(args, servers)
     if args.build_only:
         return 0
     with contextlib.ExitStack() as stack:
-        urls = {role: stack.enter_context(LlamaServer(cfg)).url for role, cfg in configs.items()}
+        urls = {}
+        for role, server in servers.items():
+            urls[role] = stack.enter_context(server).url
+            print(f"{role}: {server.label} ready at {urls[role]} after {server.started_s:.0f} s", file=sys.stderr)
         print(json.dumps(urls))
         flags = " ".join(f"--{'target' if r == 'target' else r}-url {u}" for r, u in urls.items())
         print(f"serving on loopback; try:\n  lookahead-reasoning lr {flags}\n(Ctrl-C stops the servers)",

@@ -1,0 +1,122 @@
+"""Each engine is spoken to in its own dialect, found from ``/v1/models``; vLLM is started the way its
+CPU build needs. A loopback fake engine plays llama.cpp, vLLM and a plain OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lookahead_reasoning.errors import EngineError, PromptError
+from lookahead_reasoning.prompts import math_messages
+from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, Sampling, request_body
+from lookahead_reasoning.runtime.engine.dialects import DIALECTS, probe_dialect
+from lookahead_reasoning.runtime.engine.pair import EnginePair
+from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer, served_model
+from lookahead_reasoning.testing import tiny_tokenizer
+
+from test_engine_client import FakeEngine
+
+LLAMA_CPP_ONLY = {"cache_prompt", "n_probs", "verbose", "return_tokens"}
+SRC = Path(__file__).resolve().parents[1] / "src" / "lookahead_reasoning"
+
+
+def test_the_dialect_is_read_from_the_owner_of_the_served_model():
+    assert probe_dialect({"data": [{"id": "m", "owned_by": "llamacpp"}]}).name == "llama.cpp"
+    assert probe_dialect({"data": [{"id": "m", "owned_by": "vllm"}]}).name == "vllm"
+    assert probe_dialect({"data": [{"id": "m", "owned_by": "sglang"}]}).name == "openai"
+    assert probe_dialect({"object": "error"}).name == "openai"
+    with pytest.raises(EngineError, match="unknown engine kind 'tgi'"):
+        Endpoint("http://127.0.0.1:1", engine="tgi")
+
+
+def test_llama_cpp_fields_go_to_llama_cpp_only():
+    for name, dialect in DIALECTS.items():
+        body = request_body(Endpoint("http://127.0.0.1:1"), [1, 2], 8, ("\n\n",), Sampling(), 2, dialect)
+        assert body["logprobs"] == 2 and body["prompt"] == [1, 2]
+        assert bool(set(body) & LLAMA_CPP_ONLY) == (name == "llama.cpp"), name
+
+
+@pytest.mark.parametrize("flavour, route", [("llama.cpp", "/apply-template"), ("vllm", "/tokenize")])
+def test_chat_prompts_take_each_engines_own_template_route(flavour, route):
+    with FakeEngine(flavour=flavour) as engine:
+        pair = EnginePair(engine.url)
+        ids = pair.prompt_ids([{"role": "user", "content": "Hi"}])
+        assert ids == [ord(c) for c in "Hi"]
+        asked = [p for p in engine.paths if p in ("/apply-template", "/tokenize")]
+        assert route in asked and (flavour == "llama.cpp" or "/apply-template" not in asked)
+        sent = pair.target.client.complete(ids, 4)
+        assert sent.text == "Step one."
+        assert bool(set(engine.requests[-1]) & LLAMA_CPP_ONLY) == (flavour == "llama.cpp")
+        assert pair.prompt_ids("Hi") == [ord("H"), ord("i")]
+        texts = [body for route, body in engine.posts if route == "/tokenize" and "messages" not in body]
+        assert texts and all(("content" in body) == (flavour == "llama.cpp") for body in texts)
+        pair.close()
+
+
+def test_an_engine_without_a_template_route_uses_a_local_tokenizer_or_says_how_to_name_one():
+    messages = [{"role": "user", "content": "Hi"}]
+    with FakeEngine(flavour="openai") as engine:
+        with pytest.raises(PromptError, match="--template"):
+            EnginePair(engine.url).prompt_ids(messages)
+        tokenizer = tiny_tokenizer()
+        expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert EnginePair(engine.url, template=tokenizer).prompt_ids(messages) == [ord(c) for c in expected]
+        assert "/apply-template" not in engine.paths
+
+
+def test_only_the_llama_cpp_dialect_names_llama_cpp_routes():
+    """No module but the llama.cpp dialect sends /apply-template (the rest of the library is engine-neutral)."""
+    users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if '"/apply-template"' in p.read_text())
+    assert users == ["runtime/engine/dialects.py"]
+
+
+def test_vllm_is_started_by_module_on_loopback_with_both_cores(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    config = VLLMConfig(str(model), threads=2, spec="ngram", spec_tokens=3)
+    argv = config.argv(Path("/venv/bin/python"), 8123)
+    assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
+    assert "--enable-prefix-caching" in argv and "--enforce-eager" in argv
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    assert config.environment() == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+                                    "OMP_NUM_THREADS": "2"}
+    draft = VLLMConfig(str(model), spec="draft", draft=str(model)).speculative_config()
+    assert draft["method"] == "draft_model" and draft["model"] == str(model)
+    assert served_model("org/some-model") == ("org/some-model", "org/some-model")
+
+
+def test_vllm_settings_and_models_are_checked(tmp_path):
+    with pytest.raises(Exception, match="spec 'draft' needs a draft"):
+        VLLMConfig("m", spec="draft")
+    with pytest.raises(Exception, match="max_model_len"):
+        VLLMConfig("m", max_model_len=16)
+    (tmp_path / "weights.bin").write_text("")
+    with pytest.raises(EngineError, match="a file"):
+        served_model(tmp_path / "weights.bin")
+    with pytest.raises(EngineError, match="without config.json"):
+        served_model(tmp_path)
+
+
+def test_a_vllm_server_that_dies_while_loading_is_reported_with_its_log(tmp_path, monkeypatch):
+    """The process handling vLLM shares with llama.cpp: a server that exits while loading is named with
+    the tail of its log (here a stand-in that prints one line and exits)."""
+    monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c",
+                                                                 "print('no model here'); raise SystemExit(3)"])
+    server = VLLMServer(VLLMConfig("org/m"), startup_s=30)
+    with pytest.raises(EngineError, match=r"vLLM server exited with code 3 while loading org/m:\nno model here"):
+        server.start()
+    assert not server.alive()
+
+
+def test_serve_engine_refuses_bad_numbers_before_installing_anything(capsys):
+    done = subprocess.run([sys.executable, "-m", "lookahead_reasoning", "serve-engine", "--engine", "vllm",
+                           "--context", "16", "--build-only"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "max_model_len must be an integer >= 256" in done.stderr
+    assert "Traceback" not in done.stderr

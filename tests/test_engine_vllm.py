@@ -1,0 +1,184 @@
+"""Lookahead Reasoning over a real vLLM server (``engine`` tests; .ci/run installs vLLM's CPU build first).
+
+One vLLM server per test session (conftest's ``vllm_server``) serves the 0.5B's bf16 cache as the
+target; the draft is llama.cpp's server with the 0.5B's GGUF (the two tokenize alike, which the pair
+checks). With greedy decoding and the exact verifier every kept step is the target's own, so LR must
+write vLLM's own greedy text.
+
+The tolerance, and why: vLLM offers batch-invariant numerics (``VLLM_BATCH_INVARIANT``) only for GPU
+attention backends; its CPU attention backend does not support them. The rows of a cycle are batched,
+and a prefix served from the prefix cache is not recomputed, so a forward can round differently from
+the reference's; texts must then agree up to a first difference where vLLM's own top-2 log
+probabilities were within ``NEAR_TIE`` nats (checked as the llama.cpp tests check it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+
+import pytest
+from conftest import VLLM_MODEL
+
+from lookahead_reasoning.bench.datasets import load_dataset
+from lookahead_reasoning.cli import main
+from lookahead_reasoning.decoding.driver import FixedK
+from lookahead_reasoning.engines import runs
+from lookahead_reasoning.errors import EngineError
+from lookahead_reasoning.models.loading import load_tokenizer
+from lookahead_reasoning.planning import AutoPolicy, Book, Planner, PlannerConfig, ameasure
+from lookahead_reasoning.prompts import math_messages
+from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
+from lookahead_reasoning.runtime.engine.pair import EnginePair
+from lookahead_reasoning.verifiers.registry import make_verifier
+
+from test_engine_real import GSM8K, _server, assert_engine_text
+
+pytestmark = [pytest.mark.engine, pytest.mark.real]
+
+TOKENS = 64
+OFFSET = 420
+LLAMA_CPP_ROUTES = {"/apply-template", "/completion", "/props", "/slots"}
+LLAMA_CPP_FIELDS = {"cache_prompt", "n_probs", "verbose", "return_tokens", "id_slot", "content"}
+
+
+@pytest.fixture(scope="module")
+def sent():
+    """Every request any engine client sends while this module runs: (url, path, body)."""
+    seen: list[tuple[str, str, dict | None]] = []
+    sync, asyn = EngineClient.request, EngineClient.arequest
+
+    def request(self, method, path, body=None):
+        seen.append((self.endpoint.url, path, body))
+        return sync(self, method, path, body)
+
+    async def arequest(self, method, path, body=None):
+        seen.append((self.endpoint.url, path, body))
+        return await asyn(self, method, path, body)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(EngineClient, "request", request)
+    patch.setattr(EngineClient, "arequest", arequest)
+    yield seen
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def draft_server():
+    with _server(VLLM_MODEL) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pair(vllm_server, draft_server, sent):
+    engines = EnginePair(vllm_server.url, draft_server.url)
+    yield engines
+    engines.close()
+
+
+@pytest.fixture(scope="module")
+def problems():
+    try:
+        return load_dataset(GSM8K, limit=3, offset=OFFSET)
+    except Exception as exc:  # the shared data set is not beside the checkout
+        pytest.skip(f"no GSM8K file: {exc}")
+
+
+def _greedy(pair, messages) -> tuple[list[int], list]:
+    done = pair.target.client.complete(pair.prompt_ids(messages), TOKENS, (), logprobs=2)
+    return done.token_ids, done.logprobs
+
+
+def test_the_pair_speaks_vllm_to_vllm_and_llama_cpp_to_llama_cpp(pair):
+    assert (pair.target.client.dialect.name, pair.draft.client.dialect.name) == ("vllm", "llama.cpp")
+    messages = math_messages("What is 2 + 3?")
+    local = load_tokenizer(VLLM_MODEL).apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    assert pair.prompt_ids(messages) == list(getattr(local, "input_ids", local))  # vLLM applied the same template
+
+
+def test_lr_over_vllm_writes_vllms_greedy_text(pair, problems):
+    exact = make_verifier("exact")
+    for problem in problems:
+        messages = math_messages(problem.question)
+        reference, logprobs = _greedy(pair, messages)
+        lr = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
+        assert_engine_text(lr.token_ids, reference, logprobs)
+        assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
+
+
+def test_async_and_sync_schedules_agree_over_vllm(pair, problems):
+    exact = make_verifier("exact")
+    messages = math_messages(problems[0].question)
+    reference, logprobs = _greedy(pair, messages)
+    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), TOKENS)
+    sync = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
+    assert_engine_text(asyn.token_ids, reference, logprobs)
+    assert_engine_text(sync.token_ids, reference, logprobs)
+    assert any(c.target_rows > 1 for c in asyn.stats.cycles)
+
+
+def test_auto_over_vllm_measures_the_endpoint_and_keeps_the_text(pair, problems):
+    messages = math_messages(problems[1].question)
+    prompt = pair.prompt_ids(messages)
+    costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
+    assert costs.target(3, 40) > costs.target(1, 8) > 0
+    planner = AutoPolicy(Planner(costs, Book(), PlannerConfig.over_engine(2)), ("\n\n",), mode="engine-auto")
+    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS))
+    reference, logprobs = _greedy(pair, messages)
+    assert_engine_text(auto.token_ids, reference, logprobs)
+    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles) > 0
+
+
+def test_the_commands_run_unchanged_against_vllm(vllm_server, draft_server, tmp_path, capsys):
+    """``lr`` and ``bench`` with chat prompts, as a user types them, against vLLM and a llama.cpp draft."""
+    urls = ["--target-url", vllm_server.url, "--draft-url", draft_server.url]
+    assert main(["lr", *urls, "--mode", "lr", "--dataset", GSM8K, "--index", str(OFFSET), "--max-new-tokens", "48",
+                 "--no-compare"]) == 0
+    out = tmp_path / "bench.jsonl"
+    assert main(["bench", *urls, "--dataset", GSM8K, "--offset", str(OFFSET), "--limit", "1", "--modes", "ar,lr@k2",
+                 "--max-new-tokens", "48", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["mode"] for r in records) == ["ar", "lr@k2"]
+    assert all(r["new_tokens"] > 0 for r in records)
+    capsys.readouterr()
+
+
+def test_no_llama_cpp_route_or_field_reaches_vllm(pair, vllm_server, sent):
+    runs.lr(pair, math_messages("What is 4 + 4?"), make_verifier("exact"), FixedK(1), 16)
+    to_vllm = [(path, body) for url, path, body in sent if url == vllm_server.url]
+    assert any(path == "/tokenize" and "messages" in (body or {}) for path, body in to_vllm)
+    assert not {path for path, _ in to_vllm} & LLAMA_CPP_ROUTES
+    assert not {key for _, body in to_vllm for key in (body or {})} & LLAMA_CPP_FIELDS
+
+
+def test_only_the_draft_dying_is_a_clear_error_naming_the_draft(vllm_server, problems):
+    """Kill the draft's server after the first cycle: the run ends with an EngineError naming the
+    draft's endpoint, while the target (vLLM) is still up."""
+    with _server(VLLM_MODEL) as draft:
+        engines = EnginePair(vllm_server.url, draft.url)
+        killed = threading.Event()
+
+        def kill_after_first(trace, run) -> None:
+            if not killed.is_set():
+                draft.kill()
+                killed.set()
+
+        with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(draft.url)}"):
+            asyncio.run(runs.alr(engines, math_messages(problems[0].question), make_verifier("exact"), FixedK(1),
+                                 TOKENS, kill_after_first))
+        assert killed.is_set() and engines.target.client.healthy()
+        engines.close()
+
+
+def test_a_request_that_outlives_its_timeout_is_not_sent_again(vllm_server):
+    """A completion that takes longer than the timeout ends with an error naming the endpoint after one
+    timeout, not after three (the server may still be computing it: it is not sent again)."""
+    client = EngineClient(Endpoint(vllm_server.url, timeout_s=1.5, retries=2))
+    began = time.monotonic()
+    with pytest.raises(EngineError, match=f"{re.escape(vllm_server.url)}/v1/completions did not answer within 1.5 s"):
+        client.complete(client.tokenize("Count from one to five hundred:"), 400)
+    assert time.monotonic() - began < 4.0
+    client.close()
