@@ -23,14 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def server(engine: str, model: str, threads: int, parallel: int, context: int, spec: str | None = None,
-           spec_max: int = 8):
+           spec_max: int = 8, dtype: str = "auto"):
     """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
     from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
     from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer
 
     draft = "qwen2.5-coder-0.5b" if spec == "draft" else None
     if engine == "vllm":  # 1 GiB of KV cache: room for 8 sequences of 4096 tokens of the 1.5B
-        return VLLMServer(VLLMConfig(model, threads=threads, kv_cache_gib=1, spec=spec, draft=draft,
+        return VLLMServer(VLLMConfig(model, dtype=dtype, threads=threads, kv_cache_gib=1, spec=spec, draft=draft,
                                      spec_tokens=min(spec_max, 4) if spec else 4))
     return LlamaServer(ServerConfig(model, parallel=parallel, context=context, threads=threads, spec=spec,
                                     draft=draft, spec_max=spec_max))
@@ -38,12 +38,12 @@ def server(engine: str, model: str, threads: int, parallel: int, context: int, s
 
 @contextlib.contextmanager
 def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192, spec_max: int = 8,
-            engine: str = "llama.cpp", draft_engine: str = "llama.cpp"):
+            engine: str = "llama.cpp", draft_engine: str = "llama.cpp", dtype: str = "auto"):
     """The servers ``modes`` need, started on loopback and stopped on exit: role -> URL."""
     from lookahead_reasoning.bench.engine import parse_engine_mode
 
     bases = {parse_engine_mode(m)[0] for m in modes.split(",")}
-    common = dict(threads=threads, parallel=parallel, context=context)
+    common = dict(threads=threads, parallel=parallel, context=context, dtype=dtype)
     chosen = {"target": server(engine, "qwen2.5-coder-1.5b", **common)}
     if bases & {"lr", "lr-sd", "auto"}:
         chosen["draft"] = server(draft_engine, "qwen2.5-coder-0.5b", **common)
@@ -77,9 +77,11 @@ def main() -> int:
                                                           "vLLM: at most 4)")
     p.add_argument("--engine", default="llama.cpp", choices=["llama.cpp", "vllm"])
     p.add_argument("--draft-engine", default="llama.cpp", choices=["llama.cpp", "vllm"])
+    p.add_argument("--dtype", default="auto", help="vLLM's dtype (auto: bf16 where the CPU has it, else float32; "
+                                                   "float32 takes twice the memory)")
     args = p.parse_args()
     with servers(args.modes, args.threads, max(args.parallel, args.concurrency * 3), 8192 * max(1, args.concurrency),
-                 args.spec_max, args.engine, args.draft_engine) as urls:
+                 args.spec_max, args.engine, args.draft_engine, args.dtype) as urls:
         bench = EngineBench(args.dataset, args.out, EngineURLs(**urls), modes=args.modes, limit=args.limit,
                             offset=args.offset, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             settings=Settings())

@@ -186,6 +186,8 @@ def test_lr_refuses_bad_questions_before_loading(no_loading, dataset, tmp_path, 
         (["--dataset", str(bad)], "bad.jsonl"),
         (["--dataset", str(dataset), "--index", "99"], "--index 99 is past the end"),
         (["--dataset", str(dataset), "--index", "-1"], "--index must be >= 0"),
+        (["--index", "64"], "--index 64 is past the end of gsm8k-mini (64 problems: 0..63)"),
+        (["--prompt", "What is 2 + 2?", "--index", "3"], "give --prompt, or --dataset and --index, not both"),
     ]
     for extra, message in cases:
         assert main(["lr"] + extra) == 2, extra
@@ -381,3 +383,14 @@ def test_option_parsing_errors_take_one_line(argv, message, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and message in err and "--help` lists the options" in err
+
+
+def test_index_picks_a_shipped_gsm8k_problem_from_a_fresh_checkout():
+    """``--index N`` without ``--dataset`` is GSM8K train problem N, from the 64 shipped with the package
+    (no path outside the repository); the gold answer comes with it."""
+    from lookahead_reasoning.cli import _question, build_parser
+
+    messages, gold = _question(build_parser().parse_args(["lr", "--index", "3"]))
+    assert "Julie is reading a 120-page book" in messages[-1]["content"] and gold == "42"
+    text, none = _question(build_parser().parse_args(["lr", "--prompt", "What is 2 + 2?"]))
+    assert (text, none) == ("What is 2 + 2?", None)

@@ -239,3 +239,13 @@ def test_load_hf_malformed_row(monkeypatch):
         load_hf("some/aime")
     with pytest.warns(UserWarning, match="row 2"):
         assert [p.answer for p in load_hf("some/aime", on_error="skip")] == ["3"]
+
+
+def test_the_shipped_gsm8k_slice_is_the_training_sets_first_64_problems():
+    mini = load_dataset("gsm8k-mini")
+    assert len(mini) == 64 and [p.id for p in mini[:2]] == ["train-0", "train-1"]
+    assert mini[0].answer == "72" and mini[0].question.startswith("Natalia sold clips to 48 of her friends")
+    full = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+    if full.is_file():  # beside the checkout: the slice is that file's first 64 problems, ids included
+        first = load_dataset(str(full), limit=64)
+        assert [(p.question, p.answer) for p in first] == [(p.question, p.answer) for p in mini]

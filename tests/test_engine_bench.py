@@ -187,3 +187,34 @@ def test_a_failed_run_loses_no_other_result_of_its_batch_and_the_bench_resumes(t
         assert len([r for r in target.requests if r["max_tokens"] == 32]) == 1  # only the missing run
     ids = [json.loads(line)["problem_id"] for line in out.read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 2 and ids[0] == kept["problem_id"]
+
+
+def test_an_interrupted_batch_keeps_the_runs_that_had_finished(tmp_path):
+    """At C = 2 the bench is stopped (as Ctrl-C stops it) while one run of a batch is still decoding: the
+    run that had finished is written, and a rerun runs only the other."""
+    import asyncio
+
+    from lookahead_reasoning.bench.engine import arun_engine_bench
+
+    data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
+    with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 1.5}) as target:
+        bench = EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+                            max_new_tokens=32)
+
+        async def stop_after_the_first_record():
+            task = asyncio.create_task(arun_engine_bench(bench, progress=False))
+            while len([r for r in target.requests if r["max_tokens"] == 32]) < 2:  # both runs under way
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # A has answered; B takes 1.5 s
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(stop_after_the_first_record())
+    [kept] = map(json.loads, out.read_text().splitlines())
+    assert kept["index"] == 0 and kept["batch_wall_s"] is None  # the batch never ended: no batch time
+    with FakeEngine(text="2 \\boxed{2}", stop=None) as target:
+        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+                                     max_new_tokens=32), progress=False)
+        assert len([r for r in target.requests if r["max_tokens"] == 32]) == 1

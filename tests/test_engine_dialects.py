@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, Sampling, request_body
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS, probe_dialect
 from lookahead_reasoning.runtime.engine.pair import EnginePair
+from lookahead_reasoning.models.placement import cpu_supports_bf16
 from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer, served_model
 from lookahead_reasoning.testing import tiny_tokenizer
 
@@ -68,6 +70,18 @@ def test_an_engine_without_a_template_route_uses_a_local_tokenizer_or_says_how_t
         assert "/apply-template" not in engine.paths
 
 
+def test_a_template_named_by_path_is_loaded_as_a_tokenizer(tmp_path):
+    """``--template DIR`` (``template=`` a path, an offline name or a hub id) loads that tokenizer."""
+    tokenizer = tiny_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "tok")
+    messages = [{"role": "user", "content": "Hi"}]
+    expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    with FakeEngine(flavour="openai") as engine:
+        assert EnginePair(engine.url, template=str(tmp_path / "tok")).prompt_ids(messages) == [ord(c) for c in expected]
+    with pytest.raises(Exception, match="tokenizer"):
+        EnginePair("http://127.0.0.1:1", template=str(tmp_path / "missing"))
+
+
 def test_only_the_llama_cpp_dialect_names_llama_cpp_routes():
     """No module but the llama.cpp dialect sends /apply-template (the rest of the library is engine-neutral)."""
     users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if '"/apply-template"' in p.read_text())
@@ -83,6 +97,8 @@ def test_vllm_is_started_by_module_on_loopback_with_both_cores(tmp_path):
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
     assert "--enable-prefix-caching" in argv and "--enforce-eager" in argv
+    assert argv[argv.index("--block-size") + 1] == "32"  # not the CPU default of 128: LR's prompts differ at the end
+    assert argv[argv.index("--dtype") + 1] == ("bfloat16" if cpu_supports_bf16() else "float32")
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
     assert config.environment() == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
@@ -120,3 +136,60 @@ def test_serve_engine_refuses_bad_numbers_before_installing_anything(capsys):
                            "--context", "16", "--build-only"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "max_model_len must be an integer >= 256" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+FAKE_SERVER = """
+import http.server, subprocess, sys
+port, pidfile = int(sys.argv[1]), sys.argv[2]
+worker = subprocess.Popen(["sleep", "120"])  # a process of the server's own, as vLLM's engine and workers are
+open(pidfile, "w").write(str(worker.pid))
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+STARTER = """
+import sys, time
+from lookahead_reasoning.runtime.engine.process import ServerProcess
+class Fake(ServerProcess):
+    label = "fake server"
+    def argv(self, port):
+        return [sys.executable, "-c", sys.argv[1], str(port), sys.argv[2]]
+Fake(startup_s=60).start()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_server_and_its_own_processes_die_with_the_process_that_started_them(tmp_path):
+    """The starting process is killed outright (no clean-up runs): the watchdog kills the server's
+    whole group, the server's own worker process included, as it must for vLLM's engine and workers."""
+    pidfile = tmp_path / "worker.pid"
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, FAKE_SERVER, str(pidfile)], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert starter.stdout.readline().strip() == "ready"
+        worker = int(pidfile.read_text())
+        assert not _gone(worker, 0.3)
+        starter.kill()
+        starter.wait(10)
+        assert _gone(worker, 5.0), "the server's worker outlived the process that started the server"
+    finally:
+        starter.kill()

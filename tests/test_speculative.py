@@ -9,6 +9,7 @@ where AR would; the budget is exact; bad input raises clear errors.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -406,3 +407,22 @@ def test_real_sd_0p5b_to_1p5b_equals_ar(question, drafter):
     check_stats(result.stats, result, gamma)
     if drafter != "ngram":
         assert result.stats.alpha > 0.5  # the pair agrees most of the time (93% top-1 in the notes)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.8, 0.93])
+def test_the_theorys_alpha_is_recovered_from_geometric_iterations_and_the_acceptance_rate_is_below_it(alpha):
+    """Iterations drawn as the theory has them: each drafted token is judged only while every one before
+    it was accepted, and accepted with probability alpha; a third of the drafts stop early (fewer
+    tokens drafted, all of them judged). ``SDStats.alpha`` (accepted / judged) recovers alpha within
+    0.01; ``acceptance_rate`` (accepted / drafted) is biased below it."""
+    rng = np.random.default_rng(7)
+    stats, gamma = SDStats(gamma=8), 8
+    for _ in range(20_000):
+        drafted = int(rng.integers(1, gamma + 1)) if rng.random() < 1 / 3 else gamma
+        accepted = 0
+        while accepted < drafted and rng.random() < alpha:
+            accepted += 1
+        stats.record(drafted, accepted)
+    assert stats.alpha == pytest.approx(alpha, abs=0.01)
+    assert stats.acceptance_rate < alpha - 0.03
+    assert stats.summary()["alpha"] == round(stats.alpha, 4) and stats.summary()["rejected"] == stats.rejected

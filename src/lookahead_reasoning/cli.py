@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import engine_cli
 from .bench.cli import add_bench_commands
-from .bench.datasets import load_jsonl
+from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
@@ -41,7 +41,7 @@ from .options import (
     generator_spec,
 )
 from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET
-from .prompts import EXAMPLE_QUESTION, math_messages
+from .prompts import math_messages
 from .render import render_html, render_terminal
 from .runtime.lm import LM
 from .sampling import SamplingConfig
@@ -49,9 +49,10 @@ from .sampling import SamplingConfig
 
 def _add_prompt_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("question")
-    g.add_argument("--prompt", help="the question (default: a built-in GSM8K-style problem)")
-    g.add_argument("--dataset", help="a GSM8K/AIME-format jsonl file to take the question from")
-    g.add_argument("--index", type=int, default=0, help="which problem of --dataset (0-based)")
+    g.add_argument("--prompt", help="the question (default: problem --index of --dataset)")
+    g.add_argument("--dataset", help=f"a GSM8K/AIME-format jsonl file to take the question from (default: "
+                                     f"{DEFAULT_DATASET}, the first 64 GSM8K training problems, shipped)")
+    g.add_argument("--index", type=int, help="which problem of --dataset (0-based; default 0)")
     g.add_argument("--raw", action="store_true", help="use the prompt text as is, without the chat template")
     g.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     g.add_argument("--seed", type=int, default=0)
@@ -61,25 +62,22 @@ def _check_prompt_args(args: argparse.Namespace) -> None:
 
     check_max_new_tokens(args.max_new_tokens)
     require(args.prompt is None or args.prompt.strip() != "", "--prompt is empty: give a question", PromptError)
-    require(args.prompt is None or args.dataset is None, "give --prompt or --dataset, not both")
-    require(args.index >= 0, f"--index must be >= 0 (a 0-based problem number), got {args.index}")
+    require(args.prompt is None or (args.dataset is None and args.index is None),
+            "give --prompt, or --dataset and --index, not both (--index picks a problem of a data set)")
+    require(args.index is None or args.index >= 0, f"--index must be >= 0 (a 0-based problem number), got {args.index}")
 
 
 def _question(args: argparse.Namespace) -> tuple[str | list, str | None]:
     """The prompt (messages unless --raw) and the gold answer when it comes from a dataset."""
 
-    gold = None
-    if args.dataset:
-
-        everything = load_jsonl(args.dataset)
-        require(args.index < len(everything),
-                f"--index {args.index} is past the end of {args.dataset} ({len(everything)} problems: 0..{len(everything) - 1})")
-        question, gold = everything[args.index].question, everything[args.index].answer
-    else:
-        question = args.prompt or EXAMPLE_QUESTION
-    if args.raw:
-        return question, gold
-    return math_messages(question) if (args.dataset or not args.prompt) else question, gold
+    if args.prompt is not None:
+        return args.prompt, None
+    dataset, index = args.dataset or DEFAULT_DATASET, args.index or 0
+    everything = load_jsonl(dataset)
+    require(index < len(everything),
+            f"--index {index} is past the end of {dataset} ({len(everything)} problems: 0..{len(everything) - 1})")
+    question, gold = everything[index].question, everything[index].answer
+    return (question if args.raw else math_messages(question)), gold
 
 
 def _stream(text: str) -> None:

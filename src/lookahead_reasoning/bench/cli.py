@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import require
 from ..options import add_generator_args, check_cache_writable, check_fits_context, generator_spec
 from ..presets import DEFAULT_MAX_NEW_TOKENS
-from .datasets import load_dataset
+from .datasets import DEFAULT_DATASET, load_dataset
 from .report import fidelity_table, load_results, markdown_table, plot, summarize
 from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
@@ -18,7 +18,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
     b = sub.add_parser("bench", help="run modes side by side on a dataset; results appended to a JSONL (resumable)")
     d = b.add_argument_group("problems and modes")
-    d.add_argument("--dataset", required=True, help="GSM8K/AIME-format jsonl path, or a datasets-library name")
+    d.add_argument("--dataset", default=DEFAULT_DATASET, help=f"GSM8K/AIME-format jsonl path, or a datasets-library name (default: "
+                   f"{DEFAULT_DATASET}, the first 64 GSM8K training problems, shipped)")
     d.add_argument("--out", default="results/bench.jsonl", help="results JSONL (rerun with the same path to resume)")
     d.add_argument("--modes", default="ar,auto",
                    help=f"comma-separated, from: {','.join(ALL_MODES)}; a suffix sets gamma or k for one entry, "

@@ -7,6 +7,9 @@ Two record shapes are understood (keys are matched case-insensitively):
 * AIME: ``{"question" or "problem": ..., "answer": 204}``; the answer may be an int or a string and
   is kept as written (``str(answer)``).
 
+Bundled with the package: ``gsm8k-mini``, the first 64 GSM8K training problems (MIT; ids
+``train-0`` ..), the command line's default data set (:data:`BUNDLED`).
+
 Either shape may carry its own ``"id"``; otherwise a problem is named ``"<file stem>-<line index>"``
 (0-based line index), so ids stay the same whatever ``offset``/``limit``/``sample`` picks. That is
 what lets a benchmark run resume.
@@ -28,6 +31,8 @@ from typing import Any, Iterable, Iterator, Literal
 
 from ..errors import DatasetError, require
 
+BUNDLED = {"gsm8k-mini": Path(__file__).resolve().parents[1] / "data" / "gsm8k-train-64.jsonl"}
+DEFAULT_DATASET = "gsm8k-mini"
 Format = Literal["auto", "gsm8k", "aime"]
 FORMATS = ("auto", "gsm8k", "aime")
 ON_ERROR = ("raise", "skip")
@@ -223,7 +228,7 @@ def load_jsonl(path: str | Path, *, format: Format = "auto", limit: int | None =
     :func:`warnings.warn` and listed in the result's ``skipped``.
     """
     _check_selection(format, on_error, limit, offset, sample, seed)
-    p = Path(path).expanduser()
+    p = BUNDLED.get(str(path), Path(path).expanduser())
     if not p.exists():
         raise DatasetError(f"dataset file not found: {p}")
     if p.is_dir():
@@ -302,7 +307,7 @@ def load_dataset(spec: str | Path, **kw: Any) -> ProblemList:
     """
     text = str(spec)
     path = Path(text).expanduser()
-    if isinstance(spec, Path) or path.suffix.lower() in (".jsonl", ".json") or path.exists():
+    if text in BUNDLED or isinstance(spec, Path) or path.suffix.lower() in (".jsonl", ".json") or path.exists():
         return load_jsonl(path, **kw)
     name, sep, split = text.partition(":")
     if sep and "split" not in kw:

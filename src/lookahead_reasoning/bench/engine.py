@@ -229,16 +229,21 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
             # endpoints while another decodes would slow that one (on a shared CPU, by far more than
             # the warm-up's own cost) and charge the batch for it
             ready = [await runner.prepare(p, m) for p, m in batch]
-            began = time.perf_counter()
-            results = await asyncio.gather(*(runner.run(r) for r in ready), return_exceptions=True)
-            batch_s = time.perf_counter() - began if bench.concurrency > 1 else None
-            tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
-            failed = [outcome for outcome in results if isinstance(outcome, BaseException)]
-            for (problem, mode), outcome in zip(batch, results):  # a run that failed loses no other's result
-                if not isinstance(outcome, BaseException):
-                    result, extra = outcome
-                    append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
-                    bar.update(1)
+            began, runs = time.perf_counter(), [asyncio.ensure_future(runner.run(r)) for r in ready]
+            try:
+                await asyncio.wait(runs)  # every run ends, failed or not
+            finally:  # also when interrupted: each finished run is written, and none is lost
+                whole = all(run.done() for run in runs)
+                batch_s = time.perf_counter() - began if bench.concurrency > 1 and whole else None
+                tag = {"batch": f"{batch[0][0].id}/{batch[0][1]}"} if bench.concurrency > 1 else {}  # the runs that shared the engine
+                for (problem, mode), run in zip(batch, runs):
+                    if run.done() and not run.cancelled() and run.exception() is None:
+                        result, extra = run.result()
+                        append_record(path, runner.record(problem, mode, result, {**extra, **tag}, batch_s))
+                        bar.update(1)
+                    elif not run.done():
+                        run.cancel()
+            failed = [run.exception() for run in runs if not run.cancelled() and run.exception() is not None]
             if failed:  # the rest of the bench stops; a rerun with the same --out resumes after the kept records
                 raise failed[0]
     finally:  # the runs share this loop's connections: closed once, when none is left

@@ -53,7 +53,7 @@ from ..stopping import common_prefix
 from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
-from .datasets import Problem, load_dataset
+from .datasets import DEFAULT_DATASET, Problem, load_dataset
 from .grading import grade
 from .runner import append_record, check_writable, done_pairs
 
@@ -282,7 +282,8 @@ def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, prog
 def add_pairs_commands(sub: Any) -> None:
     """Add the ``pairs`` (record a bank of step pairs) and ``verifiers`` (the offline ablation) commands."""
     p = sub.add_parser("pairs", help="record (draft step, target step) pairs on real problems (resumable JSONL)")
-    p.add_argument("--dataset", required=True, help="GSM8K/AIME-format jsonl path, or a datasets-library name")
+    p.add_argument("--dataset", default=DEFAULT_DATASET, help=f"GSM8K/AIME-format jsonl path, or a datasets-library name (default: "
+                   f"{DEFAULT_DATASET}, the first 64 GSM8K training problems, shipped)")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", default="results/pairs.jsonl", help="pairs JSONL (rerun with the same path to resume)")

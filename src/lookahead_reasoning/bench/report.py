@@ -2,7 +2,7 @@
 
 Per mode (:func:`markdown_table`): runs, accuracy (with its spread over samples when a run repeated
 each problem), tokens/s (median and mean), speedup over ``ar`` two ways (ratio of the medians;
-median of the per-problem ratios), the measured alpha, alpha1, c, c1 (medians), the speedup the
+median of the per-problem ratios), the measured alpha (the theory's, accepted / judged), alpha1, c, c1 (medians), the speedup the
 theory predicts from them, and for mode ``auto`` the planner's predicted speed over the realised one
 (median over runs).
 
@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import DatasetError
 from ..theory import predict
+from ..theory.predict import judged_alpha
 
 
 def _key(rec: dict[str, Any]) -> tuple:
@@ -107,7 +108,8 @@ def summarize(records: list[dict[str, Any]]) -> list[ModeRow]:
         base = [(r, ar.get((r["problem_id"], r.get("sample", 0)))) for r in recs]
         ratios = [r["tokens_per_s"] / a["tokens_per_s"] for r, a in base
                   if a is not None and r.get("tokens_per_s") and a.get("tokens_per_s")]
-        stats = {key: _median([r.get(key) for r in recs]) for key in ("alpha", "alpha1", "c", "c1", "k", "gamma")}
+        stats = {key: _median([r.get(key) for r in recs]) for key in ("alpha1", "c", "c1", "k", "gamma")}
+        stats["alpha"] = _median([theory_alpha(r) for r in recs])
         accuracy, spread = _accuracy(recs)
         planner = _median([r["predicted_tok_s"] / r["tokens_per_s"] for r in recs
                            if r.get("predicted_tok_s") and r.get("tokens_per_s")])
@@ -142,6 +144,13 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
                      f"{statistics.mean(thrown):.1f} |" if thrown else
                      f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | - |")
     return "\n".join(lines)
+
+
+def theory_alpha(record: dict[str, Any]) -> float | None:
+    """A record's alpha as the theory means it (accepted / judged): its own ``alpha`` where the record
+    also carries ``acceptance_rate`` (runs that count rejections), else estimated from its histogram
+    (older runs, whose ``alpha`` was accepted / drafted; :func:`~..theory.predict.judged_alpha`)."""
+    return record.get("alpha") if "acceptance_rate" in record else judged_alpha(record)
 
 
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:

@@ -26,15 +26,18 @@ def _rounded(x: float, digits: int = 4) -> float | None:
 
 @dataclass
 class SDStats:
-    """Token-level speculative decoding counters.
+    """Token-level speculative decoding counters, and the two acceptance estimators read from them.
 
-    alpha is measured as accepted / drafted over all drafted tokens (per-token acceptance); c as the
-    mean draft forward time over the mean target forward time.
+    ``alpha`` is the theory's: the probability that the target accepts a drafted token it judges,
+    estimated as accepted / judged (:attr:`alpha`). ``acceptance_rate`` is what engines report:
+    accepted / drafted, which also counts the drafted tokens after a rejection, never judged, and so
+    sits below alpha. c is the mean draft forward time over the mean target forward time.
     """
 
     gamma: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # iterations that ended on a drafted token the target judged and rejected
     iterations: int = 0
     accept_histogram: list[int] = field(default_factory=list)  # index n: iterations that accepted n drafts
     target_forwards: int = 0
@@ -50,6 +53,7 @@ class SDStats:
         self.log.append((sure, drafted, accepted, confidence))
         self.drafted += drafted
         self.accepted += accepted
+        self.rejected += accepted < drafted
         self.iterations += 1
         while len(self.accept_histogram) <= accepted:
             self.accept_histogram.append(0)
@@ -57,6 +61,18 @@ class SDStats:
 
     @property
     def alpha(self) -> float:
+        """The theory's alpha, accepted / (accepted + rejected). The target judges a drafted token only
+        while every token before it was accepted: an iteration judges its accepted tokens and, unless it
+        kept all it drafted (a whole draft, or a draft that stopped early), one rejected token; the
+        tokens after that are never judged. Each judged token is one Bernoulli(alpha) trial, so this
+        is their maximum-likelihood estimate (theory/README.md, "Two estimators of alpha")."""
+        judged = self.accepted + self.rejected
+        return self.accepted / judged if judged else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted: the share of drafted tokens kept, as engines report it. Below
+        :attr:`alpha` whenever a rejection leaves drafted tokens unjudged; not the theory's alpha."""
         return self.accepted / self.drafted if self.drafted else float("nan")
 
     @property
@@ -75,6 +91,8 @@ class SDStats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "alpha": _rounded(self.alpha),
+            "acceptance_rate": _rounded(self.acceptance_rate),
+            "rejected": self.rejected,
             "mean_accepted": _rounded(self.mean_accepted, 3),
             "accept_histogram": list(self.accept_histogram),
             "c": _rounded(self.c),
@@ -205,6 +223,7 @@ class LRStats:
         }
         if self.target_sd is not None and self.target_sd.drafted:
             out["alpha"] = _rounded(self.target_sd.alpha)
+            out["acceptance_rate"] = _rounded(self.target_sd.acceptance_rate)
             out["gamma"] = self.target_sd.gamma
             out["target_sd_mean_accepted"] = _rounded(self.target_sd.mean_accepted)
             out["c"] = _rounded(self.target_sd.c)

@@ -186,6 +186,9 @@ def load_tokenizer(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike
 
     text = os.fspath(name_or_path)
     spec, path = offline.offline_spec(text), Path(text).expanduser()
+    if spec is None and not path.exists() and _looks_like_path(text):
+        raise ModelLoadError(f"no tokenizer at {text!r}: no such file or directory (a tokenizer is an offline name, "
+                             f"a .gguf file, a model directory or a hub id)")
     try:
         if spec is not None:
             return AutoTokenizer.from_pretrained(offline.convert_offline(spec.name, cache_dir))

@@ -11,6 +11,7 @@ Pure numpy/float functions in the paper's symbols (no torch):
 - :mod:`.costed`    the same speeds priced by a measured cost table T(R, n) (seconds of a forward of
   R rows x n new tokens) instead of 1, c and beta: ``sd_rate``, ``step_cycle``, ``lr_cycle``,
   ``f_sync_costed``; what the adaptive mode's planner compares;
+- :mod:`.joint`     ``h_joint``: sync LR x SD as one process (the batch waits for its slowest SD row);
 - :mod:`.predict`   ``predict(stats)``: the speedups the formulas give for a run's measured rates;
 - :mod:`.simulate`  seeded Monte Carlo of token SD, sync LR, async LR (event timeline) and LR+SD
   (sync: the joint process, a batch of SD rows waiting for its slowest row);
@@ -31,7 +32,8 @@ from .costed import (
     CycleEstimate, StepModel, TokenModel, ar_rate, chunk_cycle, drafted_pmf, expected_accepted, f_sync_costed,
     iteration_seconds, kept_pmf, lr_cycle, request_cycle, sd_rate, step_cycle, tokens_per_iteration,
 )
-from .predict import Prediction, predict
+from .joint import h_joint
+from .predict import Prediction, judged_alpha, predict
 from .simulate import (
     AsyncSchedule, LRSDPlay, SimResult, async_event_timeline, async_schedule, sample_run_lengths, simulate_lr_async,
     simulate_lr_sd, simulate_lr_sync, simulate_sd,
@@ -45,7 +47,7 @@ __all__ = [
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
     "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
     "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
-    "f_sync", "f_sync_batched", "feasible", "g_token", "h_combined", "hybrid_conditions", "lookahead_pays",
+    "f_sync", "f_sync_batched", "feasible", "g_token", "h_combined", "h_joint", "judged_alpha", "hybrid_conditions", "lookahead_pays",
     "paper_hybrid_box",
     "parallel_degree", "predict", "regime", "sample_run_lengths", "sd_ceiling", "sd_speedup",
     "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid",

@@ -11,7 +11,7 @@ from ..errors import require
 from .costed import f_sync_costed
 from .formulas import f_async, f_sync, sd_speedup
 
-__all__ = ["Prediction", "predict"]
+__all__ = ["Prediction", "judged_alpha", "predict"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,23 @@ def _field(stats: Any, name: str) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def judged_alpha(stats: Any) -> float | None:
+    """The theory's alpha of a run's token-SD statistics (a summary mapping or an ``SDStats``): accepted /
+    (accepted + rejected). A summary written before runs counted their rejections has none; its
+    rejections are then taken as the iterations that did not accept all ``gamma`` drafts, which counts
+    a draft that stopped early and was accepted whole as a rejection: a lower bound on alpha (exact
+    where no draft stopped early). None where the counts are missing."""
+    accepted, rejected = _field(stats, "accepted"), _field(stats, "rejected")
+    if rejected is None:
+        histogram, gamma = _field(stats, "accept_histogram"), _field(stats, "gamma")
+        if not histogram or gamma is None:
+            return None
+        rejected = sum(histogram) - (histogram[gamma] if len(histogram) > gamma else 0)
+    if accepted is None or accepted + rejected == 0:
+        return None
+    return accepted / (accepted + rejected)
 
 
 def _token_fields(stats: Any) -> tuple[Any, Any, Any]:

@@ -184,12 +184,13 @@ def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[
 @dataclass(frozen=True)
 class LRSDPlay:
     """How :func:`simulate_lr_sd` plays: ``mode`` ("sync" or "async"), ``cycles`` renewal cycles from
-    ``seed``, target steps of ``step_tokens`` tokens (None: the composition ``h_combined`` assumes)."""
+    ``seed``, target steps of ``step_tokens`` tokens: an int, or a sequence of observed step lengths
+    that each row's step is drawn from (None: the composition ``h_combined`` assumes)."""
 
     mode: Mode = "async"
     cycles: int = 100_000
     seed: int | np.random.SeedSequence = 0
-    step_tokens: int | None = 40
+    step_tokens: int | tuple[int, ...] | None = 40
 
 
 def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float,
@@ -218,7 +219,9 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
     if mode == "sync" and step_tokens is not None:
         rates = (float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1")), float(check_rate(alpha2, "alpha2")),
                  float(check_cost(c2, "c2")))
-        return _joint_lr_sd(k1, k2, rates, n, seed, int(check_count(step_tokens, "step_tokens")))
+        lengths = np.atleast_1d(np.asarray(step_tokens, dtype=np.int64))
+        require(lengths.size > 0 and (lengths >= 1).all(), f"step_tokens must be >= 1, got {step_tokens!r}")
+        return _joint_lr_sd(k1, k2, rates, n, seed, lengths)
     s_tok, s_step = np.random.SeedSequence(seed).spawn(2)
     token = simulate_sd(alpha2, k2 - 1, c2, cycles=n, seed=s_tok)
     run = simulate_lr_sync if mode == "sync" else simulate_lr_async
@@ -231,24 +234,28 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
     return SimResult(float(speedup), float(speedup * rel), step.cycles, step.output, float(time))
 
 
-def _step_iterations(rng: np.random.Generator, rows: int, gamma: int, alpha: float, tokens: int) -> np.ndarray:
-    """(rows,) SD iterations each row needs to write ``tokens`` tokens (each adds 1 + accepted drafts)."""
+def _step_iterations(rng: np.random.Generator, gamma: int, alpha: float, tokens: np.ndarray) -> np.ndarray:
+    """SD iterations each row needs to write its ``tokens[row]`` tokens (each adds 1 + accepted drafts)."""
     if gamma == 0:
-        return np.full(rows, tokens, dtype=np.int64)
-    gains = 1 + _leading_accepts(rng, alpha, rows * tokens, gamma).reshape(rows, tokens)
-    return np.argmax(np.cumsum(gains, axis=1) >= tokens, axis=1) + 1
+        return tokens.astype(np.int64)
+    width = int(tokens.max())
+    gains = 1 + _leading_accepts(rng, alpha, tokens.size * width, gamma).reshape(tokens.size, width)
+    return np.argmax(np.cumsum(gains, axis=1) >= tokens[:, None], axis=1) + 1
 
 
 def _joint_lr_sd(k1: int, k2: int, rates: tuple[float, float, float, float], cycles: int, seed,
-                 step_tokens: int) -> SimResult:
+                 lengths: np.ndarray) -> SimResult:
     """The sync joint process of :func:`simulate_lr_sd` (plain target pass = 1, output in tokens);
-    ``rates``: (alpha1, c1, alpha2, c2)."""
+    ``rates``: (alpha1, c1, alpha2, c2); each row's step length drawn from ``lengths``."""
     alpha1, c1, alpha2, c2 = rates
     rng = _rng(seed)
     gamma = k2 - 1
     iteration = 1 + gamma * c2
-    batch = _step_iterations(rng, cycles * k1, gamma, alpha2, step_tokens).reshape(cycles, k1)
+    tokens = lengths[rng.integers(0, lengths.size, cycles * k1)] if lengths.size > 1 else np.full(cycles * k1, lengths[0])
+    batch = _step_iterations(rng, gamma, alpha2, tokens).reshape(cycles, k1)
     tau = batch.mean() * iteration  # one row's step, on average
     steps = np.minimum(_leading_accepts(rng, alpha1, cycles, k1 - 1) + 1, k1)
     time = (k1 - 1) * c1 * tau + batch.max(axis=1) * iteration
-    return _ratio(steps * step_tokens, time)
+    written = tokens.reshape(cycles, k1)
+    output = np.where(np.arange(k1)[None, :] < steps[:, None], written, 0).sum(axis=1)  # the kept steps' tokens
+    return _ratio(output, time)

@@ -2,9 +2,12 @@
 
 :class:`ServerProcess` is what :class:`~.llamacpp.LlamaServer` and :class:`~.vllm.VLLMServer` share: a
 free port on 127.0.0.1, the process started with its log in a file (a temporary one unless given),
-a wait until the engine answers ``/health``, and on exit terminate, then kill. The child is asked to
-die with the process that started it (Linux), so a test run or benchmark killed outright leaves no
-server behind. A server that dies while loading is reported with the last lines of its log.
+a wait until the engine answers ``/health``, and on exit terminate, then kill, for the whole process
+group (vLLM runs its engine and workers as processes of their own). A small watchdog process stands
+between this process and the server: when this process dies without stopping the server (killed
+outright, a crash), the watchdog kills the server's whole group, so a test run or a benchmark killed
+outright leaves no server or worker behind. A server that dies while loading is reported with the last
+lines of its log.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,15 +34,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to kill the server when the process that started it dies.
-    A no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+# Runs as ``python -c WATCHDOG <our pid> <server argv...>`` at the head of the server's process group: it
+# starts the server in its own group, outlives a SIGTERM (the group gets it too, and it waits for the
+# server to exit), and kills the whole group once the process that started it is gone.
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+parent, server = int(sys.argv[1]), subprocess.Popen(sys.argv[2:])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # after the start: the server keeps the default
+while server.poll() is None:
+    if os.getppid() != parent:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    time.sleep(0.5)
+sys.exit(server.returncode)
+"""
 
 
 class ServerProcess:
@@ -82,9 +90,9 @@ class ServerProcess:
             self.log_path, self._temporary_log = Path(name), True
         began = time.monotonic()
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, **self.environment()}, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv], stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env={**os.environ, **self.environment()}, start_new_session=True)
         self._wait_healthy()
         self.started_s = time.monotonic() - began
         return self

