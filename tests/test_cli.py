@@ -374,7 +374,7 @@ def test_ctrl_c_in_a_benchmark_keeps_every_finished_run_and_resumes(dataset, tmp
 @pytest.mark.parametrize("argv, message", [
     (["lr", "--mode", "warp"], "argument --mode: invalid choice: 'warp'"),
     (["bench", "--dataset", "d.jsonl", "--max-new-tokens", "abc"], "argument --max-new-tokens: invalid int value: 'abc'"),
-    (["bench"], "the following arguments are required: --dataset"),
+    (["bench", "--modes"], "argument --modes: expected one argument"),
     (["warp"], "argument command: invalid choice: 'warp'"),
 ])
 def test_option_parsing_errors_take_one_line(argv, message, capsys):

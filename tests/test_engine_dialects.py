@@ -10,17 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+from test_engine_client import FakeEngine
 
 from lookahead_reasoning.errors import EngineError, PromptError
+from lookahead_reasoning.models.placement import cpu_supports_bf16
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, Sampling, request_body
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS, probe_dialect
 from lookahead_reasoning.runtime.engine.pair import EnginePair
-from lookahead_reasoning.models.placement import cpu_supports_bf16
 from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer, served_model
 from lookahead_reasoning.testing import tiny_tokenizer
-
-from test_engine_client import FakeEngine
 
 LLAMA_CPP_ONLY = {"cache_prompt", "n_probs", "verbose", "return_tokens"}
 SRC = Path(__file__).resolve().parents[1] / "src" / "lookahead_reasoning"

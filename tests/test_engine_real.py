@@ -70,8 +70,8 @@ def problems():
         pytest.skip(f"no GSM8K file: {exc}")
 
 
-def _engine_greedy(pair, messages) -> tuple[list[int], list]:
-    done = pair.target.client.complete(pair.prompt_ids(messages), TOKENS, (), logprobs=2)
+def _engine_greedy(pair, messages, tokens: int = TOKENS) -> tuple[list[int], list]:
+    done = pair.target.client.complete(pair.prompt_ids(messages), tokens, (), logprobs=2)
     return done.token_ids, done.logprobs
 
 
@@ -104,14 +104,47 @@ def assert_near_tie(logprobs, i: int) -> None:
     assert gap <= NEAR_TIE, f"first difference at token {i}, where the engine's top-2 are {gap:.3f} nats apart"
 
 
-def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
+def check_lr_writes_the_engines_greedy_text(pair, problems, tokens: int = TOKENS) -> None:
+    """Greedy LR with the exact verifier writes the target engine's own greedy text (module docstring)."""
     exact = make_verifier("exact")
     for problem in problems:
         messages = math_messages(problem.question)
-        reference, logprobs = _engine_greedy(pair, messages)
-        lr = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
+        reference, logprobs = _engine_greedy(pair, messages, tokens)
+        lr = runs.lr(pair, messages, exact, FixedK(2), tokens)
         assert_engine_text(lr.token_ids, reference, logprobs)
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
+
+
+def check_async_and_sync_agree(pair, problem, tokens: int = TOKENS) -> None:
+    exact = make_verifier("exact")
+    messages = math_messages(problem.question)
+    reference, logprobs = _engine_greedy(pair, messages, tokens)
+    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), tokens)
+    sync = runs.lr(pair, messages, exact, FixedK(2), tokens)
+    assert_engine_text(asyn.token_ids, reference, logprobs)
+    assert_engine_text(sync.token_ids, reference, logprobs)
+    assert any(c.target_rows > 1 for c in asyn.stats.cycles)
+
+
+def check_auto_measures_plans_and_keeps_the_text(pair, problem, tokens: int = TOKENS) -> None:
+    import asyncio
+
+    from lookahead_reasoning.planning import AutoPolicy, Book, Planner, PlannerConfig, ameasure
+
+    messages = math_messages(problem.question)
+    prompt = pair.prompt_ids(messages)
+    costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
+    assert costs.target(3, 40) > costs.target(1, 8) > 0
+    planner = AutoPolicy(Planner(costs, Book(), PlannerConfig.over_engine(2)), ("\n\n",), mode="engine-auto")
+    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, tokens))  # it learns as a policy
+    reference, logprobs = _engine_greedy(pair, messages, tokens)
+    assert_engine_text(auto.token_ids, reference, logprobs)
+    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles) > 0
+    assert auto.stats.predicted_tok_s() > 0
+
+
+def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
+    check_lr_writes_the_engines_greedy_text(pair, problems)
 
 
 def test_plain_decoding_in_windows_writes_the_engines_greedy_text(pair, problems):
@@ -123,31 +156,11 @@ def test_plain_decoding_in_windows_writes_the_engines_greedy_text(pair, problems
 
 
 def test_async_and_sync_schedules_agree(pair, problems):
-    exact = make_verifier("exact")
-    messages = math_messages(problems[0].question)
-    reference, logprobs = _engine_greedy(pair, messages)
-    sync = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
-    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), TOKENS)
-    assert_engine_text(asyn.token_ids, reference, logprobs)
-    assert_engine_text(sync.token_ids, reference, logprobs)
-    assert any(c.target_rows > 1 for c in asyn.stats.cycles)
+    check_async_and_sync_agree(pair, problems[0])
 
 
 def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
-    import asyncio
-
-    from lookahead_reasoning.planning import AutoPolicy, Book, Planner, PlannerConfig, ameasure
-
-    messages = math_messages(problems[1].question)
-    prompt = pair.prompt_ids(messages)
-    costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
-    assert costs.target(3, 40) > costs.target(1, 40) > costs.target(1, 8) > 0
-    planner = AutoPolicy(Planner(costs, Book(), PlannerConfig.over_engine(2)), ("\n\n",), mode="engine-auto")
-    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS))  # it learns as a policy
-    reference, logprobs = _engine_greedy(pair, messages)
-    assert_engine_text(auto.token_ids, reference, logprobs)
-    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles)
-    assert auto.stats.predicted_tok_s() > 0
+    check_auto_measures_plans_and_keeps_the_text(pair, problems[1])
 
 
 def test_a_server_killed_mid_run_is_a_clear_error(problems):

@@ -22,6 +22,13 @@ import time
 
 import pytest
 from conftest import VLLM_MODEL
+from test_engine_real import (
+    GSM8K,
+    _server,
+    check_async_and_sync_agree,
+    check_auto_measures_plans_and_keeps_the_text,
+    check_lr_writes_the_engines_greedy_text,
+)
 
 from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.cli import main
@@ -29,13 +36,10 @@ from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.engines import runs
 from lookahead_reasoning.errors import EngineError
 from lookahead_reasoning.models.loading import load_tokenizer
-from lookahead_reasoning.planning import AutoPolicy, Book, Planner, PlannerConfig, ameasure
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
 from lookahead_reasoning.runtime.engine.pair import EnginePair
 from lookahead_reasoning.verifiers.registry import make_verifier
-
-from test_engine_real import GSM8K, _server, assert_engine_text
 
 pytestmark = [pytest.mark.engine, pytest.mark.real]
 
@@ -87,11 +91,6 @@ def problems():
         pytest.skip(f"no GSM8K file: {exc}")
 
 
-def _greedy(pair, messages) -> tuple[list[int], list]:
-    done = pair.target.client.complete(pair.prompt_ids(messages), TOKENS, (), logprobs=2)
-    return done.token_ids, done.logprobs
-
-
 def test_the_pair_speaks_vllm_to_vllm_and_llama_cpp_to_llama_cpp(pair):
     assert (pair.target.client.dialect.name, pair.draft.client.dialect.name) == ("vllm", "llama.cpp")
     messages = math_messages("What is 2 + 3?")
@@ -100,36 +99,15 @@ def test_the_pair_speaks_vllm_to_vllm_and_llama_cpp_to_llama_cpp(pair):
 
 
 def test_lr_over_vllm_writes_vllms_greedy_text(pair, problems):
-    exact = make_verifier("exact")
-    for problem in problems:
-        messages = math_messages(problem.question)
-        reference, logprobs = _greedy(pair, messages)
-        lr = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
-        assert_engine_text(lr.token_ids, reference, logprobs)
-        assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
+    check_lr_writes_the_engines_greedy_text(pair, problems, TOKENS)
 
 
 def test_async_and_sync_schedules_agree_over_vllm(pair, problems):
-    exact = make_verifier("exact")
-    messages = math_messages(problems[0].question)
-    reference, logprobs = _greedy(pair, messages)
-    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), TOKENS)
-    sync = runs.lr(pair, messages, exact, FixedK(2), TOKENS)
-    assert_engine_text(asyn.token_ids, reference, logprobs)
-    assert_engine_text(sync.token_ids, reference, logprobs)
-    assert any(c.target_rows > 1 for c in asyn.stats.cycles)
+    check_async_and_sync_agree(pair, problems[0], TOKENS)
 
 
 def test_auto_over_vllm_measures_the_endpoint_and_keeps_the_text(pair, problems):
-    messages = math_messages(problems[1].question)
-    prompt = pair.prompt_ids(messages)
-    costs = asyncio.run(ameasure(pair.target, pair.draft, prompt, rows=3, repeats=1))
-    assert costs.target(3, 40) > costs.target(1, 8) > 0
-    planner = AutoPolicy(Planner(costs, Book(), PlannerConfig.over_engine(2)), ("\n\n",), mode="engine-auto")
-    auto = asyncio.run(runs.alr(pair, messages, make_verifier("exact"), planner, TOKENS))
-    reference, logprobs = _greedy(pair, messages)
-    assert_engine_text(auto.token_ids, reference, logprobs)
-    assert sum(auto.stats.plan_counts().values()) == len(auto.stats.cycles) > 0
+    check_auto_measures_plans_and_keeps_the_text(pair, problems[1], TOKENS)
 
 
 def test_the_commands_run_unchanged_against_vllm(vllm_server, draft_server, tmp_path, capsys):
