@@ -171,7 +171,7 @@ def draw_lr_cycle(path: Path) -> Path:
     rows_top = [5.45 - r * (h + 0.18) for r in range(k + 1)]
     middle = (rows_top[0] + h + rows_top[-1]) / 2
     lane_label(ax, middle + 0.25, 2, "Target writes its own step", "on $k + 1$ rows, in ONE batched pass")
-    ax.text(0.0, middle - 0.3, "row $j$ continues $x, \\hat s_1 \\ldots \\hat s_{j-1}$; all rows share\n"
+    ax.text(0.0, middle - 0.3, "row $j$ continues $x, \\hat s_1 \\ldots \\hat s_j$; all rows share\n"
             "the KV cache of $x$ (forked, not recomputed)", ha="left", va="top", fontsize=10.5, color="#444444")
     ax.add_patch(FancyBboxPatch((x0 - 0.12, rows_top[-1] - 0.12), col(k + 1) + sw - x0 + 0.24,
                                 rows_top[0] + h - rows_top[-1] + 0.24, boxstyle="round,pad=0,rounding_size=0.12",
@@ -189,7 +189,7 @@ def draw_lr_cycle(path: Path) -> Path:
         if replaces:
             ax.add_patch(FancyBboxPatch((col(j), y), sw, h, boxstyle="round,pad=0,rounding_size=0.08", fc="none",
                                         ec="#5b3c88", lw=2.5))
-        ax.text(col(k + 1) + sw + 0.25, y + h / 2, f"row {j}" + ("\n(bonus)" if j == k + 1 else ""),
+        ax.text(col(k + 1) + sw + 0.25, y + h / 2, f"row {r}" + ("\n(bonus)" if j == k + 1 else ""),
                 va="center", fontsize=10, color="#2b6a99")
 
     # 3. verify each pair
@@ -212,7 +212,7 @@ def draw_lr_cycle(path: Path) -> Path:
     for j in range(1, accepted + 1):
         box(ax, col(j), y, sw, h, f"$\\hat s_{j}$", OK, size=14)
     box(ax, col(accepted + 1), y, sw, h, f"$s_{accepted + 1}$", EXTRA, size=14, weight="bold")
-    ax.text(col(accepted + 1) + sw / 2, y - 0.22, f"from row {accepted + 1}", ha="center", va="center",
+    ax.text(col(accepted + 1) + sw / 2, y - 0.22, f"from row {accepted}", ha="center", va="center",
             fontsize=9.5, color="#5b3c88")
     box(ax, col(k + 1), y, sw, h, "next cycle", "white", dashed=True, edge="#bbbbbb", text_color=MUTED, size=10.5)
 

@@ -282,8 +282,8 @@ def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, prog
 def add_pairs_commands(sub: Any) -> None:
     """Add the ``pairs`` (record a bank of step pairs) and ``verifiers`` (the offline ablation) commands."""
     p = sub.add_parser("pairs", help="record (draft step, target step) pairs on real problems (resumable JSONL)")
-    p.add_argument("--dataset", default=DEFAULT_DATASET, help=f"GSM8K/AIME-format jsonl path, or a datasets-library name (default: "
-                   f"{DEFAULT_DATASET}, the first 64 GSM8K training problems, shipped)")
+    p.add_argument("--dataset", required=True, help=f"GSM8K/AIME-format jsonl path, or a datasets-library name "
+                                                    f"({DEFAULT_DATASET}: the first 64 GSM8K training problems, shipped)")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", default="results/pairs.jsonl", help="pairs JSONL (rerun with the same path to resume)")
