@@ -449,3 +449,19 @@ def test_a_truncated_reply_is_a_clear_error_naming_the_endpoint():
         with pytest.raises(EngineError, match="failed: RemoteProtocolError") as err:
             _client(engine.url, retries=1).complete([1], 5)
         assert engine.url in str(err.value)
+
+
+def test_a_failed_build_or_install_step_names_itself_and_shows_its_log(tmp_path):
+    """One runner for the llama.cpp build's and the vLLM install's commands: the output goes to the log,
+    and a command that fails ends in one error naming the step, with the log's last lines."""
+    import sys
+
+    from lookahead_reasoning.runtime.engine.build import run_logged
+
+    log = tmp_path / "install.log"
+    run_logged([sys.executable, "-c", "print('step one done')"], log, "installing vLLM: step one")
+    with pytest.raises(EngineError, match=r"installing vLLM: step two failed \(exit 3\); full log in .*\n"
+                                          r"(.*\n)*no wheel for this CPU"):
+        run_logged([sys.executable, "-c", "import sys; print('no wheel for this CPU'); sys.exit(3)"], log,
+                   "installing vLLM: step two")
+    assert "step one done" in log.read_text()

