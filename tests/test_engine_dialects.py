@@ -151,13 +151,13 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 
 STARTER = """
-import sys, time
+import sys, time, types
 from lookahead_reasoning.runtime.engine.process import ServerProcess
 class Fake(ServerProcess):
     label = "fake server"
     def argv(self, port):
         return [sys.executable, "-c", sys.argv[1], str(port), sys.argv[2]]
-Fake(startup_s=60).start()
+Fake(types.SimpleNamespace(model="fake", port=None), startup_s=60).start()
 print("ready", flush=True)
 time.sleep(120)
 """

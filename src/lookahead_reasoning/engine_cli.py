@@ -40,10 +40,9 @@ from .presets import (
     SCHEDULE,
     STEP_DELIMITERS,
 )
-from .runtime.engine.build import llama_server_binary
-from .runtime.engine.llamacpp import LlamaServer, ServerConfig, gguf_path
+from .runtime.engine.llamacpp import LlamaServer, ServerConfig
 from .runtime.engine.pair import EnginePair
-from .runtime.engine.vllm import VLLMConfig, VLLMServer, served_model, vllm_python
+from .runtime.engine.vllm import VLLMConfig, VLLMServer
 from .sampling import SamplingConfig
 from .settings import Settings
 from .steps import StepConfig
@@ -140,25 +139,19 @@ def _servers(args: argparse.Namespace) -> dict:
     return servers
 
 
-def _prepare(args: argparse.Namespace, servers: dict) -> None:
-    """Build or install each engine named and prepare each model, saying where they are and how long it took."""
-    start = time.perf_counter()
-    engines = {server.label for server in servers.values()}
-    if "llama-server" in engines:
-        print(f"llama-server: {llama_server_binary()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    if "vLLM server" in engines:
-        print(f"vLLM: {vllm_python()} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    for server in servers.values():
-        model = server.config.model
-        where = served_model(model)[0] if isinstance(server, VLLMServer) else gguf_path(model)
-        print(f"{server.label} model: {where}", file=sys.stderr)
+def _prepare(servers: dict) -> None:
+    """Build or install each engine and prepare each model, saying where they are and how long it took."""
+    for role, server in servers.items():
+        start = time.perf_counter()
+        where = server.prepare()
+        print(f"{role}: {where} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
     servers = _servers(args)  # checks every number before anything is built
-    _prepare(args, servers)
+    _prepare(servers)
     if args.build_only:
         return 0
     with contextlib.ExitStack() as stack:

@@ -81,15 +81,12 @@ class LlamaServer(ServerProcess):
 
     label = "llama-server"
 
-    def __init__(self, config: ServerConfig, startup_s: float = 300.0, log_path: Path | None = None):
-        super().__init__(startup_s, log_path, config.port)
-        self.config = config
-
     def argv(self, port: int) -> list[str]:
         return self.config.argv(llama_server_binary(self.config.cache_dir), port)
 
-    def describe(self) -> str:
-        return str(self.config.model)
+    def prepare(self) -> str:
+        return (f"llama-server: {llama_server_binary(self.config.cache_dir)}; model "
+                f"{gguf_path(self.config.model, self.config.cache_dir)}")
 
 
 __all__ = ["LlamaServer", "ServerConfig", "free_port", "gguf_path"]

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ...errors import EngineError, require
 from .client import Endpoint, EngineClient
@@ -52,13 +53,17 @@ sys.exit(server.returncode)
 class ServerProcess:
     """A running engine server (use as a context manager, or :meth:`start` / :meth:`stop`).
 
-    Subclasses say what to run: :meth:`argv` (the command line for a port), :meth:`environment` (extra
-    environment variables) and ``label`` (the engine's name in messages)."""
+    ``config`` says what to serve (its ``model`` and ``port``, None: a free one). Subclasses say how:
+    :meth:`argv` (the command line for a port), :meth:`environment` (extra environment variables),
+    :meth:`prepare` (build or install the engine and prepare the model, once), ``label`` (the engine's
+    name in messages) and ``STARTUP_S`` (how long loading may take)."""
 
     label = "engine server"
+    STARTUP_S = 300.0
 
-    def __init__(self, startup_s: float = 300.0, log_path: Path | None = None, port: int | None = None):
-        self.startup_s, self.log_path, self.port = startup_s, log_path, port
+    def __init__(self, config: Any, startup_s: float | None = None, log_path: Path | None = None):
+        self.config, self.log_path, self.port = config, log_path, config.port
+        self.startup_s = self.STARTUP_S if startup_s is None else startup_s
         self.process: subprocess.Popen | None = None
         self.started_s: float | None = None  # seconds from start to ready
         self._temporary_log = False
@@ -70,8 +75,12 @@ class ServerProcess:
     def environment(self) -> dict[str, str]:
         return {}
 
+    def prepare(self) -> str:
+        """Build or install what this server runs and prepare its model (once); a line saying where they are."""
+        raise NotImplementedError
+
     def describe(self) -> str:
-        return self.label
+        return str(self.config.model)
 
     @property
     def url(self) -> str:

@@ -179,10 +179,7 @@ class VLLMServer(ServerProcess):
     """A running vLLM server (use as a context manager, or :meth:`start` / :meth:`stop`)."""
 
     label = "vLLM server"
-
-    def __init__(self, config: VLLMConfig, startup_s: float = 900.0, log_path: Path | None = None):
-        super().__init__(startup_s, log_path, config.port)
-        self.config = config
+    STARTUP_S = 900.0
 
     def argv(self, port: int) -> list[str]:
         return self.config.argv(vllm_python(self.config.cache_dir), port)
@@ -190,8 +187,9 @@ class VLLMServer(ServerProcess):
     def environment(self) -> dict[str, str]:
         return self.config.environment()
 
-    def describe(self) -> str:
-        return str(self.config.model)
+    def prepare(self) -> str:
+        return (f"vLLM: {vllm_python(self.config.cache_dir)}; model "
+                f"{served_model(self.config.model, self.config.cache_dir)[0]}")
 
 
 __all__ = ["VLLMConfig", "VLLMServer", "served_model", "vllm_home", "vllm_python"]
