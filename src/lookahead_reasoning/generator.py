@@ -53,6 +53,7 @@ from .runtime.lm import LM
 from .runtime.pair import check_same_vocabulary, model_pair
 from .settings import Settings, TokenSD
 from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
+from .verifiers.likelihood import TokenScores, verify_pairs
 from .verifiers.registry import check_verifier_spec, make_verifier
 
 log = logging.getLogger(__name__)
@@ -269,7 +270,7 @@ class LookaheadGenerator:
             self.generate(probe, mode=mode, max_new_tokens=tokens, learn=False)
         if any(m in STEP_MODES for m in modes):
             # the same numbers on both sides, so a numbers check passes and the embedding model runs too
-            self.verifier.verify([("Add 2 and 3 to get 5.", "2 plus 3 is 5.")])
+            verify_pairs(self.verifier, [("Add 2 and 3 to get 5.", "2 plus 3 is 5.")], [TokenScores.of([0.9] * 8)])
 
     # ------------------------------------------------------------------ generate
     def generate(self, prompt: str | list[dict[str, str]] | list[int], *, mode: str | None = None, raw: bool = False,

@@ -77,6 +77,24 @@ def next_token(logits: torch.Tensor, config: SamplingConfig, generator: torch.Ge
     return sample(probs_from_logits(logits, config), generator)
 
 
+def token_scores(logits: torch.Tensor, ids: list[int]) -> tuple[list[float], list[int]]:
+    """The model's probability of each of ``ids`` and its rank (0: the most likely token), from
+    ``logits`` (n, V) where row i is the distribution that token ``ids[i]`` was written from.
+
+    The model's own distribution (temperature 1, no top-k/top-p), in float32; used to judge a drafted
+    step by how likely the target finds it (:mod:`~lookahead_reasoning.verifiers.likelihood`).
+    """
+    require(logits.dim() == 2 and logits.shape[0] == len(ids), f"need logits (n, V) for {len(ids)} ids, got "
+            f"{tuple(logits.shape)}")
+    if not ids:
+        return [], []
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    index = torch.tensor(ids, device=logits.device).unsqueeze(1)
+    own = logp.gather(1, index)  # (n, 1)
+    ranks = (logp > own).sum(dim=-1)
+    return own.squeeze(1).exp().tolist(), ranks.tolist()
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """An explicit generator; ``seed=None`` draws a seed from torch's global RNG (still recorded)."""
     gen = torch.Generator(device=device)

@@ -34,12 +34,13 @@ from ..verifiers.options import (
     load_judge,
     verifier_settings_from_args,
 )
+from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
-_THRESHOLD_REASONS = ("cosine ", "score ", "P(yes) share ")
+_THRESHOLD_REASONS = ("cosine ", "score ", "P(yes) share ", "min p ")
 _GRIDS = {"cosine": [round(0.5 + 0.01 * i, 2) for i in range(51)], "score": list(range(10)),
           "share": [round(0.05 * i, 2) for i in range(21)]}
 _FAMILY_GRID = {"embedding": "cosine", "embedding-numbers": "cosine", "target-score": "score",
@@ -127,10 +128,20 @@ def numbers_differ(pairs: Sequence[dict[str, Any]]) -> list[bool]:
     return [step_numbers(p["draft"]) != step_numbers(p["target"]) for p in pairs]
 
 
+def bank_scores(pair: dict[str, Any]) -> TokenScores | None:
+    """The target's probabilities of the pair's drafted tokens, as the bank recorded them (no ranks)."""
+    probs = pair.get("target_probs_of_draft")
+    return TokenScores.of(probs) if probs is not None else None
+
+
 def judge_pairs(verifier: Any, pairs: Sequence[dict[str, Any]]) -> list[Any]:
-    """Each pair judged alone (one ``verify`` call per pair), after one untimed warm-up call."""
-    verifier.verify([(pairs[0]["draft"], pairs[0]["target"])])  # loads lazily loaded models
-    return [verifier.verify([(p["draft"], p["target"])])[0] for p in pairs]
+    """Each pair judged alone (one ``verify`` call per pair), after one untimed warm-up call; a
+    likelihood verifier reads the target's probabilities of the drafted tokens stored with the pair."""
+    def one(p: dict[str, Any]) -> Any:
+        return verify_pairs(verifier, [(p["draft"], p["target"])], [bank_scores(p)])[0]
+
+    one(pairs[0])  # loads lazily loaded models
+    return [one(p) for p in pairs]
 
 
 def rethreshold(verdict: Any, threshold: float) -> bool:

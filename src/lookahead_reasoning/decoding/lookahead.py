@@ -39,8 +39,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..runtime.session import Session
-from ..sampling import probs_from_logits
+from ..sampling import probs_from_logits, token_scores
 from ..verifiers.base import Verdict, Verifier
+from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .cycle import CycleTools, Gate, LRState
 from ..plan import CyclePlan
 from .rejection import greedy_accept, speculative_accept
@@ -62,6 +63,7 @@ class TargetPass:
     judge_s: float = 0.0  # time spent judging while the rows ran (counted as verification)
     judged: list[Step] = field(default_factory=list)  # the drafted steps with a row to be judged on
     agreements: list[float] = field(default_factory=list)  # per drafted step with a row (see score_chain)
+    scores: list[TokenScores] = field(default_factory=list)  # per drafted step with a row, when the verifier reads them
 
 
 def run_cycle(state: LRState, plan: CyclePlan | int, tools: CycleTools, gate: Gate | None = None) -> CycleTrace:
@@ -140,7 +142,9 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     """
     plan = plan or tools.plan(len(drafted))
     rows, budgets = target_rows(state, drafted, tools.translator)
-    openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer)
+    scores: list[TokenScores] = []
+    openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer,
+                                       scores if uses_scores(tools.verifier) else None)
     keep = len(rows)
     if gate is not None and len(rows) > 1:
         keep = max(1, min(len(rows), gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
@@ -149,13 +153,13 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     branches = state.target if len(rows) == 1 else state.target.fork(len(rows))
     starts = [len(row) for row in rows]
     branches.set_rows([row + first for row, first in zip(rows, openings)])
-    judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier)
+    judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier, scores)
     use_rows = tools.row_drafter is not None and plan.gamma != 0
     row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
                                       gamma=plan.gamma if use_rows else None,
                                       overshoot=plan.overshoot and not drafted)
-    return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements)
+    return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements, scores)
 
 
 def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
@@ -171,7 +175,7 @@ def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> 
 
 
 def score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], translator: Translator,
-                 writer: StepWriter) -> tuple[list[list[int]], list[float]]:
+                writer: StepWriter, scores: list[TokenScores] | None = None) -> tuple[list[list[int]], list[float]]:
     """Score all drafted tokens in ONE forward of the prefix row: each row's opening tokens.
 
     The forward over [x's last token, s^_1 .. s^_n] gives the target's distribution at every drafted
@@ -179,7 +183,9 @@ def score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], tran
     (greedy: its argmax agrees; sampled: rejection sampling with a one-hot q, which is lossless),
     plus one token of its own. A drafted step the target would write identically costs no further
     forward at all. Returns the openings and, per drafted step with a row, its *agreement*: the
-    share of its tokens the target accepted (1.0: the target would write it exactly).
+    share of its tokens the target accepted (1.0: the target would write it exactly). Given a list
+    ``scores``, appends to it, per drafted step with a row, the target's probability and rank of each
+    of its tokens (what a likelihood verifier judges by; no further forward).
     With nothing drafted there is nothing to score: the row starts as it is.
     """
     chain = [t for s in drafted for t in translator.to_target(s)]
@@ -197,6 +203,8 @@ def score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], tran
         else:
             acc = speculative_accept(own, None, probs_from_logits(window, writer.sampling), writer.generator)
         openings.append(own[:acc.n_accepted] + [acc.next_token])
+        if scores is not None and j < len(drafted):
+            scores.append(TokenScores.of(*token_scores(window[:len(own)], own)))
         if own:
             agreements.append(acc.n_accepted / len(own))
     return openings, agreements
@@ -206,9 +214,9 @@ class EarlyJudge:
     """Judges row j as soon as the target's step j is finished; a rejection cancels rows after j."""
 
     def __init__(self, drafted: list[Step], branches: Session, starts: list[int], translator: Translator,
-                 verifier: Verifier):
+                 verifier: Verifier, scores: list[TokenScores] | None = None):
         self.drafted, self.branches, self.starts = drafted, branches, starts
-        self.translator, self.verifier = translator, verifier
+        self.translator, self.verifier, self.scores = translator, verifier, scores or []
         self.verdicts: dict[int, Verdict] = {}
         self.seconds = 0.0
 
@@ -218,7 +226,8 @@ class EarlyJudge:
             return []  # nothing to judge, or an earlier row was rejected (this one is then of no use)
         with Laps() as lap:
             target_text = self.translator.target.decode(self.branches.rows[row][self.starts[row]:])
-            [verdict] = self.verifier.verify([(step.text, target_text)])
+            scores = [self.scores[row]] if row < len(self.scores) else None
+            [verdict] = verify_pairs(self.verifier, [(step.text, target_text)], scores)
         self.seconds += lap.total()
         self.verdicts[row] = verdict
         return [] if verdict.accepted else list(range(row + 1, self.branches.batch_size))
@@ -251,8 +260,20 @@ def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, writ
     candidates = [a for a in alternatives[m] if a.complete]
     if not candidates:
         return [], None
-    verdicts = tools.verifier.verify([(a.text, written.steps[m].text) for a in candidates])
+    pairs = [(a.text, written.steps[m].text) for a in candidates]
+    scores = score_alternatives(written, m, candidates, tools.translator) if uses_scores(tools.verifier) else None
+    verdicts = verify_pairs(tools.verifier, pairs, scores)
     return verdicts, next((a for a, v in zip(candidates, verdicts) if v.accepted), None)
+
+
+def score_alternatives(written: TargetPass, m: int, candidates: list[Step], translator: Translator) -> list[TokenScores]:
+    """The target's scores of alternative drafts at position m (not in the scored chain): one forward
+    of copies of row m's cache, one row per alternative."""
+    own = [translator.to_target(a) for a in candidates]
+    probe = written.branches.fork(1).select([m]).fork(len(own))
+    probe.set_rows([written.rows[m]] * len(own))
+    logits = probe.logits(extra=own, keep=max(len(o) for o in own) + 1)  # (n, keep, V), right-aligned
+    return [TokenScores.of(*token_scores(logits[b, logits.shape[1] - len(o) - 1:-1], o)) for b, o in enumerate(own)]
 
 
 # ---------------------------------------------------------------------------------------- 4. accept
@@ -288,6 +309,6 @@ def accept(state: LRState, drafted: list[Step], written: TargetPass, m: int, res
     return m, appended
 
 
-__all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "rescue", "run_cycle", "score_chain",
-           "target", "target_rows", "verify"]
+__all__ = ["EarlyJudge", "TargetPass", "accept", "draft", "draft_alternatives", "rescue", "run_cycle", "score_alternatives",
+           "score_chain", "target", "target_rows", "verify"]
 

@@ -48,9 +48,10 @@ import torch
 
 from ..errors import require
 from ..presets import ALT_TEMPERATURE
-from ..sampling import SamplingConfig, make_generator
+from ..sampling import SamplingConfig, make_generator, token_scores
 from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
+from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .autoregressive import decode_rows
 from .drafters import check_same_vocabulary
 from .results import CycleTrace, GenerationResult, LRStats
@@ -95,6 +96,15 @@ class LocalSteps:
     def write(self, requests: Sequence[StepRequest]) -> list[Step]:
         return [self.write_one(r) for r in requests]
 
+    def score(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
+        """The model's probability and rank of each of ``ids`` written after ``context`` (one forward)."""
+        session = self.lm.session([list(context)])
+        logits = session.logits(extra=[list(ids)], keep=len(ids) + 1)[0]  # (len(ids) + 1, V)
+        return TokenScores.of(*token_scores(logits[:len(ids)], list(ids)))
+
+    async def ascore(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
+        return self.score(context, ids)
+
     async def awrite(self, request: StepRequest) -> Step:
         return self.write_one(request)
 
@@ -128,9 +138,10 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
     write = lambda model, context, used: model.write_one(StepRequest(tuple(context), budget - used))  # noqa: E731
     drafted: list[Step] = []  # 1. draft: s^_1 .. s^_k, each continuing x + the steps before it
     with laps("draft"):
-        context = list(x)
+        context, context_of = list(x), {}
         while at_boundary and len(drafted) < k and len(context) - len(x) < budget:
             step = write(draft, context, len(context) - len(x))
+            context_of[id(step)] = tuple(context)
             step.author = "draft"
             drafted.append(step)
             context += step.ids
@@ -148,7 +159,8 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
         for mine, theirs in zip(drafted, written):
             if not mine.complete:  # cut at the step cap: never accepted, the target rewrites it
                 break
-            [verdict] = verifier.verify([(mine.text, theirs.text)])
+            scores = [target.score(context_of[id(mine)], mine.ids)] if uses_scores(verifier) else None
+            [verdict] = verify_pairs(verifier, [(mine.text, theirs.text)], scores)
             verdicts.append(verdict)
             if not verdict.accepted:
                 break

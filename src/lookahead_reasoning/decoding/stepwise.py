@@ -40,6 +40,7 @@ from ..plan import CyclePlan
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..steps import Step, StepModel, StepRequest, closing
 from ..verifiers.base import Verdict, Verifier
+from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .driver import CyclePolicy, FixedK, Position, drive
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .streaming import TextStreamer
@@ -55,6 +56,7 @@ class Node:
     used: int = 0  # tokens of the path up to and including this node's step
     children: list["Node"] = field(default_factory=list)
     row: "asyncio.Task[Step] | None" = None  # the target's step after this node
+    scores: "asyncio.Task[TokenScores] | None" = None  # the target's scores of this node's step (likelihood verifiers)
 
     @property
     def after(self) -> tuple[int, ...]:
@@ -74,6 +76,11 @@ class Cycle:
         self.target, self.draft, self.verifier, self.plan = target, draft, verifier, plan
         self.root, self.budget = Node(tuple(x)), budget
         self.verdicts: dict[tuple[int, int], Verdict] = {}  # (id of parent node, child index) -> verdict
+        self.scored = uses_scores(verifier)
+        require(not self.scored or hasattr(target, "ascore"),
+                f"the {getattr(verifier, 'name', 'verifier')} verifier judges drafted steps by the target's "
+                f"probabilities of their tokens, which {getattr(target, 'name', 'this target')} cannot give "
+                "(its runtime has no scoring request)")
         self.times = {"draft": 0.0, "target": 0.0, "verify": 0.0}
 
     def _request_row(self, node: Node) -> None:
@@ -95,6 +102,8 @@ class Cycle:
         for (parent, _), step in zip(asks, steps):
             step.author = "draft"
             child = Node(parent.after, step, parent.used + len(step.ids))
+            if self.scored and step.complete:
+                child.scores = asyncio.ensure_future(self.target.ascore(child.context, step.ids))
             parent.children.append(child)
             children.append(child)
         return children
@@ -102,7 +111,7 @@ class Cycle:
     def _decided(self) -> bool:
         """Whether the rows finished so far already fix the walk's end (so drafting deeper is of no use)."""
         node = self.root
-        while node.row is not None and node.row.done() and node.children:
+        while node.row is not None and node.row.done() and node.children and self._scored(node):
             nxt = self._accepted_child(node)
             if nxt is None:
                 return True
@@ -118,11 +127,17 @@ class Cycle:
             key = (id(node), i)
             if key not in self.verdicts:
                 start = time.perf_counter()
-                [self.verdicts[key]] = self.verifier.verify([(child.step.text, theirs.text)])
+                scores = [child.scores.result()] if child.scores is not None else None
+                [self.verdicts[key]] = verify_pairs(self.verifier, [(child.step.text, theirs.text)], scores)
                 self.times["verify"] += time.perf_counter() - start
             if self.verdicts[key].accepted:
                 return child
         return None
+
+    @staticmethod
+    def _scored(node: Node) -> bool:
+        """Whether the scores of ``node``'s children (where asked for) have come back."""
+        return all(c.scores is None or c.scores.done() for c in node.children)
 
     async def _grow(self) -> None:
         level, overlap = [self.root], self.plan.schedule == "async"
@@ -155,6 +170,10 @@ class Cycle:
             start = time.perf_counter()
             await node.row
             self.times["target"] += time.perf_counter() - start
+            if not self._scored(node):
+                start = time.perf_counter()
+                await asyncio.gather(*(c.scores for c in node.children if c.scores is not None))
+                self.times["verify"] += time.perf_counter() - start
             child = self._accepted_child(node)
             if child is None:
                 return path, node.row.result()
@@ -167,10 +186,18 @@ class Cycle:
             await self._grow()
             path, tail = await self._walk()
         finally:
-            for task in self._rows():
+            for task in self._rows() + self._score_tasks():
                 if not task.done():
                     task.cancel()
         return self._trace(path, tail, time.perf_counter() - start)
+
+    def _score_tasks(self) -> list[asyncio.Task]:
+        out, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            out += [c.scores for c in node.children if c.scores is not None]
+            stack.extend(node.children)
+        return out
 
     def _rows(self) -> list[asyncio.Task]:
         out, stack = [], [self.root]

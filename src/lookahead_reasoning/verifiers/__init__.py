@@ -16,6 +16,8 @@ LLMJudgeVerifier           a local chat model answers "yes" (P(yes) share >= t, 
 OpenAIJudgeVerifier        the same question to an OpenAI-compatible completions server  P(yes) share
 paper_judge (preset)       exact match, else a judge answers "[aligned" (one token)      the judge's
 TargetScoreVerifier        the target rates the draft 0-9 and the score >= t (9)        the digit
+LikelihoodVerifier         the target's probabilities of the drafted tokens pass a       min p, ...
+                           rule (min p >= 0.3; mean log p; tokens below p; rank)
 CascadeVerifier            ``first`` accepts, else ``then`` accepts                      theirs
 RandomVerifier             a seeded coin with P(accept) = p_accept (the paper's          None
                            ablation)
@@ -25,6 +27,9 @@ The contract every verifier keeps:
 
 * ``verify(pairs)`` takes a sequence of ``(draft_step, target_step)`` strings and returns one
   :class:`Verdict` per pair, in order, judging them in one batched call where the method allows.
+  A verifier with ``needs_scores`` (the likelihood verifier, a cascade with one) also takes
+  ``scores=``, the target's :class:`~.likelihood.TokenScores` of each drafted step, which the
+  decoding loops supply (:func:`~.likelihood.verify_pairs` calls either kind).
 * ``verify`` never raises because a judgement failed: a judge that errors, times out or answers
   something unparsable or unclear gives ``accepted=False``, the cause in ``Verdict.reason``, its
   kind in ``Verdict.error``, a log line, and one more in the verifier's ``failures`` counter.
@@ -36,7 +41,7 @@ The contract every verifier keeps:
   the number of pairs it judged (a judge sits on the critical path, so its cost is reported).
 
 Modules: :mod:`.base` (the contract, no heavy imports), :mod:`.text` (exact match, numbers),
-:mod:`.embedding`, :mod:`.judge` (local LLM judge), :mod:`.score` (target-score), :mod:`.openai`
+:mod:`.embedding`, :mod:`.judge` (local LLM judge), :mod:`.score` (target-score), :mod:`.likelihood`, :mod:`.openai`
 (HTTP judge), :mod:`.combine` (cascade, random), :mod:`.registry` (names, :func:`make_verifier`),
 :mod:`.options` (command-line options, :func:`build_verifier`). Names other than the base types
 are imported on first use, so ``from lookahead_reasoning.verifiers import Verdict`` stays cheap.
@@ -57,6 +62,8 @@ _LAZY = {
     "JudgeOptions": "judge",
     "SCORE_QUESTION": "score", "TargetScoreVerifier": "score",
     "OpenAIJudgeVerifier": "openai",
+    "LikelihoodVerifier": "likelihood", "NumbersLikelihoodVerifier": "likelihood", "TokenScores": "likelihood",
+    "verify_pairs": "likelihood",
     "CascadeVerifier": "combine", "RandomVerifier": "combine",
     "KNOWN_VERIFIERS": "registry", "VERIFIER_NAMES": "registry", "make_verifier": "registry",
     "check_verifier_spec": "registry", "paper_judge": "registry",

@@ -8,12 +8,14 @@ from typing import Sequence
 
 from ..errors import VerifierError, require
 from .base import BaseVerifier, Pair, Verdict, Verifier, check_pairs, share, with_latency
+from .likelihood import TokenScores, uses_scores, verify_pairs
 
 
 class CascadeVerifier(BaseVerifier):
     """``first`` (cheap, usually exact match) decides what it accepts; the rest go to ``then`` in one call.
 
-    A pair accepted by ``first`` never reaches ``then``. ``Verdict.verifier`` names the stage that
+    A pair accepted by ``first`` never reaches ``then``. A stage that reads the target's scores of the
+    drafted tokens (:class:`~.likelihood.LikelihoodVerifier`) gets them with its pairs. ``Verdict.verifier`` names the stage that
     decided. Latency: a pair decided by ``first`` carries ``first``'s per-pair share; a pair passed
     on carries ``first``'s share plus ``then``'s. ``failures`` is the sum of the stages' counts.
     """
@@ -28,12 +30,17 @@ class CascadeVerifier(BaseVerifier):
     def failures(self) -> int:
         return int(getattr(self.first, "failures", 0)) + int(getattr(self.then, "failures", 0))
 
-    def verify(self, pairs: Sequence[Pair]) -> list[Verdict]:
+    @property
+    def needs_scores(self) -> bool:
+        """Whether a stage reads the target's scores of the drafted tokens (a likelihood verifier)."""
+        return uses_scores(self.first) or uses_scores(self.then)
+
+    def verify(self, pairs: Sequence[Pair], scores: Sequence[TokenScores | None] | None = None) -> list[Verdict]:
         pairs = check_pairs(pairs)
-        verdicts = list(self.first.verify(pairs))
+        verdicts = list(verify_pairs(self.first, pairs, scores))
         rest = [i for i, v in enumerate(verdicts) if not v.accepted]
         if rest:
-            later = self.then.verify([pairs[i] for i in rest])
+            later = verify_pairs(self.then, [pairs[i] for i in rest], None if scores is None else [scores[i] for i in rest])
             for i, v in zip(rest, later):
                 v.latency_s += verdicts[i].latency_s
                 verdicts[i] = v

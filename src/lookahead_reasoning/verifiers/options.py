@@ -32,7 +32,9 @@ _REMOTE = {"openai-judge", "paper-judge"}  # stages that can ask a server
 _THRESHOLDS = {"embedding": (-1.0, 1.0, "a cosine"), "embedding-numbers": (-1.0, 1.0, "a cosine"),
                "judge": (0.0, 1.0, "a P(yes) share"), "openai-judge": (0.0, 1.0, "a P(yes) share"),
                "paper-judge": (0.0, 1.0, "a P(aligned) share"), "random": (0.0, 1.0, "an accept probability"),
-               "target-score": (0, 9, "an integer score")}
+               "target-score": (0, 9, "an integer score"),
+               "likelihood": (0.0, 1.0, "the lowest probability of a drafted token"),
+               "likelihood-numbers": (0.0, 1.0, "the lowest probability of a drafted token")}
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,12 @@ def add_verifier_args(parser: argparse.ArgumentParser, default: str = DEFAULT_VE
     g = parser.add_argument_group("verifier")
     g.add_argument("--verifier", default=default,
                    help="exact | embedding | embedding-numbers | judge | openai-judge | paper-judge | target-score | "
-                        f"random | cascade:<first>+<then> (default: {default})")
+                        f"likelihood | likelihood-numbers | random | cascade:<first>+<then> (default: {default})")
     g.add_argument("--threshold", type=float, default=None,
                    help="embedding: cosine; judge, openai-judge, paper-judge: P(yes) share in [0, 1] (paper-judge "
                         "without it reads the judge's one most likely token); target-score: lowest accepted 0-9 "
-                        "score (default 9); random: accept probability")
+                        "score (default 9); likelihood: lowest target probability of a drafted token (default 0.3); "
+                        "random: accept probability")
     add_judge_args(g)
 
 

@@ -9,6 +9,7 @@ from ..errors import VerifierError, require
 from .base import Verifier
 from .combine import CascadeVerifier, RandomVerifier
 from .embedding import EmbeddingVerifier, NumbersEmbeddingVerifier
+from .likelihood import LikelihoodVerifier, NumbersLikelihoodVerifier
 from .judge import (ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, JUDGE_OPTION_NAMES, JudgeOptions,
                     LLMJudgeVerifier)
 from .openai import OpenAIJudgeVerifier
@@ -58,13 +59,17 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {
     "openai-judge": OpenAIJudgeVerifier,
     "paper-judge": paper_judge,
     "target-score": TargetScoreVerifier,
+    "likelihood": LikelihoodVerifier,
+    "likelihood-numbers": NumbersLikelihoodVerifier,
     "random": RandomVerifier,
 }
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
-            "numbers": "embedding-numbers", "score": "target-score"}
+            "numbers": "embedding-numbers", "score": "target-score",
+            "logprob": "likelihood"}
 VERIFIER_NAMES = tuple(_FACTORIES)
 KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)",
-                   "openai-judge (or openai)", "paper-judge", "target-score (or score)", "random",
+                   "openai-judge (or openai)", "paper-judge", "target-score (or score)", "likelihood (or logprob)",
+                   "likelihood-numbers", "random",
                    "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
 
 
@@ -123,7 +128,9 @@ def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
     "judge" (alias "llm-judge"; needs ``judge=LM``; threshold, answers, prefill, rule, ...);
     "openai-judge" (alias "openai"; needs base_url, model optional); "paper-judge" (exact match, then
     an aligned/unaligned judge: ``judge=LM`` or ``base_url=``); "target-score" (alias "score"; needs
-    ``target=LM``; threshold 0-9); "random" (p_accept, seed); and "cascade:<first>+<then>", e.g.
+    ``target=LM``; threshold 0-9); "likelihood" (alias "logprob"; the target's probabilities of the
+    drafted tokens, which the decoding loop supplies; options rule, threshold, allowed, same_numbers);
+    "likelihood-numbers" (the same with same_numbers=True); "random" (p_accept, seed); and "cascade:<first>+<then>", e.g.
     "cascade:exact+embedding", where each stage takes the options its constructor knows. An option
     no stage takes raises VerifierError (so ``threshold=`` given to "exact" is an error, not silently
     ignored); so does an unknown name, listing the known ones.

@@ -278,6 +278,25 @@ class EngineClient:
         done.seconds = time.perf_counter() - start
         return done
 
+    def _score_body(self, ids: Sequence[int], dialect: Dialect) -> dict:
+        body = dialect.score_body(ids)
+        if self.endpoint.model is not None:
+            body["model"] = self.endpoint.model
+        return body
+
+    def score(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
+        """The model's probability and rank (0: its most likely token) of each of ``ids[start:]`` after
+        the ids before it: one prefill request (``start`` >= 1)."""
+        dialect = self.dialect
+        data = self.request("POST", "/v1/completions", self._score_body(ids, dialect))
+        return dialect.read_scores(data, ids, start, self.where)
+
+    async def ascore(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
+        """:meth:`score` for asyncio."""
+        dialect = await self.adialect()
+        data = await self.arequest("POST", "/v1/completions", self._score_body(ids, dialect))
+        return dialect.read_scores(data, ids, start, self.where)
+
     @property
     def in_flight(self) -> int:
         """Completion requests this process has under way at the endpoint now."""

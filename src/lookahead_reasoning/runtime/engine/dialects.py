@@ -15,6 +15,7 @@ that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless t
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol, Sequence
 
 from ...errors import EngineError
@@ -65,6 +66,16 @@ class Dialect:
         return None
 
 
+    def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
+        """The ``/v1/completions`` body that asks for the model's log-probability of every token of ``ids``."""
+        raise EngineError(f"the {self.name} dialect cannot ask for the probabilities of given tokens "
+                          "(prompt log-probabilities); a likelihood verifier needs an engine that gives them (vLLM)")
+
+    def read_scores(self, data: Any, ids: Sequence[int], start: int, where: str) -> tuple[list[float], list[int]]:
+        """(probability, rank) of ``ids[start:]`` from the reply to :meth:`score_body`."""
+        raise NotImplementedError
+
+
 class OpenAI(Dialect):
     pass
 
@@ -79,7 +90,27 @@ class VLLM(Dialect):
         return token_list(client.request("POST", "/tokenize", body), client.where)
 
 
+    def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
+        return {"prompt": [int(t) for t in ids], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+
+    def read_scores(self, data: Any, ids: Sequence[int], start: int, where: str) -> tuple[list[float], list[int]]:
+        """vLLM answers ``prompt_logprobs``: per prompt position (None first) a dict keyed by token id of
+        ``{"logprob", "rank" (1: the most likely), ...}``, which holds at least the prompt's own token."""
+        try:
+            per = data["choices"][0]["prompt_logprobs"]
+            entries = [per[i][str(int(ids[i]))] for i in range(start, len(ids))]
+            probs = [math.exp(float(e["logprob"])) for e in entries]
+            ranks = [max(0, int(e["rank"]) - 1) for e in entries]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise EngineError(f"{where}/v1/completions answered no prompt log-probabilities for the step's "
+                              f"tokens: {str(data)[:200]}") from None
+        return probs, ranks
+
+
 class LlamaCpp(Dialect):
+    """llama.cpp's server. It cannot score given tokens: it refuses ``echo`` and reports probabilities
+    of generated tokens only, so a likelihood verifier cannot run over it (:meth:`Dialect.score_body`)."""
+
     name = "llama.cpp"
 
     def completion_fields(self, logprobs: int) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ...errors import EngineError, TokenizerMismatchError
 from ...presets import ALT_TEMPERATURE
 from ...sampling import SamplingConfig
 from ...steps import Step, StepConfig, StepRequest
+from ...verifiers.likelihood import TokenScores
 from .client import Completion, EngineClient, Sampling
 
 PROBE = "Natalia sold clips to 48 of her friends.\n\nThen she sold half as many in May: 48 / 2 = 24.\n\n"
@@ -108,6 +109,14 @@ class EngineSteps:
     async def aencode(self, text: str) -> list[int]:
         return await asyncio.to_thread(self.client.tokenize, text)
 
+    def score(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
+        """The engine's probability and rank of each of ``ids`` after ``context``: one prefill request
+        (vLLM's prompt log-probabilities; llama.cpp's server cannot, and says so)."""
+        return TokenScores.of(*self.client.score(list(context) + list(ids), len(context)))
+
+    async def ascore(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
+        return TokenScores.of(*await self.client.ascore(list(context) + list(ids), len(context)))
+
     def write(self, requests: Sequence[StepRequest]) -> list[Step]:
         """The requests sent at once (the engine batches them), answered in order."""
         async def all_of() -> list[Step]:
@@ -120,6 +129,7 @@ class EngineSteps:
     async def aclose(self) -> None:
         """Close this event loop's connections (a run calls it when it ends)."""
         await self.client.aclose()
+
 
 def check_same_tokenizer(target: EngineSteps, draft: EngineSteps, probe: str = PROBE) -> None:
     """TokenizerMismatchError unless both endpoints cut ``probe`` into the same ids: the cycle passes
