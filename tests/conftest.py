@@ -227,10 +227,11 @@ def feed_chunks(lm, rows):
 VLLM_MODEL = "qwen2.5-coder-0.5b"  # the target vLLM serves in the tests (the smaller model: vLLM is slow on CPUs)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server():
-    """One vLLM server for the whole test session (1-1.5 minutes to start on 2 cores): the 0.5B's bf16
-    cache, eager, both cores. Skips where vLLM is not installed (fails under CI, where .ci/run installs it
+    """One vLLM server per test module (1-1.5 minutes to start on 2 cores): the 0.5B's bf16 cache, eager,
+    both cores. Module-scoped so that its memory (several GiB) is given back before the tests that load
+    the real models in this process. Skips where vLLM is not installed (fails under CI, where .ci/run installs it
     with ``serve-engine --engine vllm --build-only``)."""
     from lookahead_reasoning.runtime.engine.vllm import READY, VLLMConfig, VLLMServer, vllm_home
 

@@ -21,6 +21,7 @@ from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.engines import runs
 from lookahead_reasoning.errors import EngineError
+from lookahead_reasoning.presets import MAX_STEP_TOKENS
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.verifiers.registry import make_verifier
 
@@ -62,12 +63,17 @@ def pair():
         engines.close()
 
 
-@pytest.fixture(scope="module")
-def problems():
+def gsm8k_problems(offset: int, limit: int = 3):
+    """Problems of the shared GSM8K file; the test skips where the file is not beside the checkout."""
     try:
-        return load_dataset(GSM8K, limit=3, offset=400)
+        return load_dataset(GSM8K, limit=limit, offset=offset)
     except Exception as exc:  # the shared data set is not beside the checkout
         pytest.skip(f"no GSM8K file: {exc}")
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return gsm8k_problems(400)
 
 
 def _engine_greedy(pair, messages, tokens: int = TOKENS) -> tuple[list[int], list]:
@@ -163,23 +169,37 @@ def test_auto_over_the_engine_measures_plans_and_keeps_the_text(pair, problems):
     check_auto_measures_plans_and_keeps_the_text(pair, problems[1])
 
 
+def check_a_server_killed_after_the_first_cycle_is_named(pair, server, question: str) -> None:
+    """Kill ``server`` (one of the pair's engines) after the run's first cycle: the run ends at once with
+    an EngineError naming that endpoint, not a hang and not a traceback from deep inside. The budget
+    is more than one cycle of k = 1 can write (a drafted step and the target's, each at most
+    MAX_STEP_TOKENS), so a second cycle must meet the dead server."""
+    import asyncio
+
+    tokens = 3 * MAX_STEP_TOKENS
+
+    killed = threading.Event()
+    first_cycle_tokens = []
+
+    def kill_after_first(trace, run) -> None:
+        if not killed.is_set():
+            first_cycle_tokens.append(trace.tokens)
+            server.kill()
+            killed.set()
+
+    with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
+        try:
+            asyncio.run(runs.alr(pair, math_messages(question), make_verifier("exact"), FixedK(1), tokens,
+                                 kill_after_first))
+        finally:  # a run that ends in its first cycle never meets the dead server: the check proves nothing
+            assert first_cycle_tokens and first_cycle_tokens[0] < tokens, (
+                f"the first cycle wrote {first_cycle_tokens} of the {tokens} tokens; give the run more tokens")
+    assert killed.is_set()
+
+
 def test_a_server_killed_mid_run_is_a_clear_error(problems):
-    """Kill the target's server after the first cycle: the run ends at once with an EngineError
-    naming the endpoint, not a hang and not a traceback from deep inside."""
     from lookahead_reasoning.runtime.engine.pair import EnginePair
 
     with _server("qwen2.5-coder-0.5b") as server:
-        pair = EnginePair(server.url, server.url)
-        killed = threading.Event()
-
-        def kill_after_first(trace, run) -> None:
-            if not killed.is_set():
-                server.kill()
-                killed.set()
-
-        import asyncio
-
-        with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
-            asyncio.run(runs.alr(pair, math_messages(problems[0].question), make_verifier("exact"), FixedK(1), TOKENS,
-                                 kill_after_first))
-        assert killed.is_set()
+        check_a_server_killed_after_the_first_cycle_is_named(EnginePair(server.url, server.url), server,
+                                                             problems[0].question)

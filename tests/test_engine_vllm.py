@@ -1,6 +1,6 @@
 """Lookahead Reasoning over a real vLLM server (``engine`` tests; .ci/run installs vLLM's CPU build first).
 
-One vLLM server per test session (conftest's ``vllm_server``) serves the 0.5B's bf16 cache as the
+One vLLM server for this module (conftest's ``vllm_server``) serves the 0.5B's bf16 cache as the
 target; the draft is llama.cpp's server with the 0.5B's GGUF (the two tokenize alike, which the pair
 checks). With greedy decoding and the exact verifier every kept step is the target's own, so LR must
 write vLLM's own greedy text.
@@ -14,10 +14,9 @@ probabilities were within ``NEAR_TIE`` nats (checked as the llama.cpp tests chec
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import re
-import threading
 import time
 
 import pytest
@@ -25,12 +24,13 @@ from conftest import VLLM_MODEL
 from test_engine_real import (
     GSM8K,
     _server,
+    check_a_server_killed_after_the_first_cycle_is_named,
     check_async_and_sync_agree,
     check_auto_measures_plans_and_keeps_the_text,
     check_lr_writes_the_engines_greedy_text,
+    gsm8k_problems,
 )
 
-from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.engines import runs
@@ -85,10 +85,7 @@ def pair(vllm_server, draft_server, sent):
 
 @pytest.fixture(scope="module")
 def problems():
-    try:
-        return load_dataset(GSM8K, limit=3, offset=OFFSET)
-    except Exception as exc:  # the shared data set is not beside the checkout
-        pytest.skip(f"no GSM8K file: {exc}")
+    return gsm8k_problems(OFFSET)
 
 
 def test_the_pair_speaks_vllm_to_vllm_and_llama_cpp_to_llama_cpp(pair):
@@ -137,17 +134,8 @@ def test_only_the_draft_dying_is_a_clear_error_naming_the_draft(vllm_server, pro
     draft's endpoint, while the target (vLLM) is still up."""
     with _server(VLLM_MODEL) as draft:
         engines = EnginePair(vllm_server.url, draft.url)
-        killed = threading.Event()
-
-        def kill_after_first(trace, run) -> None:
-            if not killed.is_set():
-                draft.kill()
-                killed.set()
-
-        with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(draft.url)}"):
-            asyncio.run(runs.alr(engines, math_messages(problems[0].question), make_verifier("exact"), FixedK(1),
-                                 TOKENS, kill_after_first))
-        assert killed.is_set() and engines.target.client.healthy()
+        check_a_server_killed_after_the_first_cycle_is_named(engines, draft, problems[0].question)
+        assert engines.target.client.healthy()
         engines.close()
 
 
@@ -160,3 +148,26 @@ def test_a_request_that_outlives_its_timeout_is_not_sent_again(vllm_server):
         client.complete(client.tokenize("Count from one to five hundred:"), 400)
     assert time.monotonic() - began < 4.0
     client.close()
+
+
+def test_vllm_scores_a_step_as_it_wrote_it_and_the_likelihood_verifier_runs_over_it(pair, problems):
+    """One scoring request (vLLM's prompt log-probabilities) of vLLM's own greedy tokens: each is its
+    first choice (rank 0) save at near-ties, with the probability the generation reported. LR whose
+    verifier accepts only such steps (likelihood, max-rank 0) then keeps vLLM's greedy text."""
+    from test_engine_real import NEAR_TIE, _engine_greedy, assert_engine_text
+
+    from lookahead_reasoning.verifiers.likelihood import LikelihoodVerifier
+
+    messages = math_messages(problems[2].question)
+    reference, logprobs = _engine_greedy(pair, messages, TOKENS)
+    prompt = pair.prompt_ids(messages)
+    scores = pair.target.score(prompt, reference)
+    assert len(scores.probs) == len(scores.ranks) == len(reference)
+    for i, (p, rank, lp) in enumerate(zip(scores.probs, scores.ranks, logprobs)):
+        tie = len(lp.top) > 1 and lp.top[0][1] - lp.top[1][1] <= NEAR_TIE
+        assert rank == 0 or tie, f"token {i} of vLLM's greedy text has rank {rank} when scored"
+        assert abs(math.log(p) - lp.logprob) <= NEAR_TIE, (i, p, lp.logprob)
+    lr = runs.lr(pair, messages, LikelihoodVerifier("max-rank", 0), FixedK(2), TOKENS)
+    assert_engine_text(lr.token_ids, reference, logprobs)
+    assert [v.verifier for c in lr.stats.cycles for v in c.verdicts] and \
+        all(v.verifier == "likelihood:max-rank" for c in lr.stats.cycles for v in c.verdicts)
