@@ -203,3 +203,21 @@ def test_a_server_killed_mid_run_is_a_clear_error(problems):
     with _server("qwen2.5-coder-0.5b") as server:
         check_a_server_killed_after_the_first_cycle_is_named(EnginePair(server.url, server.url), server,
                                                              problems[0].question)
+
+
+def test_a_pair_of_the_bank_is_continued_to_an_answer_on_both_branches(pair):
+    """flips over llama.cpp: a near-final pair of the committed bank (its two steps carry different
+    numbers), both branches continued by the engine's target to an answer that is graded."""
+    from pathlib import Path
+
+    from lookahead_reasoning.bench.flips import Flipper, engine_finish, read_bank
+    from lookahead_reasoning.bench.grading import answers_match
+
+    pairs, problems = read_bank(Path(__file__).parents[1] / "benchmarks" / "results" / "pairs-gsm8k.jsonl")
+    chosen = next(p for p in pairs if (p["problem_id"], p["mode"]) == ("train-312", "step-5"))
+    assert not chosen["same_numbers"]
+    budget = chosen["prefix_tokens"] + len(chosen["target_ids"]) + 160
+    record = Flipper(engine_finish(pair, budget), pair.target.name).flip(chosen, problems["train-312"])
+    assert record["draft_answer"] is not None and record["target_answer"] is not None
+    assert 0 < record["draft_tokens"] <= 160 and 0 < record["target_tokens"] <= 160
+    assert record["flip"] == (not answers_match(record["draft_answer"], record["target_answer"]))

@@ -5,7 +5,8 @@
   the same target in the same process for the speedup (``--no-compare`` to skip), the trace summary
   and a coloured trace.
 * ``bench`` / ``report``: the benchmark harness (see :mod:`lookahead_reasoning.bench`).
-* ``pairs`` / ``verifiers``: a bank of (drafted step, target step) pairs and an offline verifier ablation.
+* ``pairs`` / ``verifiers``: a bank of (drafted step, target step) pairs and an offline verifier ablation;
+  ``flips``: which accepted pairs change the final answer (both branches continued over an engine).
 * ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``generate``,
   ``lr``, ``bench`` and ``pairs`` with ``--target-url`` run over any OpenAI-compatible engine
   (:mod:`lookahead_reasoning.engines`).
@@ -26,6 +27,7 @@ from . import engine_cli
 from .bench.cli import add_bench_commands
 from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
+from .bench.flips import add_flips_command
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate
@@ -213,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_commands(sub)
     add_pairs_commands(sub)
+    add_flips_command(sub)
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
     add_url_options(bench)
     bench.set_defaults(func=_local_or_engine(bench.get_default("func")))

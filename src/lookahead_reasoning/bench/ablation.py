@@ -160,10 +160,12 @@ def summarize(spec: str, accepted: Sequence[bool], differ: Sequence[bool], verdi
                        sum(v.error is not None for v in verdicts), note)
 
 
-def run_ablation(pairs: Sequence[dict[str, Any]], entries: Sequence[Entry],
-                 make: Callable[[Entry], Any]) -> tuple[list[AblationRow], dict[str, list[Any]]]:
+def run_ablation(pairs: Sequence[dict[str, Any]], entries: Sequence[Entry], make: Callable[[Entry], Any],
+                 decisions: dict[str, list[bool]] | None = None) -> tuple[list[AblationRow], dict[str, list[Any]]]:
     """Judge ``pairs`` with every entry (``make(entry)`` builds its verifier); returns the table's rows
-    and the verdicts of every verifier that ran, by spec."""
+    and the verdicts of every verifier that ran, by spec. ``decisions``, when given, receives every
+    entry's accept/reject per pair, by spec."""
+    decisions = {} if decisions is None else decisions
     differ = numbers_differ(pairs)
     runs: dict[str, list[Any]] = {}
     ran_for: dict[str, str] = {}  # family -> spec of the entry whose run serves it
@@ -173,7 +175,7 @@ def run_ablation(pairs: Sequence[dict[str, Any]], entries: Sequence[Entry],
         if family is not None and family in ran_for:
             source = ran_for[family]
             threshold = entry.threshold if entry.threshold is not None else make(entry).threshold  # its default
-            accepted = [rethreshold(v, threshold) for v in runs[source]]
+            accepted = decisions[entry.spec] = [rethreshold(v, threshold) for v in runs[source]]
             rows.append(summarize(entry.spec, accepted, differ, runs[source], f"scores of {source}"))
             continue
         verifier = make(entry)
@@ -181,7 +183,8 @@ def run_ablation(pairs: Sequence[dict[str, Any]], entries: Sequence[Entry],
         runs[entry.spec] = verdicts
         if family is not None:
             ran_for[family] = entry.spec
-        rows.append(summarize(entry.spec, [v.accepted for v in verdicts], differ, verdicts))
+        decisions[entry.spec] = [v.accepted for v in verdicts]
+        rows.append(summarize(entry.spec, decisions[entry.spec], differ, verdicts))
     return rows, runs
 
 
@@ -298,8 +301,13 @@ def run_ablation_command(args: Any) -> int:
         judge = models.judge(s, target) if s.judge_model else None
         return build_verifier(s, target_lm=target, judge_lm=judge, device=args.device)
 
-    rows, runs = run_ablation(pairs, entries, make)
+    decisions: dict[str, list[bool]] = {}
+    rows, runs = run_ablation(pairs, entries, make, decisions)
     table = markdown_table(rows, pairs)
+    if getattr(args, "flips", None):  # the measured harm of each verifier, from continued pairs
+        from .flips import harm_rows, harm_table, read_records
+        flips = list(read_records(Path(args.flips)))
+        table += "\n\n" + harm_table(harm_rows(pairs, decisions, flips), flips)
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     plot = plot_tradeoff(rows, runs, entries, pairs, out.with_suffix(".png"))

@@ -308,6 +308,7 @@ def add_pairs_commands(sub: Any) -> None:
     v.add_argument("--dtype", default="auto", help="dtype of --target")
     v.add_argument("--device", default=None)
     add_judge_args(v)
+    v.add_argument("--flips", default=None, help="a flips JSONL (`lookahead-reasoning flips`): add each verifier's flip rate")
     v.add_argument("--out", default=None, help="markdown table (default: <pairs>-verifiers.md); JSON and PNG beside it")
     v.set_defaults(func=cmd_verifiers)
 

@@ -1,0 +1,260 @@
+"""What an accepted step does to the answer: a verifier's harm, measured directly.
+
+A verifier that accepts a drafted step s^ in place of the target's own step s changes the text from
+there on. Whether that matters shows only at the end: for a pair of the step-pair bank (prefix x,
+drafted step s^, target's step s), continue both x + s^ and x + s greedily with the target to the end
+and grade the two answers. The pair *flips* when the answers differ. A verifier's flip rate is the
+share of flips among the pairs it accepts that are not exact matches (an exact match leaves the
+text as it is); with it and the number of such steps a verifier accepts per problem, the share of
+answers kept end to end is predicted as (1 - flip rate) ^ (accepted non-exact steps per problem).
+
+The target runs behind an engine (one completion request per branch). The target branch x + s is
+the target's own greedy path: where a pair's x + s already starts a target branch continued for an
+earlier pair of the problem, that branch's answer is used without a second request. A step that
+ended with EOS ends its branch: nothing is continued after it.
+
+Only pairs that are not exact matches are continued; ``sample`` of them (seeded) when given, in the
+bank's order. Each continued pair is one JSON line written at once (the bench runner's
+``append_record``); a rerun skips the pairs already in the file, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import ConfigError, require
+from ..prompts import math_messages
+from .grading import answers_match, grade
+from .results import append_record, check_writable, done_pairs, read_records
+
+FLIP_MAX_NEW_TOKENS = 1024  # a branch's whole answer (prefix, step and continuation), in target tokens
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class FlipsConfig:
+    """``pairs``: a bank written by ``lookahead-reasoning pairs``; ``out``: the flips JSONL (resumable);
+    ``sample``: how many non-exact pairs to continue (None: all), drawn with ``seed``."""
+
+    pairs: str
+    out: str
+    sample: int | None = None
+    seed: int = 0
+    max_new_tokens: int = FLIP_MAX_NEW_TOKENS
+
+    def __post_init__(self) -> None:
+        require(self.sample is None or (isinstance(self.sample, int) and self.sample >= 1),
+                f"--sample must be an integer >= 1, got {self.sample!r}")
+        require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
+                f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+
+
+def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(pair records, problem summaries by problem id) of a bank; ConfigError when it holds no pairs."""
+    require(Path(path).is_file(), f"no pairs file at {path}: `lookahead-reasoning pairs --out {path}` writes one",
+            ConfigError)
+    records = list(read_records(Path(path)))
+    pairs = [r for r in records if r.get("kind") == "pair"]
+    problems = {r["problem_id"]: r for r in records if r.get("kind") == "problem"}
+    require(bool(pairs), f"{path} holds no step pairs", ConfigError)
+    missing = sorted({p["problem_id"] for p in pairs} - set(problems))
+    require(not missing, f"{path} has pairs of problems without their summary (question, gold answer): "
+            f"{missing[:3]}; rerun `lookahead-reasoning pairs` on it to finish them", ConfigError)
+    return pairs, problems
+
+
+def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
+    """The pairs that are not exact matches, or ``n`` of them drawn with ``random.Random(seed)``; bank order."""
+    candidates = [p for p in pairs if not p.get("exact")]
+    if n is not None and n < len(candidates):
+        chosen = {id(p) for p in random.Random(seed).sample(candidates, n)}
+        candidates = [p for p in candidates if id(p) in chosen]
+    return candidates
+
+
+Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (the continuation, its tokens)
+
+
+def engine_finish(engines: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
+    """Continue a text greedily with the target of ``engines`` (an EnginePair) to EOS or ``max_new_tokens``
+    in all (the text so far counts): one completion request."""
+    from ..engines import runs
+
+    def finish(question: str, head: str) -> tuple[str, int]:
+        ids = engines.prompt_ids(math_messages(question))
+        written = engines.target.encode(head) if head else []
+        budget = max_new_tokens - len(written)
+        if budget <= 0:
+            return "", 0
+        done = runs.ar(engines, ids + written, budget)
+        return done.text, len(done.token_ids)
+
+    return finish
+
+
+class Flipper:
+    """Continues branches with ``finish`` (:func:`engine_finish`) and remembers each problem's target branches."""
+
+    def __init__(self, finish: Finish, model: str = ""):
+        self.finish, self.model = finish, model
+        self.branches: dict[str, list[str]] = {}  # problem id -> whole texts of the target branches so far
+
+    def remember(self, problem_id: str, whole: str) -> None:
+        self.branches.setdefault(problem_id, []).append(whole)
+
+    def flip(self, pair: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any]:
+        """Continue the pair's drafted branch (and its target branch, unless a remembered one starts
+        with it), grade both, and return the record."""
+        start = time.perf_counter()
+        pid, question, gold = pair["problem_id"], problem["question"], problem["gold"]
+        draft_head, target_head = pair["prefix"] + pair["draft"], pair["prefix"] + pair["target"]
+        draft_text, draft_tokens = ("", 0) if pair.get("draft_end") == "eos" else self.finish(question, draft_head)
+        known = next((w for w in self.branches.get(pid, []) if w.startswith(target_head)), None)
+        if known is None and pair.get("target_end") == "eos":  # the target's step ended the answer
+            known = target_head
+        target_text, target_tokens = (None, 0) if known is not None else self.finish(question, target_head)
+        target_whole = known if known is not None else target_head + target_text
+        if known is None:
+            self.remember(pid, target_whole)
+        mine, theirs = grade(draft_head + draft_text, gold), grade(target_whole, gold)
+        same = (mine.predicted is None and theirs.predicted is None) or (
+            mine.predicted is not None and theirs.predicted is not None and answers_match(mine.predicted, theirs.predicted))
+        return {"kind": "flip", "problem_id": pid, "index": pair.get("index"), "mode": pair["mode"],
+                "step": pair["step"], "gold": gold, "draft_answer": mine.predicted, "target_answer": theirs.predicted,
+                "flip": not same, "draft_correct": mine.correct, "target_correct": theirs.correct,
+                "target_reused": known is not None, "draft_text": draft_text, "target_text": target_text,
+                "draft_tokens": draft_tokens, "target_tokens": target_tokens,
+                "model": self.model, "wall_s": round(time.perf_counter() - start, 3),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -> Path:
+    """Continue every sampled pair not in ``config.out`` yet with ``flipper``; returns the path."""
+    pairs, problems = read_bank(config.pairs)
+    chosen = sample_pairs(pairs, config.sample, config.seed)
+    path = Path(config.out)
+    check_writable(path, "the flips")
+    done = {(key[0], key[1]) for key in done_pairs(path)}
+    by_key = {(p["problem_id"], p["mode"]): p for p in pairs}
+    for record in read_records(path):  # the target branches of an earlier run serve this one too
+        pair = by_key.get((record.get("problem_id"), record.get("mode")))
+        if pair is not None and record.get("target_text") is not None:
+            flipper.remember(pair["problem_id"], pair["prefix"] + pair["target"] + record["target_text"])
+    todo = [p for p in chosen if (p["problem_id"], p["mode"]) not in done]
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with transformers
+        tqdm = None
+    bar = tqdm(total=len(chosen), initial=len(chosen) - len(todo), desc="flips", disable=not progress or tqdm is None,
+               file=sys.stderr) if tqdm else None
+    for pair in todo:
+        append_record(path, flipper.flip(pair, problems[pair["problem_id"]]))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return path
+
+
+# ------------------------------------------------------------------------------------------ the harm table
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k / n (95% by default); (nan, nan) when n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+@dataclass
+class HarmRow:
+    """One verifier's measured harm: flips among its accepted, continued, non-exact pairs."""
+
+    verifier: str
+    continued: int  # accepted non-exact pairs that were continued
+    flips: int
+    rate: float
+    low: float
+    high: float
+    steps_per_problem: float  # accepted non-exact steps per problem of the bank
+    retention: float  # predicted share of answers kept: (1 - rate) ** steps_per_problem
+
+
+def harm_rows(pairs: Sequence[dict[str, Any]], decisions: dict[str, Sequence[bool]],
+              flips: Sequence[dict[str, Any]]) -> list[HarmRow]:
+    """Per verifier (``decisions``: spec -> accepted per pair, in ``pairs``' order) its flip rate with a
+    95% interval and the answer retention it predicts."""
+    flipped = {(f["problem_id"], f["mode"]): bool(f["flip"]) for f in flips if f.get("kind") == "flip"}
+    problems = len({p["problem_id"] for p in pairs}) or 1
+    rows = []
+    for spec, accepted in decisions.items():
+        foreign = [p for p, a in zip(pairs, accepted) if a and not p.get("exact")]
+        seen = [flipped[(p["problem_id"], p["mode"])] for p in foreign if (p["problem_id"], p["mode"]) in flipped]
+        k, n = sum(seen), len(seen)
+        rate = k / n if n else (0.0 if not foreign else math.nan)
+        low, high = wilson(k, n) if n else (rate, rate)
+        per = len(foreign) / problems
+        rows.append(HarmRow(spec, n, k, rate, low, high, per, (1 - rate) ** per if rate == rate else math.nan))
+    return rows
+
+
+def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
+    n = sum(1 for f in flips if f.get("kind") == "flip")
+    lines = [f"{n} non-exact pairs continued to the end on both branches; a flip is a different final answer.", "",
+             "| verifier | accepted non-exact pairs continued | flips | flip rate (95% interval) |"
+             " accepted non-exact steps / problem | predicted answers kept |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rate = "-" if r.rate != r.rate else f"{r.rate:.1%} ({r.low:.1%}-{r.high:.1%})"
+        kept = "-" if r.retention != r.retention else f"{r.retention:.1%}"
+        lines.append(f"| {r.verifier} | {r.continued} | {r.flips} | {rate} | {r.steps_per_problem:.2f} | {kept} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ command line
+
+def add_flips_command(sub: Any) -> None:
+    """Add ``flips``: continue a bank's non-exact pairs on both branches over the target's engine."""
+    from ..engine_cli import add_url_options
+
+    f = sub.add_parser("flips", help="continue a step-pair bank's non-exact pairs to the end on both branches "
+                                     "(the target over an engine) and record which change the answer (resumable)")
+    f.add_argument("pairs", help="a pairs JSONL written by the pairs command")
+    f.add_argument("--out", required=True, help="flips JSONL (rerun with the same path to resume)")
+    f.add_argument("--sample", type=int, default=None, help="continue this many non-exact pairs, drawn with --seed "
+                                                            "(default: all)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--max-new-tokens", type=int, default=FLIP_MAX_NEW_TOKENS,
+                   help="a branch's whole answer, prefix and step included")
+    add_url_options(f, "generate")
+    f.set_defaults(func=cmd_flips)
+
+
+def cmd_flips(args: Any) -> int:
+    from ..engine_cli import engine_settings
+    from ..runtime.engine.pair import EnginePair
+
+    require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
+            "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
+    config = FlipsConfig(args.pairs, args.out, args.sample, args.seed, args.max_new_tokens)
+    read_bank(config.pairs)  # a bad file fails before any connection
+    engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
+                         template=args.template)
+    try:
+        path = run_flips(config, Flipper(engine_finish(engines, config.max_new_tokens), engines.target.name))
+    finally:
+        engines.close()
+    print(f"flips: {path} (`lookahead-reasoning verifiers {config.pairs} --flips {path}` adds each verifier's "
+          "flip rate to the ablation)")
+    return 0
+
+
+__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "add_flips_command", "cmd_flips", "engine_finish",
+           "harm_rows", "harm_table", "read_bank", "run_flips", "sample_pairs", "wilson"]
