@@ -23,7 +23,6 @@ from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
 from lookahead_reasoning.errors import EngineError, VerifierError
-from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS
 from lookahead_reasoning.sampling import token_scores
 from lookahead_reasoning.testing import perturbed_copy

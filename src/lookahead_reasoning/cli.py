@@ -27,11 +27,11 @@ from . import engine_cli
 from .bench.cli import add_bench_commands
 from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
-from .bench.flips import add_flips_command
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate
-from .engine_cli import add_serve_command, add_url_options, run_generate_over_engine, run_lr_over_engine
+from .engine_cli import (add_flips_command, add_serve_command, add_url_options, run_generate_over_engine,
+                         run_lr_over_engine)
 from .errors import LookaheadError, PromptError, require
 from .models import load_model
 from .options import (

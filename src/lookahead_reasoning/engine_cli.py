@@ -27,11 +27,12 @@ import time
 
 from .bench.engine import EngineBench, EngineURLs, run_engine_bench
 from .bench.engine_pairs import run_engine_pairs
+from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
 from .bench.grading import grade
 from .bench.pairs import PairsConfig
 from .engines import runs
 from .engines.generator import EngineRuntime
-from .errors import require
+from .errors import ConfigError, require
 from .presets import (
     DEFAULT_DRAFT,
     DEFAULT_TARGET,
@@ -242,5 +243,36 @@ def run_pairs_over_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_serve_command", "add_url_options", "cmd_serve", "engine_settings", "engine_verifier", "run_bench_over_engine",
+def add_flips_command(sub: argparse._SubParsersAction) -> None:
+    """``flips``: continue a bank's non-exact pairs on both branches over the target's engine (:mod:`.bench.flips`)."""
+    f = sub.add_parser("flips", help="continue a step-pair bank's non-exact pairs to the end on both branches "
+                                     "(the target over an engine) and record which change the answer (resumable)")
+    f.add_argument("pairs", help="a pairs JSONL written by the pairs command")
+    f.add_argument("--out", required=True, help="flips JSONL (rerun with the same path to resume)")
+    f.add_argument("--sample", type=int, default=None, help="continue this many non-exact pairs, drawn with --seed "
+                                                            "(default: all)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--max-new-tokens", type=int, default=FLIP_MAX_NEW_TOKENS,
+                   help="a branch's whole answer, prefix and step included")
+    add_url_options(f, "generate")
+    f.set_defaults(func=cmd_flips)
+
+
+def cmd_flips(args: argparse.Namespace) -> int:
+    require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
+            "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
+    config = FlipsConfig(args.pairs, args.out, args.sample, args.seed, args.max_new_tokens)
+    read_bank(config.pairs)  # a bad file fails before any connection
+    engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
+                         template=args.template)
+    try:
+        path = run_flips(config, Flipper(engine_finish(engines, config.max_new_tokens), engines.target.name))
+    finally:
+        engines.close()
+    print(f"flips: {path} (`lookahead-reasoning verifiers {config.pairs} --flips {path}` adds each verifier's "
+          "flip rate to the ablation)")
+    return 0
+
+
+__all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings", "engine_verifier", "run_bench_over_engine",
            "run_generate_over_engine", "run_lr_over_engine", "run_pairs_over_engine"]

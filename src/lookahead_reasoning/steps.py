@@ -67,6 +67,26 @@ class Step:
 
 
 @dataclass(frozen=True)
+class TokenScores:
+    """The target's view of one drafted step: for each of its tokens (in the target's ids) the target's
+    probability of that token after everything before it, and its rank among the target's choices
+    there (0: the target's most likely token; None where the runtime does not report ranks)."""
+
+    probs: tuple[float, ...]
+    ranks: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        require(all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in self.probs),
+                f"token probabilities must be floats in [0, 1], got {self.probs!r}")
+        require(self.ranks is None or len(self.ranks) == len(self.probs),
+                f"{len(self.probs)} probabilities but {len(self.ranks or ())} ranks")
+
+    @classmethod
+    def of(cls, probs: Sequence[float], ranks: Sequence[int] | None = None) -> "TokenScores":
+        return cls(tuple(min(1.0, max(0.0, float(p))) for p in probs), None if ranks is None else tuple(map(int, ranks)))
+
+
+@dataclass(frozen=True)
 class StepRequest:
     """Write one step after ``context`` (token ids), at most ``budget`` tokens. ``alternative`` > 0
     asks for the alternative draft number ``alternative`` (sampled, with its own seed). ``free``: no
@@ -93,6 +113,9 @@ class StepModel(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str:
         ...
+
+    # Optional: ``async def ascore(context, ids) -> TokenScores`` (and a sync ``score``), the model's
+    # probabilities of given tokens, which a likelihood verifier judges drafted steps by.
 
 
 def split_steps(text: str, delimiters: Sequence[str] = STEP_DELIMITERS) -> list[str]:

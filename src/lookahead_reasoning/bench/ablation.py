@@ -37,6 +37,8 @@ from ..verifiers.options import (
 from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
+from .flips import harm_rows, harm_table
+from .results import read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
@@ -305,7 +307,6 @@ def run_ablation_command(args: Any) -> int:
     rows, runs = run_ablation(pairs, entries, make, decisions)
     table = markdown_table(rows, pairs)
     if getattr(args, "flips", None):  # the measured harm of each verifier, from continued pairs
-        from .flips import harm_rows, harm_table, read_records
         flips = list(read_records(Path(args.flips)))
         table += "\n\n" + harm_table(harm_rows(pairs, decisions, flips), flips)
     print(table)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..engines import runs
 from ..errors import ConfigError, require
 from ..prompts import math_messages
 from .grading import answers_match, grade
@@ -84,8 +85,6 @@ Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (th
 def engine_finish(engines: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
     """Continue a text greedily with the target of ``engines`` (an EnginePair) to EOS or ``max_new_tokens``
     in all (the text so far counts): one completion request."""
-    from ..engines import runs
-
     def finish(question: str, head: str) -> tuple[str, int]:
         ids = engines.prompt_ids(math_messages(question))
         written = engines.target.encode(head) if head else []
@@ -218,43 +217,5 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------ command line
-
-def add_flips_command(sub: Any) -> None:
-    """Add ``flips``: continue a bank's non-exact pairs on both branches over the target's engine."""
-    from ..engine_cli import add_url_options
-
-    f = sub.add_parser("flips", help="continue a step-pair bank's non-exact pairs to the end on both branches "
-                                     "(the target over an engine) and record which change the answer (resumable)")
-    f.add_argument("pairs", help="a pairs JSONL written by the pairs command")
-    f.add_argument("--out", required=True, help="flips JSONL (rerun with the same path to resume)")
-    f.add_argument("--sample", type=int, default=None, help="continue this many non-exact pairs, drawn with --seed "
-                                                            "(default: all)")
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--max-new-tokens", type=int, default=FLIP_MAX_NEW_TOKENS,
-                   help="a branch's whole answer, prefix and step included")
-    add_url_options(f, "generate")
-    f.set_defaults(func=cmd_flips)
-
-
-def cmd_flips(args: Any) -> int:
-    from ..engine_cli import engine_settings
-    from ..runtime.engine.pair import EnginePair
-
-    require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
-            "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
-    config = FlipsConfig(args.pairs, args.out, args.sample, args.seed, args.max_new_tokens)
-    read_bank(config.pairs)  # a bad file fails before any connection
-    engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
-                         template=args.template)
-    try:
-        path = run_flips(config, Flipper(engine_finish(engines, config.max_new_tokens), engines.target.name))
-    finally:
-        engines.close()
-    print(f"flips: {path} (`lookahead-reasoning verifiers {config.pairs} --flips {path}` adds each verifier's "
-          "flip rate to the ablation)")
-    return 0
-
-
-__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "add_flips_command", "cmd_flips", "engine_finish",
+__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish",
            "harm_rows", "harm_table", "read_bank", "run_flips", "sample_pairs", "wilson"]

@@ -29,35 +29,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import VerifierError, require
+from ..steps import TokenScores
 from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
 from .text import numbers_mismatch
 
 RULES = ("min-prob", "mean-logp", "low-count", "max-rank")
 DEFAULT_THRESHOLDS = {"min-prob": 0.3, "mean-logp": -0.3, "low-count": 0.1, "max-rank": 1}
-
-
-@dataclass(frozen=True)
-class TokenScores:
-    """The target's view of one drafted step: for each of its tokens (in the target's ids) the target's
-    probability of that token after everything before it, and its rank among the target's choices
-    there (0: the target's most likely token; None where the runtime does not report ranks)."""
-
-    probs: tuple[float, ...]
-    ranks: tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        require(all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in self.probs),
-                f"token probabilities must be floats in [0, 1], got {self.probs!r}")
-        require(self.ranks is None or len(self.ranks) == len(self.probs),
-                f"{len(self.probs)} probabilities but {len(self.ranks or ())} ranks")
-
-    @classmethod
-    def of(cls, probs: Sequence[float], ranks: Sequence[int] | None = None) -> "TokenScores":
-        return cls(tuple(min(1.0, max(0.0, float(p))) for p in probs), None if ranks is None else tuple(map(int, ranks)))
 
 
 def uses_scores(verifier) -> bool:

@@ -21,8 +21,7 @@ from typing import Sequence
 from ...errors import EngineError, TokenizerMismatchError
 from ...presets import ALT_TEMPERATURE
 from ...sampling import SamplingConfig
-from ...steps import Step, StepConfig, StepRequest
-from ...verifiers.likelihood import TokenScores
+from ...steps import Step, StepConfig, StepRequest, TokenScores
 from .client import Completion, EngineClient, Sampling
 
 PROBE = "Natalia sold clips to 48 of her friends.\n\nThen she sold half as many in May: 48 / 2 = 24.\n\n"
