@@ -85,6 +85,7 @@ def test_the_sample_is_seeded_and_skips_exact_matches():
     assert a == b and a != c and len(a) == 7 and not any(p["exact"] for p in a)
     assert [p["mode"] for p in a] == sorted((p["mode"] for p in a), key=lambda m: int(m[5:]))  # bank order
     assert len(sample_pairs(pairs, None, 0)) == 20
+    assert all(p in sample_pairs(pairs, 12, 1) for p in a)  # a larger sample extends a smaller one
 
 
 def test_wilson_interval_covers_the_rate_and_matches_known_values():

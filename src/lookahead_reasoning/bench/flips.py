@@ -71,10 +71,13 @@ def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[st
 
 
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """The pairs that are not exact matches, or ``n`` of them drawn with ``random.Random(seed)``; bank order."""
+    """The pairs that are not exact matches, or ``n`` of them drawn with ``random.Random(seed)``; bank order.
+    The sample of ``n`` holds every smaller sample of the same seed, so a run can be extended."""
     candidates = [p for p in pairs if not p.get("exact")]
     if n is not None and n < len(candidates):
-        chosen = {id(p) for p in random.Random(seed).sample(candidates, n)}
+        order = list(candidates)
+        random.Random(seed).shuffle(order)  # one order per seed: a larger n extends a smaller n's sample
+        chosen = {id(p) for p in order[:n]}
         candidates = [p for p in candidates if id(p) in chosen]
     return candidates
 
