@@ -465,3 +465,27 @@ def test_a_failed_build_or_install_step_names_itself_and_shows_its_log(tmp_path)
         run_logged([sys.executable, "-c", "import sys; print('no wheel for this CPU'); sys.exit(3)"], log,
                    "installing vLLM: step two")
     assert "step one done" in log.read_text()
+
+
+def test_spans_record_each_completion_in_time_and_a_cancelled_one_as_cancelled():
+    with FakeEngine(script=("ok", "hang")) as engine:
+        client = EngineClient(Endpoint(engine.url, timeout_s=10))
+        assert client.spans is None  # records nothing unless asked
+        client.spans = []
+        client.complete([1, 2, 3], 8)
+
+        async def cancel_one() -> None:
+            task = asyncio.ensure_future(client.acomplete([4, 5], 8))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.aclose()
+
+        asyncio.run(cancel_one())
+        done, cancelled = client.spans
+        assert (done.prompt_tokens, done.max_tokens, done.cancelled) == (3, 8, False) and done.new_tokens > 0
+        assert done.end > done.start and cancelled.start >= done.end
+        assert (cancelled.prompt_tokens, cancelled.new_tokens, cancelled.cancelled) == (2, 0, True)
+        assert 0.25 < cancelled.end - cancelled.start < 5
+        client.close()

@@ -28,6 +28,11 @@ from .load import InFlight
 from .wire import ENDS, Completion, Endpoint, RequestSpan, Sampling, TokenLogprob, parse_completion, request_body
 
 
+def _length(prompt: str | Sequence[int]) -> int:
+    """A prompt's length in tokens (0 for a text prompt, which the engine tokenizes)."""
+    return 0 if isinstance(prompt, str) else len(prompt)
+
+
 class EngineClient:
     """Sync and async ``/v1/completions`` (plus ``/tokenize``, ``/health``) for one :class:`Endpoint`.
 
@@ -128,8 +133,13 @@ class EngineClient:
         """:meth:`complete` for asyncio: gather several to have the engine batch them."""
         body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs, await self.adialect())
         start = time.perf_counter()
-        with self.load.request():
-            done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
+        try:
+            with self.load.request():
+                done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
+        except asyncio.CancelledError:
+            if self.spans is not None:
+                self.spans.append(RequestSpan(start, time.perf_counter(), _length(prompt), max_tokens, 0, True))
+            raise
         done.seconds = time.perf_counter() - start
         self._span(start, prompt, max_tokens, done)
         return done
@@ -156,8 +166,7 @@ class EngineClient:
     def _span(self, start: float, prompt: str | Sequence[int], max_tokens: int, done: Completion) -> None:
         if self.spans is not None:
             written = len(done.token_ids) if done.token_ids is not None else len(done.logprobs or ())
-            self.spans.append(RequestSpan(start, start + done.seconds, len(prompt) if not isinstance(prompt, str) else 0,
-                                          max_tokens, written))
+            self.spans.append(RequestSpan(start, start + done.seconds, _length(prompt), max_tokens, written))
 
     @property
     def in_flight(self) -> int:

@@ -167,14 +167,16 @@ def parse_completion(data: Any, where: str) -> Completion:
 
 @dataclass(frozen=True)
 class RequestSpan:
-    """One completion request in time (``time.perf_counter`` seconds): when it was sent and answered, the
-    prompt's length, the tokens asked for and the tokens written."""
+    """One completion request in time (``time.perf_counter`` seconds): when it was sent and answered (or
+    given up: ``cancelled``, a row whose step the cycle no longer needed), the prompt's length, the tokens
+    asked for and the tokens written."""
 
     start: float
     end: float
     prompt_tokens: int
     max_tokens: int
     new_tokens: int
+    cancelled: bool = False
 
 
 __all__ = ["ENDS", "Completion", "Endpoint", "RequestSpan", "Sampling", "TokenLogprob", "parse_completion", "request_body"]
