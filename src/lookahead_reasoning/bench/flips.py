@@ -9,12 +9,13 @@ text as it is); with it and the number of such steps a verifier accepts per prob
 answers kept end to end is predicted as (1 - flip rate) ^ (accepted non-exact steps per problem).
 
 The target runs behind an engine (one completion request per branch). The target branch x + s is
-the target's own greedy path: where a pair's x + s already starts a target branch continued for an
-earlier pair of the problem, that branch's answer is used without a second request. A step that
+the target's own greedy path: where the target, continuing an earlier pair's x + s, wrote on through a
+later pair's x + s, that branch's answer serves the later pair without a second request (only text the
+target wrote itself counts: the bank's prefixes may come from another build of the target). A step that
 ended with EOS ends its branch: nothing is continued after it.
 
-Only pairs that are not exact matches are continued; ``sample`` of them (seeded) when given, in the
-bank's order. Each continued pair is one JSON line written at once (the bench runner's
+Only pairs that are not exact matches are continued, in a seeded random order (``sample``: the first
+that many). Each continued pair is one JSON line written at once (the bench runner's
 ``append_record``); a rerun skips the pairs already in the file, so an interrupted run resumes.
 """
 
@@ -71,15 +72,12 @@ def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[st
 
 
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """The pairs that are not exact matches, or ``n`` of them drawn with ``random.Random(seed)``; bank order.
-    The sample of ``n`` holds every smaller sample of the same seed, so a run can be extended."""
-    candidates = [p for p in pairs if not p.get("exact")]
-    if n is not None and n < len(candidates):
-        order = list(candidates)
-        random.Random(seed).shuffle(order)  # one order per seed: a larger n extends a smaller n's sample
-        chosen = {id(p) for p in order[:n]}
-        candidates = [p for p in candidates if id(p) in chosen]
-    return candidates
+    """The pairs that are not exact matches in the order ``random.Random(seed)`` draws them; the first
+    ``n`` (None: all). Any first part of the draw is a uniform sample, so a larger ``n`` extends a smaller
+    one and an interrupted run has continued a uniform sample."""
+    order = [p for p in pairs if not p.get("exact")]
+    random.Random(seed).shuffle(order)
+    return order if n is None else order[:n]
 
 
 Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (the continuation, its tokens)
@@ -105,10 +103,16 @@ class Flipper:
 
     def __init__(self, finish: Finish, model: str = ""):
         self.finish, self.model = finish, model
-        self.branches: dict[str, list[str]] = {}  # problem id -> whole texts of the target branches so far
+        self.branches: dict[str, list[tuple[str, str]]] = {}  # problem id -> (head, whole text) of its target branches
 
-    def remember(self, problem_id: str, whole: str) -> None:
-        self.branches.setdefault(problem_id, []).append(whole)
+    def remember(self, problem_id: str, head: str, whole: str) -> None:
+        self.branches.setdefault(problem_id, []).append((head, whole))
+
+    def known(self, problem_id: str, head: str) -> str | None:
+        """A remembered target branch that serves ``head``: one the target wrote on from an earlier part of
+        ``head`` (its own head is a prefix of ``head``) and that passes through all of ``head``."""
+        return next((whole for mine, whole in self.branches.get(problem_id, [])
+                     if head.startswith(mine) and whole.startswith(head)), None)
 
     def flip(self, pair: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any]:
         """Continue the pair's drafted branch (and its target branch, unless a remembered one starts
@@ -117,13 +121,13 @@ class Flipper:
         pid, question, gold = pair["problem_id"], problem["question"], problem["gold"]
         draft_head, target_head = pair["prefix"] + pair["draft"], pair["prefix"] + pair["target"]
         draft_text, draft_tokens = ("", 0) if pair.get("draft_end") == "eos" else self.finish(question, draft_head)
-        known = next((w for w in self.branches.get(pid, []) if w.startswith(target_head)), None)
+        known = self.known(pid, target_head)
         if known is None and pair.get("target_end") == "eos":  # the target's step ended the answer
             known = target_head
         target_text, target_tokens = (None, 0) if known is not None else self.finish(question, target_head)
         target_whole = known if known is not None else target_head + target_text
         if known is None:
-            self.remember(pid, target_whole)
+            self.remember(pid, target_head, target_whole)
         mine, theirs = grade(draft_head + draft_text, gold), grade(target_whole, gold)
         same = (mine.predicted is None and theirs.predicted is None) or (
             mine.predicted is not None and theirs.predicted is not None and answers_match(mine.predicted, theirs.predicted))
@@ -147,7 +151,8 @@ def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -
     for record in read_records(path):  # the target branches of an earlier run serve this one too
         pair = by_key.get((record.get("problem_id"), record.get("mode")))
         if pair is not None and record.get("target_text") is not None:
-            flipper.remember(pair["problem_id"], pair["prefix"] + pair["target"] + record["target_text"])
+            head = pair["prefix"] + pair["target"]
+            flipper.remember(pair["problem_id"], head, head + record["target_text"])
     todo = [p for p in chosen if (p["problem_id"], p["mode"]) not in done]
     try:
         from tqdm import tqdm
