@@ -154,3 +154,14 @@ def test_the_command_continues_over_an_engine_and_the_ablation_adds_the_flip_rat
     text = table.read_text()
     assert "flip rate (95% interval)" in text and "| random |" in text.split("flip rate")[1]
     assert main(["flips", str(path), "--out", str(out)]) == 2 and "--target-url" in capsys.readouterr().err
+
+
+def test_a_drafted_step_cut_at_the_cap_is_neither_continued_nor_counted():
+    """No cycle keeps a drafted step cut at the step cap, so its pair says nothing about a verifier's harm."""
+    pairs = [{"problem_id": "p", "mode": f"step-{i}", "step": i, "exact": False,
+              "draft_end": "budget" if i == 0 else "stop_string"} for i in range(3)]
+    assert [p["step"] for p in sorted(sample_pairs(pairs, None, 0), key=lambda p: p["step"])] == [1, 2]
+    flips = [{"kind": "flip", "problem_id": "p", "mode": f"step-{i}", "flip": True} for i in range(3)]
+    [row] = harm_rows(pairs, {"all": [True] * 3}, flips)
+    assert (row.continued, row.flips, row.steps_per_problem) == (2, 2, 2.0)
+    assert row.retention == 0.0 and row.retention_low == 0.0

@@ -71,11 +71,17 @@ def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[st
     return pairs, problems
 
 
+def complete(pair: dict[str, Any]) -> bool:
+    """Whether the pair's drafted step ended on a delimiter or EOS: a step cut at the step cap is never
+    accepted by a cycle, whatever a verifier would say of it."""
+    return pair.get("draft_end", "stop_string") in ("stop_string", "eos")
+
+
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """The pairs that are not exact matches in the order ``random.Random(seed)`` draws them; the first
+    """The pairs that are not exact matches (and whose drafted step is complete) in the order ``random.Random(seed)`` draws them; the first
     ``n`` (None: all). Any first part of the draw is a uniform sample, so a larger ``n`` extends a smaller
     one and an interrupted run has continued a uniform sample."""
-    order = [p for p in pairs if not p.get("exact")]
+    order = [p for p in pairs if not p.get("exact") and complete(p)]
     random.Random(seed).shuffle(order)
     return order if n is None else order[:n]
 
@@ -193,16 +199,22 @@ class HarmRow:
     steps_per_problem: float  # accepted non-exact steps per problem of the bank
     retention: float  # predicted share of answers kept: (1 - rate) ** steps_per_problem
 
+    @property
+    def retention_low(self) -> float:
+        """The predicted share of answers kept at the high end of the flip rate's interval."""
+        return (1 - self.high) ** self.steps_per_problem if self.high == self.high else math.nan
+
 
 def harm_rows(pairs: Sequence[dict[str, Any]], decisions: dict[str, Sequence[bool]],
               flips: Sequence[dict[str, Any]]) -> list[HarmRow]:
     """Per verifier (``decisions``: spec -> accepted per pair, in ``pairs``' order) its flip rate with a
-    95% interval and the answer retention it predicts."""
+    95% interval and the answer retention it predicts. Accepted pairs whose drafted step was cut at the
+    step cap do not count: no cycle keeps such a step."""
     flipped = {(f["problem_id"], f["mode"]): bool(f["flip"]) for f in flips if f.get("kind") == "flip"}
     problems = len({p["problem_id"] for p in pairs}) or 1
     rows = []
     for spec, accepted in decisions.items():
-        foreign = [p for p, a in zip(pairs, accepted) if a and not p.get("exact")]
+        foreign = [p for p, a in zip(pairs, accepted) if a and not p.get("exact") and complete(p)]
         seen = [flipped[(p["problem_id"], p["mode"])] for p in foreign if (p["problem_id"], p["mode"]) in flipped]
         k, n = sum(seen), len(seen)
         rate = k / n if n else (0.0 if not foreign else math.nan)
@@ -216,11 +228,12 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
     n = sum(1 for f in flips if f.get("kind") == "flip")
     lines = [f"{n} non-exact pairs continued to the end on both branches; a flip is a different final answer.", "",
              "| verifier | accepted non-exact pairs continued | flips | flip rate (95% interval) |"
-             " accepted non-exact steps / problem | predicted answers kept |",
+             " accepted non-exact steps / problem | predicted answers kept (at the interval's high end) |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         rate = "-" if r.rate != r.rate else f"{r.rate:.1%} ({r.low:.1%}-{r.high:.1%})"
-        kept = "-" if r.retention != r.retention else f"{r.retention:.1%}"
+        kept = "-" if r.retention != r.retention else f"{r.retention:.1%}" + (
+            f" ({r.retention_low:.1%})" if r.retention_low == r.retention_low else "")
         lines.append(f"| {r.verifier} | {r.continued} | {r.flips} | {rate} | {r.steps_per_problem:.2f} | {kept} |")
     return "\n".join(lines)
 
