@@ -22,7 +22,7 @@ from lookahead_reasoning.decoding import generate, generate_lr_reference
 from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
-from lookahead_reasoning.errors import EngineError, VerifierError
+from lookahead_reasoning.errors import ConfigError, EngineError, VerifierError
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS
 from lookahead_reasoning.sampling import token_scores
 from lookahead_reasoning.testing import perturbed_copy
@@ -185,7 +185,7 @@ def test_a_step_model_that_cannot_score_is_refused_with_the_verifiers_name():
         def decode(self, ids):
             return self.inner.decode(ids)
 
-    with pytest.raises(Exception, match="likelihood:min-prob.*plain"):
+    with pytest.raises(ConfigError, match="likelihood:min-prob.*plain"):
         generate_stepwise(Plain(), LocalSteps(tiny_lm(0), _steps((5, 6, 7))), [5, 6, 7], LikelihoodVerifier(),
                           policy=FixedK(2), max_new_tokens=16)
 

@@ -274,5 +274,6 @@ def cmd_flips(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings", "engine_verifier", "run_bench_over_engine",
-           "run_generate_over_engine", "run_lr_over_engine", "run_pairs_over_engine"]
+__all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings",
+           "engine_verifier", "run_bench_over_engine", "run_generate_over_engine", "run_lr_over_engine",
+           "run_pairs_over_engine"]

@@ -42,6 +42,9 @@ class StepConfig:
         return StopCondition(eos_ids, self.delimiters, max(0, min(self.max_step_tokens, remaining_budget)))
 
 
+COMPLETE_ENDS = ("stop_string", "eos")  # how a step that may be accepted ends (not cut at the cap)
+
+
 @dataclass
 class Step:
     """One step of text, with its ids for the model that wrote it and why it ended.
@@ -58,7 +61,7 @@ class Step:
 
     @property
     def complete(self) -> bool:
-        return self.end in ("stop_string", "eos")
+        return self.end in COMPLETE_ENDS
 
     @property
     def boundary(self) -> bool:

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tqdm.auto import tqdm
+
 from ..engines import runs
 from ..errors import ConfigError, require
 from ..prompts import math_messages
+from ..steps import COMPLETE_ENDS
 from .grading import answers_match, grade
 from .results import append_record, check_writable, done_pairs, read_records
 
@@ -74,12 +76,12 @@ def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[st
 def complete(pair: dict[str, Any]) -> bool:
     """Whether the pair's drafted step ended on a delimiter or EOS: a step cut at the step cap is never
     accepted by a cycle, whatever a verifier would say of it."""
-    return pair.get("draft_end", "stop_string") in ("stop_string", "eos")
+    return pair.get("draft_end", "stop_string") in COMPLETE_ENDS
 
 
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """The pairs that are not exact matches (and whose drafted step is complete) in the order ``random.Random(seed)`` draws them; the first
-    ``n`` (None: all). Any first part of the draw is a uniform sample, so a larger ``n`` extends a smaller
+    """The pairs that are not exact matches (and whose drafted step is complete) in the order
+    ``random.Random(seed)`` draws them; the first ``n`` (None: all). Any first part of the draw is a uniform sample, so a larger ``n`` extends a smaller
     one and an interrupted run has continued a uniform sample."""
     order = [p for p in pairs if not p.get("exact") and complete(p)]
     random.Random(seed).shuffle(order)
@@ -135,8 +137,7 @@ class Flipper:
         if known is None:
             self.remember(pid, target_head, target_whole)
         mine, theirs = grade(draft_head + draft_text, gold), grade(target_whole, gold)
-        same = (mine.predicted is None and theirs.predicted is None) or (
-            mine.predicted is not None and theirs.predicted is not None and answers_match(mine.predicted, theirs.predicted))
+        same = (mine.predicted is None and theirs.predicted is None) or answers_match(mine.predicted, theirs.predicted)
         return {"kind": "flip", "problem_id": pid, "index": pair.get("index"), "mode": pair["mode"],
                 "step": pair["step"], "gold": gold, "draft_answer": mine.predicted, "target_answer": theirs.predicted,
                 "flip": not same, "draft_correct": mine.correct, "target_correct": theirs.correct,
@@ -160,18 +161,10 @@ def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -
             head = pair["prefix"] + pair["target"]
             flipper.remember(pair["problem_id"], head, head + record["target_text"])
     todo = [p for p in chosen if (p["problem_id"], p["mode"]) not in done]
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm comes with transformers
-        tqdm = None
-    bar = tqdm(total=len(chosen), initial=len(chosen) - len(todo), desc="flips", disable=not progress or tqdm is None,
-               file=sys.stderr) if tqdm else None
-    for pair in todo:
-        append_record(path, flipper.flip(pair, problems[pair["problem_id"]]))
-        if bar is not None:
+    with tqdm(total=len(chosen), initial=len(chosen) - len(todo), desc="flips", unit="pair", disable=not progress) as bar:
+        for pair in todo:
+            append_record(path, flipper.flip(pair, problems[pair["problem_id"]]))
             bar.update(1)
-    if bar is not None:
-        bar.close()
     return path
 
 

@@ -47,7 +47,7 @@ from ..prompts import math_messages
 from ..runtime.lm import LM
 from ..runtime.pair import model_pair
 from ..runtime.session import Session
-from ..sampling import SamplingConfig, make_generator
+from ..sampling import SamplingConfig, make_generator, token_scores
 from ..steps import StepConfig
 from ..stopping import common_prefix
 from ..verifiers.options import add_judge_args
@@ -238,8 +238,7 @@ def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> lis
         return []
     session.set_rows([prefix])
     logits = session.logits(extra=[tokens], keep=len(tokens) + 1)[0, :-1]  # (n, V): position j predicts token j
-    probs = torch.softmax(logits.float(), dim=-1)
-    return probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)].tolist()
+    return token_scores(logits, list(tokens))[0]
 
 
 def _rounded(values: list[float]) -> list[float]:

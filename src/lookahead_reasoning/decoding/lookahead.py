@@ -63,7 +63,6 @@ class TargetPass:
     judge_s: float = 0.0  # time spent judging while the rows ran (counted as verification)
     judged: list[Step] = field(default_factory=list)  # the drafted steps with a row to be judged on
     agreements: list[float] = field(default_factory=list)  # per drafted step with a row (see score_chain)
-    scores: list[TokenScores] = field(default_factory=list)  # per drafted step with a row, when the verifier reads them
 
 
 def run_cycle(state: LRState, plan: CyclePlan | int, tools: CycleTools, gate: Gate | None = None) -> CycleTrace:
@@ -159,7 +158,7 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
                                       gamma=plan.gamma if use_rows else None,
                                       overshoot=plan.overshoot and not drafted)
-    return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements, scores)
+    return TargetPass(rows, branches, steps, judge.verdicts, judge.seconds, judged, agreements)
 
 
 def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:

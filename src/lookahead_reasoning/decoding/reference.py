@@ -138,10 +138,9 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
     write = lambda model, context, used: model.write_one(StepRequest(tuple(context), budget - used))  # noqa: E731
     drafted: list[Step] = []  # 1. draft: s^_1 .. s^_k, each continuing x + the steps before it
     with laps("draft"):
-        context, context_of = list(x), {}
+        context = list(x)
         while at_boundary and len(drafted) < k and len(context) - len(x) < budget:
             step = write(draft, context, len(context) - len(x))
-            context_of[id(step)] = tuple(context)
             step.author = "draft"
             drafted.append(step)
             context += step.ids
@@ -156,10 +155,10 @@ def lr_cycle_reference(target, draft, x: Sequence[int], verifier: Verifier, *, k
         written = [write(target, row, len(row) - len(x)) for row in rows]
     verdicts: list[Verdict] = []  # 3. verify: the pairs in order, until the first rejection
     with laps("verify"):
-        for mine, theirs in zip(drafted, written):
+        for row, mine, theirs in zip(rows, drafted, written):  # row j is x + s^_1..s^_{j-1}: s^_j's context
             if not mine.complete:  # cut at the step cap: never accepted, the target rewrites it
                 break
-            scores = [target.score(context_of[id(mine)], mine.ids)] if uses_scores(verifier) else None
+            scores = [target.score(row, mine.ids)] if uses_scores(verifier) else None
             [verdict] = verify_pairs(verifier, [(mine.text, theirs.text)], scores)
             verdicts.append(verdict)
             if not verdict.accepted:

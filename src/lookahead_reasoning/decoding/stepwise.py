@@ -186,27 +186,22 @@ class Cycle:
             await self._grow()
             path, tail = await self._walk()
         finally:
-            for task in self._rows() + self._score_tasks():
+            for task in self._rows() + [n.scores for n in self._nodes() if n.scores is not None]:
                 if not task.done():
                     task.cancel()
         return self._trace(path, tail, time.perf_counter() - start)
 
-    def _score_tasks(self) -> list[asyncio.Task]:
+    def _nodes(self) -> list[Node]:
+        """Every node of the tree, the root first."""
         out, stack = [], [self.root]
         while stack:
             node = stack.pop()
-            out += [c.scores for c in node.children if c.scores is not None]
+            out.append(node)
             stack.extend(node.children)
         return out
 
     def _rows(self) -> list[asyncio.Task]:
-        out, stack = [], [self.root]
-        while stack:
-            node = stack.pop()
-            if node.row is not None:
-                out.append(node.row)
-            stack.extend(node.children)
-        return out
+        return [n.row for n in self._nodes() if n.row is not None]
 
     def _trace(self, path: list[Node], tail: Step | None, wall_s: float) -> CycleTrace:
         """The cycle as a :class:`CycleTrace`: the main chain of drafts along the accepted path."""

@@ -15,8 +15,8 @@ class CascadeVerifier(BaseVerifier):
     """``first`` (cheap, usually exact match) decides what it accepts; the rest go to ``then`` in one call.
 
     A pair accepted by ``first`` never reaches ``then``. A stage that reads the target's scores of the
-    drafted tokens (:class:`~.likelihood.LikelihoodVerifier`) gets them with its pairs. ``Verdict.verifier`` names the stage that
-    decided. Latency: a pair decided by ``first`` carries ``first``'s per-pair share; a pair passed
+    drafted tokens (:class:`~.likelihood.LikelihoodVerifier`) gets them with its pairs. ``Verdict.verifier``
+    names the stage that decided. Latency: a pair decided by ``first`` carries ``first``'s per-pair share; a pair passed
     on carries ``first``'s share plus ``then``'s. ``failures`` is the sum of the stages' counts.
     """
 

@@ -65,7 +65,6 @@ class Dialect:
         or None where this engine has no route for it."""
         return None
 
-
     def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
         """The ``/v1/completions`` body that asks for the model's log-probability of every token of ``ids``."""
         raise EngineError(f"the {self.name} dialect cannot ask for the probabilities of given tokens "
@@ -88,7 +87,6 @@ class VLLM(Dialect):
         if client.endpoint.model is not None:
             body["model"] = client.endpoint.model
         return token_list(client.request("POST", "/tokenize", body), client.where)
-
 
     def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
         return {"prompt": [int(t) for t in ids], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
