@@ -93,6 +93,34 @@ def test_the_sample_is_seeded_and_skips_exact_matches():
     assert [p["mode"] for p in everything] != sorted((p["mode"] for p in everything), key=lambda m: int(m[5:]))
 
 
+def test_a_grown_bank_is_drawn_in_proportion_to_who_wrote_its_pairs():
+    old = [{"problem_id": "p", "mode": f"step-{i}", "exact": i % 3 == 0, "target_model": "a"} for i in range(30)]
+    new = [{"problem_id": "q", "mode": f"step-{i}", "exact": False, "target_model": "b", "engine": True}
+           for i in range(60)]
+    alone = sample_pairs(old, None, 0)
+    expected = [p for p in old if not p["exact"]]
+    random.Random(0).shuffle(expected)
+    assert alone == expected  # one stratum: the order a bank had before it grew
+    both = sample_pairs(old + new, None, 0)
+    assert [p for p in both if p["target_model"] == "a"] == alone  # the old order, interleaved with the new
+    for n in (9, 30, 45):  # every first part holds each stratum in proportion (20 : 60)
+        first = sample_pairs(old + new, n, 0)
+        assert abs(sum(p["target_model"] == "a" for p in first) - n / 4) <= 1
+
+
+def test_a_bank_of_several_files_is_read_as_one(tmp_path):
+    path, pairs = _bank(tmp_path, n_problems=2)
+    other = tmp_path / "more"
+    other.mkdir()
+    more, more_pairs = _bank(other, n_problems=3)
+    lines = [json.loads(x) for x in more.read_text().splitlines()]
+    more.write_text("".join(json.dumps({**r, "problem_id": "m" + r["problem_id"]}) + "\n" for r in lines))
+    read, problems = read_bank([path, more])
+    assert len(read) == len(pairs) + len(more_pairs) and len(problems) == 5
+    with pytest.raises(ConfigError, match="no pairs file"):
+        read_bank([path, tmp_path / "missing.jsonl"])
+
+
 def test_wilson_interval_covers_the_rate_and_matches_known_values():
     low, high = wilson(0, 20)
     assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-3)
@@ -165,3 +193,17 @@ def test_a_drafted_step_cut_at_the_cap_is_neither_continued_nor_counted():
     [row] = harm_rows(pairs, {"all": [True] * 3}, flips)
     assert (row.continued, row.flips, row.steps_per_problem) == (2, 2, 2.0)
     assert row.retention == 0.0 and row.retention_low == 0.0
+
+
+def test_flips_and_the_ablation_take_a_bank_of_two_files(tmp_path):
+    path, pairs = _bank(tmp_path, n_problems=1)
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text("".join(json.dumps({**json.loads(x), "problem_id": "g", "target_model": "gguf", "engine": True})
+                             + "\n" for x in path.read_text().splitlines()))
+    out, table = tmp_path / "flips.jsonl", tmp_path / "ablation.md"
+    with FakeEngine(flavour="vllm", text="so \\boxed{7}") as engine:
+        assert main(["flips", str(path), str(grown), "--out", str(out), "--target-url", engine.url]) == 0
+    assert sorted(f["problem_id"] for f in read_records(out)) == ["g", "g", "p0", "p0"]
+    assert main(["verifiers", str(path), str(grown), "--verifiers", "exact", "--flips", str(out), "--out", str(table)]) == 0
+    head = table.read_text().splitlines()[0]
+    assert head.startswith(f"{2 * len(pairs)} step pairs from 2 problems") and "4 by gguf" in head

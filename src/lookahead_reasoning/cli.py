@@ -1,4 +1,4 @@
-"""Command line: ``lookahead-reasoning {generate,lr,bench,report,pairs,verifiers,serve-engine}`` (also ``python -m lookahead_reasoning``).
+"""Command line: ``lookahead-reasoning {generate,lr,bench,report,pairs,score-pairs,verifiers,flips,serve-engine}`` (also ``python -m lookahead_reasoning``).
 
 * ``generate``: autoregressive generation with one model, streaming the text.
 * ``lr``: one question with a speculative mode (``auto`` by default), with the autoregressive run of
@@ -6,7 +6,7 @@
   and a coloured trace.
 * ``bench`` / ``report``: the benchmark harness (see :mod:`lookahead_reasoning.bench`).
 * ``pairs`` / ``verifiers``: a bank of (drafted step, target step) pairs and an offline verifier ablation;
-  ``flips``: which accepted pairs change the final answer (both branches continued over an engine).
+  ``score-pairs``: the target's probabilities for a bank written over engines; ``flips``: which accepted pairs change the final answer (both branches continued over an engine).
 * ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``generate``,
   ``lr``, ``bench`` and ``pairs`` with ``--target-url`` run over any OpenAI-compatible engine
   (:mod:`lookahead_reasoning.engines`).
@@ -27,6 +27,7 @@ from . import engine_cli
 from .bench.cli import add_bench_commands
 from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
+from .bench.bank_scores import add_score_pairs_command
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_commands(sub)
     add_pairs_commands(sub)
+    add_score_pairs_command(sub)
     add_flips_command(sub)
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
     add_url_options(bench)

@@ -247,7 +247,7 @@ def add_flips_command(sub: argparse._SubParsersAction) -> None:
     """``flips``: continue a bank's non-exact pairs on both branches over the target's engine (:mod:`.bench.flips`)."""
     f = sub.add_parser("flips", help="continue a step-pair bank's non-exact pairs to the end on both branches "
                                      "(the target over an engine) and record which change the answer (resumable)")
-    f.add_argument("pairs", help="a pairs JSONL written by the pairs command")
+    f.add_argument("pairs", nargs="+", help="the bank: one or more pairs JSONL files written by the pairs command")
     f.add_argument("--out", required=True, help="flips JSONL (rerun with the same path to resume)")
     f.add_argument("--sample", type=int, default=None, help="continue this many non-exact pairs, drawn with --seed "
                                                             "(default: all)")
@@ -261,7 +261,7 @@ def add_flips_command(sub: argparse._SubParsersAction) -> None:
 def cmd_flips(args: argparse.Namespace) -> int:
     require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
             "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
-    config = FlipsConfig(args.pairs, args.out, args.sample, args.seed, args.max_new_tokens)
+    config = FlipsConfig(tuple(args.pairs), args.out, args.sample, args.seed, args.max_new_tokens)
     read_bank(config.pairs)  # a bad file fails before any connection
     engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
                          template=args.template)
@@ -269,7 +269,7 @@ def cmd_flips(args: argparse.Namespace) -> int:
         path = run_flips(config, Flipper(engine_finish(engines, config.max_new_tokens), engines.target.name))
     finally:
         engines.close()
-    print(f"flips: {path} (`lookahead-reasoning verifiers {config.pairs} --flips {path}` adds each verifier's "
+    print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(config.pairs)} --flips {path}` adds each verifier's "
           "flip rate to the ablation)")
     return 0
 

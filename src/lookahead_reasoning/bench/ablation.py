@@ -20,6 +20,7 @@ import json
 import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -37,7 +38,7 @@ from ..verifiers.options import (
 from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
-from .flips import harm_rows, harm_table
+from .flips import harm_rows, harm_table, writers
 from .results import read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
@@ -60,7 +61,6 @@ class Entry:
     @property
     def family(self) -> str | None:
         """The key entries share when one run serves them all (None: this entry runs on its own)."""
-
         stages = stage_names(self.name)
         if len(stages) != 1 or stages[0] not in _FAMILY_GRID:
             return None
@@ -90,23 +90,19 @@ def parse_entries(text: str) -> list[Entry]:
     return entries
 
 
-def load_pairs(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """The pair records of a pairs JSONL (problem summaries and a torn last line are skipped)."""
-    path = Path(path)
+def load_pairs(paths: str | Path | Sequence[str | Path], limit: int | None = None) -> list[dict[str, Any]]:
+    """The pair records of a bank: one pairs JSONL or several, in order (problem summaries and a torn
+    last line are skipped)."""
+    paths = _as_list(paths)
     require(limit is None or (isinstance(limit, int) and limit >= 1), f"--limit must be >= 1, got {limit!r}")
-    if not path.is_file():
-        raise DatasetError(f"no pairs file at {path} (write one with the pairs command)")
     pairs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and record.get("kind") == "pair" and isinstance(record.get("draft"), str) \
-                and isinstance(record.get("target"), str):
-            pairs.append(record)
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise DatasetError(f"no pairs file at {path} (write one with the pairs command)")
+        pairs += [r for r in read_records(path) if r.get("kind") == "pair" and isinstance(r.get("draft"), str)
+                  and isinstance(r.get("target"), str)]
     if not pairs:
-        raise DatasetError(f"{path} holds no step pairs")
+        raise DatasetError(f"{', '.join(map(str, paths))} holds no step pairs")
     return pairs[:limit] if limit else pairs
 
 
@@ -203,8 +199,11 @@ def sweep(verdicts: Sequence[Any], differ: Sequence[bool], grid: Sequence[float]
 def markdown_table(rows: Sequence[AblationRow], pairs: Sequence[dict[str, Any]]) -> str:
     differ = numbers_differ(pairs)
     problems = len({p.get("problem_id") for p in pairs})
+    strata = Counter(writers(p) for p in pairs)
+    written = "" if len(strata) < 2 else " Written by: " + "; ".join(
+        f"{n} by {t} and {d}{' over engines' if e else ''}" for (t, d, e), n in strata.items()) + "."
     lines = [f"{len(pairs)} step pairs from {problems} problems; the numbers differ in "
-             f"{sum(differ)} of them ({sum(differ) / len(pairs):.0%}).", "",
+             f"{sum(differ)} of them ({sum(differ) / len(pairs):.0%}).{written}", "",
              "| verifier | pairs | accepted | accept rate | accepted with other numbers | median latency / pair |"
              " failures | note |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -213,6 +212,10 @@ def markdown_table(rows: Sequence[AblationRow], pairs: Sequence[dict[str, Any]])
         lines.append(f"| {r.verifier} | {r.pairs} | {r.accepted} | {r.accept_rate:.1%} | {bad} | "
                      f"{_ms(r.median_latency_ms)} | {r.failures} | {r.note} |")
     return "\n".join(lines)
+
+
+def _as_list(paths: Any) -> list[Any]:
+    return [paths] if isinstance(paths, (str, Path)) else list(paths)
 
 
 def _ms(ms: float) -> str:
@@ -292,7 +295,8 @@ def run_ablation_command(args: Any) -> int:
             raise ConfigError(f"--verifiers entry {e.spec!r}: {exc}") from None
         check_verifier_settings(settings[e.spec])
     pairs = load_pairs(args.pairs, args.limit)
-    out = Path(args.out) if args.out else Path(args.pairs).with_name(Path(args.pairs).stem + "-verifiers.md")
+    first = Path(_as_list(args.pairs)[0])
+    out = Path(args.out) if args.out else first.with_name(first.stem + "-verifiers.md")
     models = _Models(args)
 
     def make(entry: Entry) -> Any:
@@ -314,7 +318,7 @@ def run_ablation_command(args: Any) -> int:
     plot = plot_tradeoff(rows, runs, entries, pairs, out.with_suffix(".png"))
     body = f"{table}\n" + (f"\n![acceptance vs numbers-differ share]({plot.name})\n" if plot else "")
     out.write_text(body, encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"pairs": str(args.pairs), "n_pairs": len(pairs),
+    out.with_suffix(".json").write_text(json.dumps({"pairs": [str(p) for p in _as_list(args.pairs)], "n_pairs": len(pairs),
                                                     "rows": [asdict(r) for r in rows],
                                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1),
                                         encoding="utf-8")
@@ -330,12 +334,10 @@ class _Models:
 
     def target(self) -> Any:
         if self._target is None:
-
             self._target = LM.from_loaded(load_model(self.args.target, dtype=self.args.dtype, device=self.args.device))
         return self._target
 
     def judge(self, settings: Any, target: Any) -> Any:
-
         key = settings.judge_model
         if key not in self._judges:
             self._judges[key] = load_judge(settings, target, self.args.device)

@@ -15,7 +15,8 @@ target wrote itself counts: the bank's prefixes may come from another build of t
 ended with EOS ends its branch: nothing is continued after it.
 
 Only pairs that are not exact matches are continued, in a seeded random order (``sample``: the first
-that many). Each continued pair is one JSON line written at once (the bench runner's
+that many; the pairs of a bank grown with other builds of the models are drawn in proportion,
+:func:`sample_pairs`). Each continued pair is one JSON line written at once (the bench runner's
 ``append_record``); a rerun skips the pairs already in the file, so an interrupted run resumes.
 """
 
@@ -43,10 +44,10 @@ Z95 = 1.959964
 
 @dataclass(frozen=True)
 class FlipsConfig:
-    """``pairs``: a bank written by ``lookahead-reasoning pairs``; ``out``: the flips JSONL (resumable);
-    ``sample``: how many non-exact pairs to continue (None: all), drawn with ``seed``."""
+    """``pairs``: a bank written by ``lookahead-reasoning pairs`` (one file or several); ``out``: the flips
+    JSONL (resumable); ``sample``: how many non-exact pairs to continue (None: all), drawn with ``seed``."""
 
-    pairs: str
+    pairs: str | tuple[str, ...]
     out: str
     sample: int | None = None
     seed: int = 0
@@ -59,17 +60,22 @@ class FlipsConfig:
                 f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
 
 
-def read_bank(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(pair records, problem summaries by problem id) of a bank; ConfigError when it holds no pairs."""
-    require(Path(path).is_file(), f"no pairs file at {path}: `lookahead-reasoning pairs --out {path}` writes one",
-            ConfigError)
-    records = list(read_records(Path(path)))
+def read_bank(paths: str | Path | Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(pair records, problem summaries by problem id) of a bank: one pairs file or several (their
+    records together); ConfigError when a file is missing or the bank holds no pairs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    require(bool(paths), "no pairs file given", ConfigError)
+    records = []
+    for path in paths:
+        require(Path(path).is_file(), f"no pairs file at {path}: `lookahead-reasoning pairs --out {path}` writes one",
+                ConfigError)
+        records += list(read_records(Path(path)))
     pairs = [r for r in records if r.get("kind") == "pair"]
     problems = {r["problem_id"]: r for r in records if r.get("kind") == "problem"}
-    require(bool(pairs), f"{path} holds no step pairs", ConfigError)
+    require(bool(pairs), f"{', '.join(map(str, paths))} holds no step pairs", ConfigError)
     missing = sorted({p["problem_id"] for p in pairs} - set(problems))
-    require(not missing, f"{path} has pairs of problems without their summary (question, gold answer): "
-            f"{missing[:3]}; rerun `lookahead-reasoning pairs` on it to finish them", ConfigError)
+    require(not missing, f"the bank has pairs of problems without their summary (question, gold answer): "
+            f"{missing[:3]}; rerun `lookahead-reasoning pairs` on its file to finish them", ConfigError)
     return pairs, problems
 
 
@@ -79,12 +85,30 @@ def complete(pair: dict[str, Any]) -> bool:
     return pair.get("draft_end", "stop_string") in COMPLETE_ENDS
 
 
+def writers(pair: dict[str, Any]) -> tuple[str, str, bool]:
+    """The stratum of a pair: the models that wrote it (target, draft) and whether over engines."""
+    return str(pair.get("target_model")), str(pair.get("draft_model")), bool(pair.get("engine"))
+
+
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """The pairs that are not exact matches (and whose drafted step is complete) in the order
-    ``random.Random(seed)`` draws them; the first ``n`` (None: all). Any first part of the draw is a uniform sample, so a larger ``n`` extends a smaller
-    one and an interrupted run has continued a uniform sample."""
-    order = [p for p in pairs if not p.get("exact") and complete(p)]
-    random.Random(seed).shuffle(order)
+    """The pairs that are not exact matches (and whose drafted step is complete) in a seeded order;
+    the first ``n`` (None: all).
+
+    The pairs are split by the models that wrote them (:func:`writers`: a bank grown with another
+    build of the models is another stratum); each stratum is shuffled by ``random.Random(seed)`` and
+    the strata are merged in proportion to their sizes (the r-th of a stratum of N sits at (r + 1/2) / N),
+    so any first part of the order takes about the same share of every stratum, uniformly within each:
+    a larger ``n`` extends a smaller one, an interrupted run has continued such a sample, and a bank of
+    one stratum keeps the order it had before it grew."""
+    strata: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
+    for p in pairs:
+        if not p.get("exact") and complete(p):
+            strata.setdefault(writers(p), []).append(p)
+    keyed = []
+    for s, members in enumerate(strata.values()):
+        random.Random(seed).shuffle(members)
+        keyed += [((r + 0.5) / len(members), s, p) for r, p in enumerate(members)]
+    order = [p for _, _, p in sorted(keyed, key=lambda t: t[:2])]
     return order if n is None else order[:n]
 
 
@@ -232,4 +256,4 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
 
 
 __all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish",
-           "harm_rows", "harm_table", "read_bank", "run_flips", "sample_pairs", "wilson"]
+           "harm_rows", "harm_table", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]

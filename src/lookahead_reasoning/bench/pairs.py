@@ -298,7 +298,7 @@ def add_pairs_commands(sub: Any) -> None:
 
     v = sub.add_parser("verifiers", help="offline verifier ablation on a pairs JSONL: acceptance, latency, "
                                          "accepted pairs whose numbers differ")
-    v.add_argument("pairs", help="a pairs JSONL written by the pairs command")
+    v.add_argument("pairs", nargs="+", help="the bank: one or more pairs JSONL files written by the pairs command")
     v.add_argument("--verifiers", default=DEFAULT_ENTRIES,
                    help="comma-separated; name@threshold for a threshold, e.g. exact,embedding@0.85,paper-judge,"
                         "target-score@9,random")
