@@ -207,3 +207,25 @@ def test_flips_and_the_ablation_take_a_bank_of_two_files(tmp_path):
     assert main(["verifiers", str(path), str(grown), "--verifiers", "exact", "--flips", str(out), "--out", str(table)]) == 0
     head = table.read_text().splitlines()[0]
     assert head.startswith(f"{2 * len(pairs)} step pairs from 2 problems") and "4 by gguf" in head
+
+
+@pytest.mark.parametrize("served, stop, tokens, traced", [("m", "eos", 100, True), ("other", "eos", 100, False),
+                                                          ("m", "budget", 100, False), ("m", "budget", 1024, True),
+                                                          ("m", "eos", 2000, False)])
+def test_a_bank_written_by_the_same_target_is_its_own_target_branch(tmp_path, served, stop, tokens, traced):
+    path, pairs = _bank(tmp_path, n_problems=2)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in rows:
+        r.update(engine=True, target_model="m")
+        if r["kind"] == "problem":  # the trace: every target step, then the answer
+            steps = "".join(p["target"] for p in pairs if p["problem_id"] == r["problem_id"])
+            r.update(text=steps + "so \\boxed{6}", stop_reason=stop, new_tokens=tokens)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = Scripted()
+    out = run_flips(FlipsConfig(str(path), str(tmp_path / "f.jsonl")), Flipper(script, served), progress=False)
+    flips = list(read_records(out))
+    assert all(f["target_reused"] == traced for f in flips)
+    if traced:  # no target branch was asked for; the trace's answer is the target's
+        assert len(script.calls) == len(flips) and all(f["target_answer"] == "6" for f in flips)
+    else:
+        assert len(script.calls) > len(flips) and all(f["target_answer"] == "7" for f in flips)

@@ -266,7 +266,8 @@ def cmd_flips(args: argparse.Namespace) -> int:
     engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
                          template=args.template)
     try:
-        path = run_flips(config, Flipper(engine_finish(engines, config.max_new_tokens), engines.target.name))
+        finish = engine_finish(engines, config.max_new_tokens)
+        path = run_flips(config, Flipper(finish, engines.target.client.model_name()))
     finally:
         engines.close()
     print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(config.pairs)} --flips {path}` adds each verifier's "

@@ -11,7 +11,9 @@ answers kept end to end is predicted as (1 - flip rate) ^ (accepted non-exact st
 The target runs behind an engine (one completion request per branch). The target branch x + s is
 the target's own greedy path: where the target, continuing an earlier pair's x + s, wrote on through a
 later pair's x + s, that branch's answer serves the later pair without a second request (only text the
-target wrote itself counts: the bank's prefixes may come from another build of the target). A step that
+target wrote itself counts: the bank's prefixes may come from another build of the target). Where the
+bank was written over an engine serving this same target, each problem's summary text is that path
+(:func:`own_trace`) and no target branch of the problem is continued at all. A step that
 ended with EOS ends its branch: nothing is continued after it.
 
 Only pairs that are not exact matches are continued, in a seeded random order (``sample``: the first
@@ -171,6 +173,15 @@ class Flipper:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
+def own_trace(problem: dict[str, Any], model: str, max_new_tokens: int) -> bool:
+    """Whether a bank problem's summary text is the greedy trace ``model`` continues every target branch
+    of that problem with: the bank was written over an engine serving ``model``, and the trace ended where
+    a branch of ``max_new_tokens`` would (at EOS within it, or at exactly that many tokens)."""
+    ended = problem.get("stop_reason") == "eos" and problem.get("new_tokens", math.inf) <= max_new_tokens
+    return (bool(model) and bool(problem.get("engine")) and problem.get("target_model") == model
+            and isinstance(problem.get("text"), str) and (ended or problem.get("new_tokens") == max_new_tokens))
+
+
 def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -> Path:
     """Continue every sampled pair not in ``config.out`` yet with ``flipper``; returns the path."""
     pairs, problems = read_bank(config.pairs)
@@ -179,6 +190,9 @@ def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -
     check_writable(path, "the flips")
     done = {(key[0], key[1]) for key in done_pairs(path)}
     by_key = {(p["problem_id"], p["mode"]): p for p in pairs}
+    for pid, problem in problems.items():  # a bank written by this very target: its trace is every target branch
+        if own_trace(problem, flipper.model, config.max_new_tokens):
+            flipper.remember(pid, "", problem["text"])
     for record in read_records(path):  # the target branches of an earlier run serve this one too
         pair = by_key.get((record.get("problem_id"), record.get("mode")))
         if pair is not None and record.get("target_text") is not None:
@@ -256,4 +270,4 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
 
 
 __all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish",
-           "harm_rows", "harm_table", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]
+           "harm_rows", "harm_table", "own_trace", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]
