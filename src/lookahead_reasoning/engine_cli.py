@@ -65,6 +65,9 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S, help="seconds one engine request may take")
     if uses != "all":
         return
+    g.add_argument("--scorer", help="for the likelihood verifiers over an engine that scores no prompt (llama.cpp): "
+                                    "the target's model loaded here (offline name, directory or hub id) or an engine "
+                                    "URL that does (vLLM)")
     g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
     g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
     g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
@@ -180,7 +183,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
     verifier = engine_verifier(args)
     runtime = EngineRuntime(args.target_url, args.draft_url, settings, verifier,
                             {"target_model": args.target_model, "draft_model": args.draft_model,
-                             "template": args.template})
+                             "template": args.template, "scorer": args.scorer})
     show = lambda text: print(text, end="", flush=True)  # noqa: E731
     try:
         ids = runtime.pair.prompt_ids(prompt)  # tokenized once, for the mode and its comparison
@@ -202,7 +205,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
 
-    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url, args.template)
+    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url, args.template, args.scorer)
     bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=engine_verifier(args), settings=engine_settings(args))

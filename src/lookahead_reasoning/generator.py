@@ -102,8 +102,10 @@ class LookaheadGenerator:
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
             A URL of an OpenAI-compatible engine (``http://...``) for the target (and the draft)
             runs over the engines (:mod:`lookahead_reasoning.engines.generator`): the same
-            ``generate``, modes auto, lr and ar; ``template``, ``target_model`` and ``draft_model``
-            are for that case (a local tokenizer whose chat template to use; the served models' names).
+            ``generate``, modes auto, lr and ar; ``template``, ``target_model``, ``draft_model`` and
+            ``scorer`` are for that case (a local tokenizer whose chat template to use; the served
+            models' names; what scores drafted tokens for a likelihood verifier where the target's
+            engine cannot: the target's model loaded here, or a scoring engine's URL).
         verifier: a Verifier, a name for :func:`lookahead_reasoning.verifiers.make_verifier`
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`

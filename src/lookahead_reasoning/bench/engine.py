@@ -60,13 +60,15 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
 @dataclass(frozen=True)
 class EngineURLs:
     """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD;
-    ``template``: the served model's tokenizer, for engines that apply no chat template themselves."""
+    ``template``: the served model's tokenizer, for engines that apply no chat template themselves;
+    ``scorer``: what scores drafted tokens for the likelihood verifiers (EnginePair's ``scorer``)."""
 
     target: str
     draft: str | None = None
     sd: str | None = None
     ngram: str | None = None
     template: str | None = None
+    scorer: str | None = None
 
     def needed(self, modes: tuple[str, ...]) -> None:
         for mode in modes:
@@ -122,11 +124,11 @@ class EngineRunner:
     """The pairs a benchmark's modes need, the planner ``auto`` keeps across problems, one run each."""
 
     def __init__(self, bench: EngineBench):
-
         self.bench, urls = bench, bench.urls
         self.verifier = make_verifier(bench.verifier) if isinstance(bench.verifier, str) else bench.verifier
         self.pairs: dict[str, EnginePair] = {}
-        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings, template=urls.template)
+        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings, template=urls.template,
+                                         scorer=urls.scorer)
         template = self.pairs["plain"].template  # loaded once, if named
         if urls.sd:
             self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings, template=template)
@@ -191,6 +193,7 @@ class EngineRunner:
         return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
                 "engine": True, **self.models, "verifier": getattr(self.verifier, "name", "?"),
+                "scorer": self.bench.urls.scorer,
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
                 "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}

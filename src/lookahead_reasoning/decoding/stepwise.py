@@ -77,10 +77,11 @@ class Cycle:
         self.root, self.budget = Node(tuple(x)), budget
         self.verdicts: dict[tuple[int, int], Verdict] = {}  # (id of parent node, child index) -> verdict
         self.scored = uses_scores(verifier)
-        require(not self.scored or hasattr(target, "ascore"),
+        require(not self.scored or (hasattr(target, "ascore") and getattr(target, "can_score", True)),
                 f"the {getattr(verifier, 'name', 'verifier')} verifier judges drafted steps by the target's "
                 f"probabilities of their tokens, which {getattr(target, 'name', 'this target')} cannot give "
-                "(its runtime has no scoring request)")
+                "(its runtime has no scoring request; over an engine that scores no prompt, such as llama.cpp's "
+                "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
         self.times = {"draft": 0.0, "target": 0.0, "verify": 0.0}
 
     def _request_row(self, node: Node) -> None:

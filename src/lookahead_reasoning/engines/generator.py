@@ -34,7 +34,7 @@ from ..verifiers.registry import make_verifier
 from . import runs
 
 ENGINE_MODES = ("auto", "lr", "ar")
-ENGINE_NAMES = ("template", "target_model", "draft_model")  # options that only an engine target takes
+ENGINE_NAMES = ("template", "target_model", "draft_model", "scorer")  # options that only an engine target takes
 
 
 def is_url(model: Any) -> bool:
@@ -61,7 +61,8 @@ class EngineRuntime:
         require(draft is None or is_url(draft), f"with an engine target the draft must be an engine URL too (or "
                 f"None, or draft_model= on the target's engine), got {type(draft).__name__} {draft!r}")
         self.pair = EnginePair(target, draft, target_model=names.get("target_model"),
-                               draft_model=names.get("draft_model"), settings=settings, template=names.get("template"))
+                               draft_model=names.get("draft_model"), settings=settings, template=names.get("template"),
+                               scorer=names.get("scorer"))
         self.planner: Planner | None = None
         self.verifier = verifier
 

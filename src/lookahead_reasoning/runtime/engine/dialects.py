@@ -65,10 +65,13 @@ class Dialect:
         or None where this engine has no route for it."""
         return None
 
+    scores_prompts = False  # whether :meth:`score_body` exists: the engine gives prompt log-probabilities
+
     def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
         """The ``/v1/completions`` body that asks for the model's log-probability of every token of ``ids``."""
         raise EngineError(f"the {self.name} dialect cannot ask for the probabilities of given tokens "
-                          "(prompt log-probabilities); a likelihood verifier needs an engine that gives them (vLLM)")
+                          "(prompt log-probabilities); a likelihood verifier needs an engine that gives them (vLLM) "
+                          "or a scorer (--scorer, scorer=: the target's model loaded in this process)")
 
     def read_scores(self, data: Any, ids: Sequence[int], start: int, where: str) -> tuple[list[float], list[int]]:
         """(probability, rank) of ``ids[start:]`` from the reply to :meth:`score_body`."""
@@ -81,6 +84,7 @@ class OpenAI(Dialect):
 
 class VLLM(Dialect):
     name = "vllm"
+    scores_prompts = True
 
     def chat_ids(self, client: Requester, messages: Messages) -> list[int] | None:
         body = {"messages": list(messages), "add_generation_prompt": True, "add_special_tokens": False}

@@ -10,6 +10,10 @@ Prompts are chat messages, text or token ids. Messages get the served model's ch
 from the engine's own route (:meth:`~.dialects.Dialect.chat_ids`: vLLM's ``/tokenize`` with messages,
 llama.cpp's ``/apply-template``), else from the tokenizer of the model name the engine serves, loaded
 here.
+
+The likelihood verifiers need the target's probabilities of drafted tokens: the target's endpoint gives
+them where it scores prompts (vLLM); ``scorer`` names what gives them instead (:func:`make_scorer`: another
+endpoint, or the target's model loaded in this process, as for llama.cpp's server, which cannot).
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ...errors import ModelLoadError, PromptError, require
+from ...errors import ModelLoadError, PromptError, TokenizerMismatchError, require
+from ...models import load_model
 from ...models.loading import load_tokenizer
 from ...settings import Settings
+from ..lm import LM
+from ..scorer import SessionScorer
 from .client import Endpoint, EngineClient
-from .steps import EngineSteps, check_same_tokenizer
+from .steps import PROBE, EngineSteps, check_same_tokenizer
 
 Messages = Sequence[dict[str, str]]
 
@@ -32,7 +39,8 @@ class EnginePair:
     and the requests' ``timeout_s`` and ``retries``."""
 
     def __init__(self, target_url: str, draft_url: str | None = None, *, target_model: str | None = None,
-                 draft_model: str | None = None, settings: Settings | None = None, template: Any = None):
+                 draft_model: str | None = None, settings: Settings | None = None, template: Any = None,
+                 scorer: Any = None):
         self.settings = settings or Settings()
         s = self.settings
 
@@ -45,6 +53,12 @@ class EnginePair:
         self.draft = steps_at(draft_url or target_url, draft_model) if has_draft else None
         self.template = load_tokenizer(template) if isinstance(template, (str, os.PathLike)) else template
         self.check()
+        if scorer is not None:  # the likelihood verifiers' scores, where the target's engine gives none
+            self.target.scorer = scorer if hasattr(scorer, "ascore") else make_scorer(scorer, s)
+            mine, theirs = self.target.scorer.encode(PROBE), self.target.encode(PROBE)
+            require(mine == theirs, f"the scorer {scorer!r} and the target at {target_url} tokenize text differently "
+                    f"({len(mine)} vs {len(theirs)} ids for a probe sentence): a scorer must be the target's model",
+                    TokenizerMismatchError)
 
     def use(self, settings: Settings) -> None:
         """Run the next requests with ``settings``' steps, sampling, seed and ``alt_temperature``; the
@@ -110,8 +124,8 @@ class EnginePair:
                               f"or send a text prompt") from None
 
     def close(self) -> None:
-        for steps in (self.target, self.draft):
-            if steps is not None:
+        for steps in (self.target, self.draft, self.target.scorer):
+            if isinstance(steps, EngineSteps):
                 steps.client.close()
 
     async def aclose(self) -> None:
@@ -121,4 +135,13 @@ class EnginePair:
                 await steps.aclose()
 
 
-__all__ = ["EnginePair"]
+def make_scorer(name: str | os.PathLike, settings: Settings) -> Any:
+    """What scores drafted tokens for a run over engines: an engine URL that returns prompt
+    log-probabilities (vLLM), or a model loaded in this process (offline name, directory or hub id),
+    scored on one cached session (:class:`~..scorer.SessionScorer`)."""
+    if isinstance(name, str) and name.startswith(("http://", "https://")):
+        return EngineSteps(EngineClient(Endpoint(name, None, timeout_s=settings.timeout_s, retries=settings.retries)))
+    return SessionScorer(LM.from_loaded(load_model(str(name))))
+
+
+__all__ = ["EnginePair", "make_scorer"]

@@ -39,6 +39,7 @@ class EngineSteps:
         self.name = client.endpoint.model or client.endpoint.url
         self.requests = 0
         self.completion_tokens = 0
+        self.scorer = None  # set: what scores given tokens in this endpoint's stead (EnginePair's ``scorer``)
 
     # ------------------------------------------------------------------------------- text
     def encode(self, text: str) -> list[int]:
@@ -108,12 +109,21 @@ class EngineSteps:
     async def aencode(self, text: str) -> list[int]:
         return await asyncio.to_thread(self.client.tokenize, text)
 
+    @property
+    def can_score(self) -> bool:
+        """Whether :meth:`score` has something to ask: a ``scorer``, or an engine that scores prompts."""
+        return self.scorer is not None or self.client.dialect.scores_prompts
+
     def score(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
         """The engine's probability and rank of each of ``ids`` after ``context``: one prefill request
-        (vLLM's prompt log-probabilities; llama.cpp's server cannot, and says so)."""
+        (vLLM's prompt log-probabilities; llama.cpp's server cannot, and says so), or the ``scorer``'s."""
+        if self.scorer is not None:
+            return self.scorer.score(context, ids)
         return TokenScores.of(*self.client.score(list(context) + list(ids), len(context)))
 
     async def ascore(self, context: Sequence[int], ids: Sequence[int]) -> TokenScores:
+        if self.scorer is not None:
+            return await self.scorer.ascore(context, ids)
         return TokenScores.of(*await self.client.ascore(list(context) + list(ids), len(context)))
 
     def write(self, requests: Sequence[StepRequest]) -> list[Step]:
