@@ -217,6 +217,7 @@ def test_verifiers_command_writes_table_json_and_plot(pairs_file, tmp_path, caps
     assert out.read_text().startswith("6 step pairs") and "(ablation.png)" in out.read_text()
     data = json.loads(out.with_suffix(".json").read_text())
     assert [r["verifier"] for r in data["rows"]] == ["exact", "random@0.5", "random@1"]
+    assert len(data["keys"]) == 6 and data["accepted"]["random@1"] == "111111" and data["accepted"]["exact"].count("1") == 1
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -318,8 +318,10 @@ def run_ablation_command(args: Any) -> int:
     plot = plot_tradeoff(rows, runs, entries, pairs, out.with_suffix(".png"))
     body = f"{table}\n" + (f"\n![acceptance vs numbers-differ share]({plot.name})\n" if plot else "")
     out.write_text(body, encoding="utf-8")
+    accepted = {spec: "".join("1" if a else "0" for a in d) for spec, d in decisions.items()}  # per pair, keys' order
     out.with_suffix(".json").write_text(json.dumps({"pairs": [str(p) for p in _as_list(args.pairs)], "n_pairs": len(pairs),
-                                                    "rows": [asdict(r) for r in rows],
+                                                    "rows": [asdict(r) for r in rows], "accepted": accepted,
+                                                    "keys": [[p["problem_id"], p["mode"]] for p in pairs],
                                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1),
                                         encoding="utf-8")
     print(f"\ntable: {out}" + (f"\nplot: {plot}" if plot else ""))
