@@ -221,3 +221,27 @@ def test_a_pair_of_the_bank_is_continued_to_an_answer_on_both_branches(pair):
     assert record["draft_answer"] is not None and record["target_answer"] is not None
     assert 0 < record["draft_tokens"] <= 160 and 0 < record["target_tokens"] <= 160
     assert record["flip"] == (not answers_match(record["draft_answer"], record["target_answer"]))
+
+
+def test_the_target_loaded_here_scores_llama_cpp_steps_for_the_likelihood_verifier(pair, problems):
+    """llama.cpp's server scores no prompt; a SessionScorer over the float32 target does. The real vocabularies
+    agree (EnginePair checks them), the engine's own greedy text is what the scorer finds most likely nearly
+    everywhere (the engine runs the 4-bit build), and LR over the engine judges every drafted step by it."""
+    from conftest import real_lm
+
+    from lookahead_reasoning.runtime.engine.pair import EnginePair
+    from lookahead_reasoning.runtime.scorer import SessionScorer
+
+    scorer = SessionScorer(real_lm("qwen2.5-coder-1.5b"))
+    scored = EnginePair(pair.target.client.endpoint.url, pair.draft.client.endpoint.url, scorer=scorer)
+    try:
+        messages = math_messages(problems[1].question)
+        own, _ = _engine_greedy(scored, messages, 48)
+        view = scored.target.score(scored.prompt_ids(messages), own)
+        assert sum(r == 0 for r in view.ranks) >= 0.9 * len(own) and min(view.probs) > 0
+        lr = runs.lr(scored, messages, make_verifier("likelihood"), FixedK(2), TOKENS)
+        judged = [v for c in lr.stats.cycles for v in c.verdicts if v.verifier.startswith("likelihood")]
+        assert judged and all(v.score is not None for v in judged) and any(v.accepted for v in judged)
+        assert scorer.calls >= len(judged)
+    finally:
+        scored.close()
