@@ -240,3 +240,28 @@ def test_a_results_file_of_another_setup_is_not_resumed(dataset, tmp_path):
                                           "target 'another-target'\\): resuming would mix them; give another --out"):
         run_bench(other, runner=never, progress=False)
     assert never.calls == [] and out.read_text(encoding="utf-8") == before
+
+
+def test_report_puts_results_files_together_by_verifier_and_compares_answers_by_value(tmp_path, capsys):
+    from lookahead_reasoning.bench.report import by_verifier, fidelity_table
+    from lookahead_reasoning.cli import main
+
+    def run(pid, mode, verifier, predicted, **more):
+        return {"problem_id": pid, "mode": mode, "verifier": verifier, "predicted": predicted, "correct": predicted in ("5", "5.0"),
+                "engine": True, "new_tokens": 120, "tokens_per_s": 10.0, **more}
+
+    exact = [run(p, "ar", "exact", "5") for p in ("a", "b")] + \
+        [run(p, "lr@k2", "exact", "5.0", cycles=4, target_rows=8, alpha1=0.2) for p in ("a", "b")]
+    loose = [run("a", "lr@k2", "likelihood", "7", cycles=3, target_rows=4, alpha1=0.5),
+             run("b", "lr@k2", "likelihood", "5", cycles=3, target_rows=4, alpha1=0.5)]
+    records = by_verifier(exact + loose)
+    assert [r["mode"] for r in records] == ["ar", "ar"] + ["lr@k2 [exact]"] * 2 + ["lr@k2 [likelihood]"] * 2
+    table = fidelity_table(records)
+    assert "tokens per target request (mean; ar 120.0)" in table
+    assert "| lr@k2 [exact] | 2 | 2 | 0 | 0 | 1.00 | - | 15.0 |" in table  # "5.0" is "5"
+    assert "| lr@k2 [likelihood] | 2 | 1 | 1 | 0 | 0.50 | - | 30.0 |" in table
+    files = [tmp_path / "exact.jsonl", tmp_path / "loose.jsonl"]
+    for path, part in zip(files, (exact, loose)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in part))
+    assert main(["report", *map(str, files), "--no-plots"]) == 0
+    assert "| lr@k2 [likelihood] | 2 | 1 | 1 | 0 | 0.50 |" in capsys.readouterr().out

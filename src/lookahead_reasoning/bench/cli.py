@@ -10,7 +10,7 @@ from ..errors import require
 from ..options import add_generator_args, check_cache_writable, check_fits_context, generator_spec
 from ..presets import DEFAULT_MAX_NEW_TOKENS
 from .datasets import DEFAULT_DATASET, load_dataset
-from .report import fidelity_table, load_results, markdown_table, plot, summarize
+from .report import by_verifier, fidelity_table, load_results, markdown_table, plot, summarize
 from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
 
@@ -38,7 +38,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("report", help="markdown table and plots from a results JSONL (shards merged)")
-    r.add_argument("results")
+    r.add_argument("results", nargs="+", help="one results JSONL or several (runs of one mode with other verifiers "
+                                              "are rows of their own)")
     r.add_argument("--plots", default=None, help="folder for PNG plots (default: next to the results)")
     r.add_argument("--no-plots", action="store_true")
     r.set_defaults(func=cmd_report)
@@ -68,13 +69,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 130
     print(f"results: {path}")
     if args.report:
-        return cmd_report(argparse.Namespace(results=args.out, plots=None, no_plots=False))
+        return cmd_report(argparse.Namespace(results=[args.out], plots=None, no_plots=False))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    records = load_results(args.results)
+    paths = [args.results] if isinstance(args.results, str) else list(args.results)
+    records = by_verifier([r for path in paths for r in load_results(path)])
     rows = summarize(records)
     print(markdown_table(rows))
     fidelity = fidelity_table(records)
@@ -82,7 +84,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print()
         print(fidelity)
     if not args.no_plots:
-        folder = args.plots or str(Path(args.results).with_suffix("")) + "-plots"
+        folder = args.plots or str(Path(paths[0]).with_suffix("")) + "-plots"
         for p in plot(rows, records, folder):
             print(f"plot: {p}")
     return 0

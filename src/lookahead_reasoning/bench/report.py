@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError
+from .grading import answers_match
 from ..theory import predict
 from ..theory.predict import judged_alpha
 
@@ -120,14 +121,40 @@ def summarize(records: list[dict[str, Any]]) -> list[ModeRow]:
     return rows
 
 
+def by_verifier(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records, with a mode that ran with more than one verifier (results files put together)
+    named ``mode [verifier]`` in each record, so that the runs of each verifier make a row of their own."""
+    verifiers: dict[str, set] = {}
+    for r in records:
+        verifiers.setdefault(r["mode"], set()).add(r.get("verifier"))
+    return [{**r, "mode": f"{r['mode']} [{r.get('verifier')}]"} if len(verifiers[r["mode"]]) > 1 else r
+            for r in records]
+
+
+def same_answer(a: Any, b: Any) -> bool:
+    """Whether two extracted answers agree (math-verify; two missing answers agree too)."""
+    return (a is None and b is None) or answers_match(a, b)
+
+
+def tokens_per_target_request(record: dict[str, Any]) -> float | None:
+    """Over engines, the answer's tokens per request to the target: one request per target row of a
+    cycle (one for a plain run); None for this process's runs."""
+    if not record.get("engine"):
+        return None
+    rows = record.get("target_rows") if record.get("cycles") else 1
+    return record.get("new_tokens", 0) / rows if rows else None
+
+
 def fidelity_table(records: list[dict[str, Any]]) -> str:
     """Per mode against ``ar`` on the same (problem, sample): answers kept / lost / won, the share with
     the same final answer, and the mean target tokens thrown away per run. Empty without ``ar``."""
     ar = {(r["problem_id"], r.get("sample", 0)): r for r in records if r["mode"] == "ar"}
     if not ar:
         return ""
-    lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | target tokens thrown away (mean) |",
-             "|---|---|---|---|---|---|---|"]
+    per_request = [t for t in map(tokens_per_target_request, ar.values()) if t is not None]
+    lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | target tokens thrown away (mean) |"
+             + (f" tokens per target request (mean; ar {statistics.mean(per_request):.1f}) |" if per_request else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if per_request else "")]
     for mode in dict.fromkeys(r["mode"] for r in records):
         if mode == "ar":
             continue
@@ -138,11 +165,12 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
         kept = sum(bool(r.get("correct")) and bool(a.get("correct")) for r, a in pairs)
         lost = sum(not r.get("correct") and bool(a.get("correct")) for r, a in pairs)
         won = sum(bool(r.get("correct")) and not a.get("correct") for r, a in pairs)
-        same = sum(str(r.get("predicted")) == str(a.get("predicted")) for r, a in pairs) / len(pairs)
+        same = sum(same_answer(r.get("predicted"), a.get("predicted")) for r, a in pairs) / len(pairs)
         thrown = [r["target_tokens_discarded"] for r, _ in pairs if r.get("target_tokens_discarded") is not None]
+        mine = [t for t in (tokens_per_target_request(r) for r, _ in pairs) if t is not None]
         lines.append(f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | "
-                     f"{statistics.mean(thrown):.1f} |" if thrown else
-                     f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | - |")
+                     + (f"{statistics.mean(thrown):.1f} |" if thrown else "- |")
+                     + ((f" {statistics.mean(mine):.1f} |" if mine else " - |") if per_request else ""))
     return "\n".join(lines)
 
 

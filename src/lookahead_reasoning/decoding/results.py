@@ -216,6 +216,7 @@ class LRStats:
             "alpha1": _rounded(self.alpha1),
             "raw_accept_rate": _rounded(self.raw_accept_rate),
             "steps_per_cycle": _rounded(self.steps_per_cycle),
+            "target_rows": sum(c.target_rows for c in self.cycles),  # over engines: requests to the target
             "c1": _rounded(self.c1),
             "draft_s": _rounded(sum(c.draft_s for c in self.cycles)),
             "target_s": _rounded(sum(c.target_s for c in self.cycles)),
