@@ -103,6 +103,8 @@ def test_a_grown_bank_is_drawn_in_proportion_to_who_wrote_its_pairs():
     assert alone == expected  # one stratum: the order a bank had before it grew
     both = sample_pairs(old + new, None, 0)
     assert [p for p in both if p["target_model"] == "a"] == alone  # the old order, interleaved with the new
+    cut = [{**p, "draft_end": "budget"} if i % 4 == 1 else p for i, p in enumerate(old)]  # some cut at the step cap
+    assert sample_pairs(cut, None, 0) == [p for p in alone if old.index(p) % 4 != 1]  # the others keep their order
     for n in (9, 30, 45):  # every first part holds each stratum in proportion (20 : 60)
         first = sample_pairs(old + new, n, 0)
         assert abs(sum(p["target_model"] == "a" for p in first) - n / 4) <= 1

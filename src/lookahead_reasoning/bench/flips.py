@@ -94,7 +94,8 @@ def writers(pair: dict[str, Any]) -> tuple[str, str, bool]:
 
 def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
     """The pairs that are not exact matches (and whose drafted step is complete) in a seeded order;
-    the first ``n`` (None: all).
+    the first ``n`` (None: all). Pairs cut at the step cap are shuffled with the others and then left
+    out, so that leaving them out keeps the others' order.
 
     The pairs are split by the models that wrote them (:func:`writers`: a bank grown with another
     build of the models is another stratum); each stratum is shuffled by ``random.Random(seed)`` and
@@ -104,11 +105,12 @@ def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> l
     one stratum keeps the order it had before it grew."""
     strata: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
     for p in pairs:
-        if not p.get("exact") and complete(p):
+        if not p.get("exact"):
             strata.setdefault(writers(p), []).append(p)
     keyed = []
     for s, members in enumerate(strata.values()):
-        random.Random(seed).shuffle(members)
+        random.Random(seed).shuffle(members)  # then the incomplete ones leave: the others keep their order
+        members = [p for p in members if complete(p)]
         keyed += [((r + 0.5) / len(members), s, p) for r, p in enumerate(members)]
     order = [p for _, _, p in sorted(keyed, key=lambda t: t[:2])]
     return order if n is None else order[:n]
