@@ -44,6 +44,8 @@ def test_records_carry_a_timeline_when_a_window_is_given(tmp_path):
     records = {r["mode"]: r for r in map(json.loads, out.read_text().splitlines())}
     lr = records["lr@k1"]
     assert len(lr["timeline"]) >= 2  # one point per cycle
+    assert len(lr["cycle_log"]) == lr["cycles"] and lr["target_rows"] == sum(c["rows"] for c in lr["cycle_log"])
+    assert "cycle_log" not in records["ar"]
     for record in records.values():
         _timeline_is_sound(record)
 

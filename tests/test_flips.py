@@ -11,8 +11,8 @@ import random
 import pytest
 from test_engine_client import FakeEngine
 
-from lookahead_reasoning.bench.flips import (FlipsConfig, Flipper, harm_rows, harm_table, read_bank, run_flips,
-                                             sample_pairs, wilson)
+from lookahead_reasoning.bench.flips import (FlipsConfig, Flipper, harm_rows, harm_table, kept_foreign_steps, read_bank,
+                                             run_flips, sample_pairs, wilson)
 from lookahead_reasoning.bench.results import read_records
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.errors import ConfigError
@@ -231,3 +231,11 @@ def test_a_bank_written_by_the_same_target_is_its_own_target_branch(tmp_path, se
         assert len(script.calls) == len(flips) and all(f["target_answer"] == "6" for f in flips)
     else:
         assert len(script.calls) > len(flips) and all(f["target_answer"] == "7" for f in flips)
+
+
+def test_a_runs_kept_foreign_steps_are_counted_from_its_cycle_log():
+    log = [{"drafted": ["A.\n\n", "b.\n\n"], "target": ["a.\n\n", "c.\n\n"], "accepted": 2},  # "A." is "a." normalised
+           {"drafted": ["x\n\n", "y\n\n"], "target": ["z\n\n", "w\n\n"], "accepted": 1},
+           {"drafted": ["p\n\n"], "target": ["q\n\n"], "accepted": 0}]
+    assert kept_foreign_steps({"cycle_log": log}) == 2
+    assert kept_foreign_steps({"cycle_log": json.dumps(log)}) == 2 and kept_foreign_steps({"mode": "ar"}) == 0

@@ -42,6 +42,7 @@ from ..verifiers.registry import make_verifier
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .results import append_record, check_writable, done_pairs, read_records
+from .runner import cycle_records
 
 _MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
 
@@ -182,7 +183,7 @@ class EngineRunner:
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
         result = await runs.alr(pair, ids, self.verifier, planner, n, each)
-        extra: dict[str, Any] = {"timeline": timeline} if window else {}
+        extra: dict[str, Any] = {"timeline": timeline, **cycle_records(result)} if window else cycle_records(result)
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],

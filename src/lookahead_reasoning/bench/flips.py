@@ -24,6 +24,7 @@ that many; the pairs of a bank grown with other builds of the models are drawn i
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -37,6 +38,7 @@ from ..engines import runs
 from ..errors import ConfigError, require
 from ..prompts import math_messages
 from ..steps import COMPLETE_ENDS
+from ..verifiers.text import normalize_step
 from .grading import answers_match, grade
 from .results import append_record, check_writable, done_pairs, read_records
 
@@ -238,6 +240,15 @@ class HarmRow:
         return (1 - self.high) ** self.steps_per_problem if self.high == self.high else math.nan
 
 
+def kept_foreign_steps(record: dict[str, Any]) -> int:
+    """How many drafted steps a run kept that are not the target's own (normalised text): the steps
+    that could flip its answer, from its ``cycle_log`` (a benchmark record of an LR mode)."""
+    log = record.get("cycle_log") or []
+    log = json.loads(log) if isinstance(log, str) else log
+    return sum(normalize_step(d) != normalize_step(t) for c in log
+               for d, t in zip(c["drafted"][:c["accepted"]], c["target"][:c["accepted"]]))
+
+
 def harm_rows(pairs: Sequence[dict[str, Any]], decisions: dict[str, Sequence[bool]],
               flips: Sequence[dict[str, Any]]) -> list[HarmRow]:
     """Per verifier (``decisions``: spec -> accepted per pair, in ``pairs``' order) its flip rate with a
@@ -271,5 +282,5 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish",
-           "harm_rows", "harm_table", "own_trace", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]
+__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish", "harm_rows", "harm_table",
+           "kept_foreign_steps", "own_trace", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]
