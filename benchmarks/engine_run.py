@@ -4,6 +4,8 @@
         --offset 400 --limit 10 --max-new-tokens 1024 --modes ar,sd,ngram,lr@k2,lr-sd@k2,auto
     .venv/bin/python benchmarks/engine_run.py --engine vllm --out benchmarks/results/engine-vllm-cpu.jsonl \
         --offset 700 --limit 4 --max-new-tokens 512 --modes ar,ngram,lr@k2,auto
+    .venv/bin/python benchmarks/engine_run.py --out benchmarks/results/e2e-llamacpp.jsonl --offset 1000 --limit 50 \
+        --modes ar,lr@k2 --verifiers exact,likelihood@0.3 --scorer qwen2.5-coder-1.5b --chunk 5
 
 The servers (loopback ports, 2 threads each unless --threads): the plain 1.5B target, the 0.5B draft,
 and, when a mode needs them, the target with the engine's own draft-model SD and its n-gram SD.
@@ -60,8 +62,11 @@ def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192
 
 
 def main() -> int:
-    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
     from lookahead_reasoning import Settings
+    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.runtime.engine.pair import make_scorer
+    from lookahead_reasoning.verifiers.likelihood import uses_scores
+    from lookahead_reasoning.verifiers.registry import make_verifier
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -79,13 +84,29 @@ def main() -> int:
     p.add_argument("--draft-engine", default="llama.cpp", choices=["llama.cpp", "vllm"])
     p.add_argument("--dtype", default="auto", help="vLLM's dtype (auto: bf16 where the CPU has it, else float32; "
                                                    "float32 takes twice the memory)")
+    p.add_argument("--verifiers", default="exact", help="comma-separated (name or name@threshold): the first runs every "
+                   "mode into --out, each other one the lr modes into --out with -<verifier> before .jsonl")
+    p.add_argument("--scorer", default=None, help="for likelihood verifiers over llama.cpp: the target loaded here")
+    p.add_argument("--chunk", type=int, default=0, help="problems per round of all verifiers (0: all at once), so "
+                                                        "that a stopped run leaves every file on the same problems")
     args = p.parse_args()
+    verifiers = [v.strip() for v in args.verifiers.split(",") if v.strip()]
+    lr_modes = ",".join(m for m in args.modes.split(",") if m.startswith("lr")) or args.modes
+    ends = range(args.chunk, args.limit + args.chunk, args.chunk) if args.chunk else [args.limit]
     with servers(args.modes, args.threads, max(args.parallel, args.concurrency * 3), 8192 * max(1, args.concurrency),
                  args.spec_max, args.engine, args.draft_engine, args.dtype) as urls:
-        bench = EngineBench(args.dataset, args.out, EngineURLs(**urls), modes=args.modes, limit=args.limit,
-                            offset=args.offset, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                            settings=Settings())
-        print(run_engine_bench(bench))
+        scorer = make_scorer(args.scorer, Settings()) if args.scorer else None  # loaded once, for every round
+        for end in ends:
+            for i, spec in enumerate(verifiers):
+                name, _, threshold = spec.partition("@")
+                verifier = make_verifier(name, **({"threshold": float(threshold)} if threshold else {}))
+                out = args.out if i == 0 else args.out.replace(".jsonl", f"-{spec}.jsonl")
+                scoring = scorer if uses_scores(verifier) else None
+                bench = EngineBench(args.dataset, out, EngineURLs(**urls, scorer=scoring),
+                                    modes=args.modes if i == 0 else lr_modes, limit=min(end, args.limit),
+                                    offset=args.offset, max_new_tokens=args.max_new_tokens,
+                                    concurrency=args.concurrency, verifier=verifier, settings=Settings())
+                print(run_engine_bench(bench))
     return 0
 
 

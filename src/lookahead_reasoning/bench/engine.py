@@ -62,14 +62,15 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
 class EngineURLs:
     """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD;
     ``template``: the served model's tokenizer, for engines that apply no chat template themselves;
-    ``scorer``: what scores drafted tokens for the likelihood verifiers (EnginePair's ``scorer``)."""
+    ``scorer``: what scores drafted tokens for the likelihood verifiers (EnginePair's ``scorer``: a name,
+    a URL, or one loaded already)."""
 
     target: str
     draft: str | None = None
     sd: str | None = None
     ngram: str | None = None
     template: str | None = None
-    scorer: str | None = None
+    scorer: Any = None
 
     def needed(self, modes: tuple[str, ...]) -> None:
         for mode in modes:
@@ -194,7 +195,7 @@ class EngineRunner:
         return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
                 "engine": True, **self.models, "verifier": getattr(self.verifier, "name", "?"),
-                "scorer": self.bench.urls.scorer,
+                "scorer": getattr(self.bench.urls.scorer, "name", self.bench.urls.scorer),
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
                 "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
