@@ -84,8 +84,8 @@ def main() -> int:
     p.add_argument("--draft-engine", default="llama.cpp", choices=["llama.cpp", "vllm"])
     p.add_argument("--dtype", default="auto", help="vLLM's dtype (auto: bf16 where the CPU has it, else float32; "
                                                    "float32 takes twice the memory)")
-    p.add_argument("--verifiers", default="exact", help="comma-separated (name or name@threshold): the first runs every "
-                   "mode into --out, each other one the lr modes into --out with -<verifier> before .jsonl")
+    p.add_argument("--verifiers", default="exact", help="comma-separated (name or name@threshold): the first runs "
+                   "every mode into --out, each other one the lr modes into --out with -<verifier> before .jsonl")
     p.add_argument("--scorer", default=None, help="for likelihood verifiers over llama.cpp: the target loaded here")
     p.add_argument("--chunk", type=int, default=0, help="problems per round of all verifiers (0: all at once), so "
                                                         "that a stopped run leaves every file on the same problems")
