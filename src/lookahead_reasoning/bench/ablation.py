@@ -109,7 +109,6 @@ def load_pairs(paths: str | Path | Sequence[str | Path], limit: int | None = Non
 @dataclass
 class AblationRow:
     """One verifier's line of the table."""
-
     verifier: str
     pairs: int
     accepted: int
@@ -201,7 +200,7 @@ def markdown_table(rows: Sequence[AblationRow], pairs: Sequence[dict[str, Any]])
     problems = len({p.get("problem_id") for p in pairs})
     strata = Counter(writers(p) for p in pairs)
     written = "" if len(strata) < 2 else " Written by: " + "; ".join(
-        f"{n} by {t} and {d}{' over engines' if e else ''}" for (t, d, e), n in strata.items()) + "."
+        f"{n} by {Path(t).name} and {Path(d).name}{' over engines' * e}" for (t, d, e), n in strata.items()) + "."
     lines = [f"{len(pairs)} step pairs from {problems} problems; the numbers differ in "
              f"{sum(differ)} of them ({sum(differ) / len(pairs):.0%}).{written}", "",
              "| verifier | pairs | accepted | accept rate | accepted with other numbers | median latency / pair |"
@@ -319,8 +318,9 @@ def run_ablation_command(args: Any) -> int:
     body = f"{table}\n" + (f"\n![acceptance vs numbers-differ share]({plot.name})\n" if plot else "")
     out.write_text(body, encoding="utf-8")
     accepted = {spec: "".join("1" if a else "0" for a in d) for spec, d in decisions.items()}  # per pair, keys' order
-    out.with_suffix(".json").write_text(json.dumps({"pairs": [str(p) for p in _as_list(args.pairs)], "n_pairs": len(pairs),
-                                                    "rows": [asdict(r) for r in rows], "accepted": accepted,
+    out.with_suffix(".json").write_text(json.dumps({"pairs": list(map(str, _as_list(args.pairs))),
+                                                    "n_pairs": len(pairs), "rows": [asdict(r) for r in rows],
+                                                    "accepted": accepted,
                                                     "keys": [[p["problem_id"], p["mode"]] for p in pairs],
                                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1),
                                         encoding="utf-8")
