@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/plot_verifiers.py          # writes results/verifier-ablation.png and verifier-judges-20.png
 
-``verifier-ablation.png``: every verifier that runs offline, scored again on all pairs of
-``results/pairs-gsm8k.jsonl`` (the embedding model is the offline all-MiniLM-L6-v2; about a minute on
-two cores): the embedding verifier along its threshold, ``embedding-numbers`` along the same
-thresholds, and ``exact``; ``random`` and the cascade come from the committed table
+``verifier-ablation.png``: every verifier that runs offline, scored again on all pairs of the bank,
+``results/pairs-gsm8k.jsonl`` and ``results/pairs-gsm8k-llamacpp.jsonl`` (the embedding model is the
+offline all-MiniLM-L6-v2; half a minute on two cores): the embedding verifier along its threshold,
+``embedding-numbers`` along the same thresholds, and ``exact``; ``random`` and the cascade come from the committed table
 ``results/verifier-ablation.json`` (the random draws are the ones that run made). The harm proxy is
 the share of accepted pairs whose two steps carry other numbers. ``verifier-judges-20.png``: the LLM
 judges from ``results/verifier-judges-20.json`` (they need chat models, so they are not run here),
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=Path, default=RESULTS / "pairs-gsm8k.jsonl")
+    parser.add_argument("--pairs", type=Path, nargs="+", default=[RESULTS / "pairs-gsm8k.jsonl",
+                                                                  RESULTS / "pairs-gsm8k-llamacpp.jsonl"])
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     pairs = load_pairs(args.pairs)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             ax.scatter([row["accept_rate"]], [row["numbers_differ_accepted"]], marker=marker, s=60, color=color,
                        zorder=3, label=f"{name} (committed run)")
     _finish(fig, ax, (1, 0.5), "share of pairs accepted (more: faster step layer)",
-            f"verifiers on {len(pairs)} recorded step pairs (GSM8K train 300-344)", args.out / "verifier-ablation.png")
+            f"verifiers on {len(pairs)} recorded step pairs (GSM8K train 300-399)", args.out / "verifier-ablation.png")
 
     judges = json.loads((RESULTS / "verifier-judges-20.json").read_text())
     n = judges["n_pairs"]
