@@ -24,10 +24,10 @@ import sys
 from pathlib import Path
 
 from . import engine_cli
+from .bench.bank_scores import add_score_pairs_command
 from .bench.cli import add_bench_commands
 from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
-from .bench.bank_scores import add_score_pairs_command
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate

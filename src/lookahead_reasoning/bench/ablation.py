@@ -39,7 +39,7 @@ from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
 from .flips import harm_rows, harm_table, writers
-from .results import read_records
+from .results import as_paths, read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
@@ -93,7 +93,7 @@ def parse_entries(text: str) -> list[Entry]:
 def load_pairs(paths: str | Path | Sequence[str | Path], limit: int | None = None) -> list[dict[str, Any]]:
     """The pair records of a bank: one pairs JSONL or several, in order (problem summaries and a torn
     last line are skipped)."""
-    paths = _as_list(paths)
+    paths = as_paths(paths)
     require(limit is None or (isinstance(limit, int) and limit >= 1), f"--limit must be >= 1, got {limit!r}")
     pairs = []
     for path in map(Path, paths):
@@ -213,10 +213,6 @@ def markdown_table(rows: Sequence[AblationRow], pairs: Sequence[dict[str, Any]])
     return "\n".join(lines)
 
 
-def _as_list(paths: Any) -> list[Any]:
-    return [paths] if isinstance(paths, (str, Path)) else list(paths)
-
-
 def _ms(ms: float) -> str:
     return "-" if ms != ms else f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.2f} ms"
 
@@ -294,7 +290,7 @@ def run_ablation_command(args: Any) -> int:
             raise ConfigError(f"--verifiers entry {e.spec!r}: {exc}") from None
         check_verifier_settings(settings[e.spec])
     pairs = load_pairs(args.pairs, args.limit)
-    first = Path(_as_list(args.pairs)[0])
+    first = Path(as_paths(args.pairs)[0])
     out = Path(args.out) if args.out else first.with_name(first.stem + "-verifiers.md")
     models = _Models(args)
 
@@ -318,7 +314,7 @@ def run_ablation_command(args: Any) -> int:
     body = f"{table}\n" + (f"\n![acceptance vs numbers-differ share]({plot.name})\n" if plot else "")
     out.write_text(body, encoding="utf-8")
     accepted = {spec: "".join("1" if a else "0" for a in d) for spec, d in decisions.items()}  # per pair, keys' order
-    out.with_suffix(".json").write_text(json.dumps({"pairs": list(map(str, _as_list(args.pairs))),
+    out.with_suffix(".json").write_text(json.dumps({"pairs": list(map(str, as_paths(args.pairs))),
                                                     "n_pairs": len(pairs), "rows": [asdict(r) for r in rows],
                                                     "accepted": accepted,
                                                     "keys": [[p["problem_id"], p["mode"]] for p in pairs],

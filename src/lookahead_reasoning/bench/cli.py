@@ -11,6 +11,7 @@ from ..options import add_generator_args, check_cache_writable, check_fits_conte
 from ..presets import DEFAULT_MAX_NEW_TOKENS
 from .datasets import DEFAULT_DATASET, load_dataset
 from .report import by_verifier, fidelity_table, load_results, markdown_table, plot, summarize
+from .results import as_paths
 from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
 
 
@@ -75,7 +76,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    paths = [args.results] if isinstance(args.results, str) else list(args.results)
+    paths = as_paths(args.results)
     records = by_verifier([r for path in paths for r in load_results(path)])
     rows = summarize(records)
     print(markdown_table(rows))

@@ -184,7 +184,7 @@ class EngineRunner:
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
         result = await runs.alr(pair, ids, self.verifier, planner, n, each)
-        extra: dict[str, Any] = {"timeline": timeline, **cycle_records(result)} if window else cycle_records(result)
+        extra: dict[str, Any] = {**cycle_records(result), **({"timeline": timeline} if window else {})}
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],

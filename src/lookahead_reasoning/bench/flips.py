@@ -39,8 +39,8 @@ from ..errors import ConfigError, require
 from ..prompts import math_messages
 from ..steps import COMPLETE_ENDS
 from ..verifiers.text import normalize_step
-from .grading import answers_match, grade
-from .results import append_record, check_writable, done_pairs, read_records
+from .grading import grade, same_answer
+from .results import append_record, as_paths, check_writable, done_pairs, read_records
 
 FLIP_MAX_NEW_TOKENS = 1024  # a branch's whole answer (prefix, step and continuation), in target tokens
 Z95 = 1.959964
@@ -67,7 +67,7 @@ class FlipsConfig:
 def read_bank(paths: str | Path | Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """(pair records, problem summaries by problem id) of a bank: one pairs file or several (their
     records together); ConfigError when a file is missing or the bank holds no pairs."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    paths = as_paths(paths)
     require(bool(paths), "no pairs file given", ConfigError)
     records = []
     for path in paths:
@@ -167,7 +167,7 @@ class Flipper:
         if known is None:
             self.remember(pid, target_head, target_whole)
         mine, theirs = grade(draft_head + draft_text, gold), grade(target_whole, gold)
-        same = (mine.predicted is None and theirs.predicted is None) or answers_match(mine.predicted, theirs.predicted)
+        same = same_answer(mine.predicted, theirs.predicted)
         return {"kind": "flip", "problem_id": pid, "index": pair.get("index"), "mode": pair["mode"],
                 "step": pair["step"], "gold": gold, "draft_answer": mine.predicted, "target_answer": theirs.predicted,
                 "flip": not same, "draft_correct": mine.correct, "target_correct": theirs.correct,

@@ -199,6 +199,11 @@ def _too_big(items: tuple) -> bool:
     return False
 
 
+def same_answer(a: Any, b: Any) -> bool:
+    """Whether two extracted answers agree (:func:`answers_match`; two missing answers agree too)."""
+    return (a is None and b is None) or answers_match(a, b)
+
+
 def answers_match(predicted: Any, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> bool:
     """Whether an extracted answer equals the gold one by math-verify; False on any failure."""
     from math_verify.errors import TimeoutException
@@ -244,4 +249,4 @@ def grade(text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> G
 
 
 __all__ = ["Grade", "answers_match", "extract_answer", "extract_boxed", "grade", "is_correct",
-           "normalize_answer"]
+           "normalize_answer", "same_answer"]

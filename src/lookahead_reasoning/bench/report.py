@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError
-from .grading import answers_match
 from ..theory import predict
 from ..theory.predict import judged_alpha
+from .grading import same_answer
 
 
 def _key(rec: dict[str, Any]) -> tuple:
@@ -129,11 +129,6 @@ def by_verifier(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         verifiers.setdefault(r["mode"], set()).add(r.get("verifier"))
     return [{**r, "mode": f"{r['mode']} [{r.get('verifier')}]"} if len(verifiers[r["mode"]]) > 1 else r
             for r in records]
-
-
-def same_answer(a: Any, b: Any) -> bool:
-    """Whether two extracted answers agree (math-verify; two missing answers agree too)."""
-    return (a is None and b is None) or answers_match(a, b)
 
 
 def tokens_per_target_request(record: dict[str, Any]) -> float | None:

@@ -32,6 +32,11 @@ def check_writable(path: Path, what: str = "results") -> None:
                           f"folder") from None
 
 
+def as_paths(paths: Any) -> list[Any]:
+    """One path or several (a command's ``nargs="+"``, a list in Python) as a list."""
+    return [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+
+
 def read_records(path: Path) -> Iterable[dict[str, Any]]:
     """The records of a results file; a torn last line (killed run) and non-records are skipped."""
     if not path.exists():
@@ -116,4 +121,5 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-__all__ = ["SETUP_FIELDS", "append_record", "check_same_setup", "check_writable", "done_pairs", "read_records", "setup_of", "shard_path"]
+__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_writable", "done_pairs",
+           "read_records", "setup_of", "shard_path"]

@@ -52,6 +52,7 @@ class Dialect:
     """The OpenAI protocol plus the extensions most engines read (:class:`OpenAI`'s behaviour)."""
 
     name = "openai"
+    scores_prompts = False  # whether :meth:`score_body` exists: the engine gives prompt log-probabilities
 
     def completion_fields(self, logprobs: int) -> dict[str, Any]:
         """Extension fields of a ``/v1/completions`` body (``logprobs``: top-N asked for)."""
@@ -64,8 +65,6 @@ class Dialect:
         """Token ids of ``messages`` with the chat template applied and the assistant's turn opened,
         or None where this engine has no route for it."""
         return None
-
-    scores_prompts = False  # whether :meth:`score_body` exists: the engine gives prompt log-probabilities
 
     def score_body(self, ids: Sequence[int]) -> dict[str, Any]:
         """The ``/v1/completions`` body that asks for the model's log-probability of every token of ``ids``."""
