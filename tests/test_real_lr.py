@@ -9,36 +9,13 @@ greedy argmax at a near-tie compared with one token per forward.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from conftest import unavailable
-
-GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
-
-
-def _questions(n: int) -> list[str]:
-    if not GSM8K.exists():
-        unavailable(f"GSM8K file not found at {GSM8K}")
-    with open(GSM8K, encoding="utf-8") as fh:
-        return [json.loads(next(fh))["question"] for _ in range(n)]
-
-
-def _load(name: str, dtype: str):
-    models = pytest.importorskip("lookahead_reasoning.models")
-    from lookahead_reasoning.errors import ModelLoadError
-    from lookahead_reasoning.runtime.lm import LM
-
-    try:
-        return LM.from_loaded(models.load_model(name, dtype=dtype, device="cpu"))
-    except ModelLoadError as exc:  # the models extra is not installed: a skip, a failure under CI
-        unavailable(str(exc))
+from conftest import gsm8k_questions, real_lm
 
 
 @pytest.fixture(scope="module")
 def small_fp32():
-    return _load("qwen2.5-coder-0.5b", "float32")
+    return real_lm("qwen2.5-coder-0.5b")
 
 
 @pytest.mark.real
@@ -50,7 +27,7 @@ def test_lr_exact_with_identical_real_models_equals_ar(small_fp32):
 
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")  # same weights, own counters
     gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact", k=3, steps=StepConfig(), mode="lr")
-    messages = math_messages(_questions(1)[0])
+    messages = math_messages(gsm8k_questions(1)[0])
     ar = generate(small_fp32, small_fp32.prompt_ids(messages), max_new_tokens=64)
     lr = gen.generate(messages, max_new_tokens=64)
     assert lr.token_ids == ar.token_ids
@@ -62,9 +39,9 @@ def test_lr_pair_with_embedding_verifier_runs():
     from lookahead_reasoning import LookaheadGenerator
     from lookahead_reasoning.prompts import math_messages
 
-    gen = LookaheadGenerator(target=_load("qwen2.5-coder-1.5b", "auto"), draft=_load("qwen2.5-coder-0.5b", "auto"),
+    gen = LookaheadGenerator(target=real_lm("qwen2.5-coder-1.5b", "auto"), draft=real_lm("qwen2.5-coder-0.5b", "auto"),
                              verifier="embedding", k=2)
-    result = gen.generate(math_messages(_questions(1)[0]), mode="lr-sd", max_new_tokens=48)
+    result = gen.generate(math_messages(gsm8k_questions(1)[0]), mode="lr-sd", max_new_tokens=48)
     assert result.num_tokens == 48 or result.stop_reason == "eos"
     summary = result.summary()
     assert summary["cycles"] >= 1 and summary["judged_pairs"] >= 1
@@ -84,7 +61,7 @@ def test_auto_measures_the_machine_and_stays_lossless(small_fp32, tmp_path):
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")
     gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact",
                              planner=PlannerConfig(cache_dir=str(tmp_path), progress=False))
-    messages = math_messages(_questions(2)[1])
+    messages = math_messages(gsm8k_questions(2)[1])
     ar = generate(small_fp32, small_fp32.prompt_ids(messages), max_new_tokens=48)
     auto = gen.generate(messages, max_new_tokens=48)
     assert auto.mode == "auto" and auto.token_ids == ar.token_ids
@@ -104,7 +81,7 @@ def test_lr_exact_identical_three_problems(small_fp32, k):
     draft = LM(small_fp32.model, small_fp32.tokenizer, "draft")
     for mode in ("lr", "lr-sd"):
         gen = LookaheadGenerator(target=small_fp32, draft=draft, verifier="exact", k=k)
-        for question in _questions(3):
+        for question in gsm8k_questions(3):
             messages = math_messages(question)
             ar = generate(small_fp32, small_fp32.prompt_ids(messages), max_new_tokens=128)
             assert gen.generate(messages, mode=mode, max_new_tokens=128).token_ids == ar.token_ids
@@ -118,9 +95,9 @@ def test_lr_exact_with_real_pair_equals_target_ar():
     from lookahead_reasoning.decoding import generate
     from lookahead_reasoning.prompts import math_messages
 
-    target, draft = _load("qwen2.5-coder-1.5b", "float32"), _load("qwen2.5-coder-0.5b", "float32")
+    target, draft = real_lm("qwen2.5-coder-1.5b"), real_lm("qwen2.5-coder-0.5b")
     gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=3, precision={"draft": None})
-    for question in _questions(3):
+    for question in gsm8k_questions(3):
         messages = math_messages(question)
         ar = generate(target, target.prompt_ids(messages), max_new_tokens=128)
         for mode in ("lr", "auto"):
