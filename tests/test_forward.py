@@ -7,13 +7,17 @@ different length) and in the middle of a row (each later chunk right-aligned aft
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.runtime import lm as lm_module
 
 from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
 VOCAB_IDS = st.sampled_from(ORDINARY_IDS)  # byte and merge tokens of the tiny tokenizer
@@ -249,3 +253,39 @@ def test_a_forward_uses_no_deprecated_name(arch_name, monkeypatch):
     lm = tiny_lm(arch_name)
     feed_chunks(lm, [[[5, 6], [7]], [[8], [9, 10]]])
     assert not [m for m in said if "deprecated" in m], said
+
+
+# ------------------------------------------------------------------------------------- CUDA guards
+
+def test_a_forward_runs_under_the_attention_kernels_its_device_allows(monkeypatch):
+    """Every forward enters ``attention_kernels`` for its own device; on CUDA that list leaves cuDNN's
+    attention out (it plans each new key length again, which made decoding 2.9x slower on an H100) and
+    keeps every other kernel; elsewhere nothing is restricted. The list must also run a forward as is."""
+    seen = []
+    allowed = lm_module.attention_kernels
+    monkeypatch.setattr(lm_module, "attention_kernels", lambda device: seen.append(device) or allowed(device))
+    lm = tiny_lm("qwen2")
+    row = [5, 6, 7, 8]
+    logits, _ = lm.forward(torch.tensor([row]), keep=len(row))
+    assert seen == [torch.device("cpu")]
+    assert set(lm_module.CUDA_ATTENTION) == {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH}
+    assert SDPBackend.CUDNN_ATTENTION not in lm_module.CUDA_ATTENTION
+    assert type(allowed(torch.device("cpu"))).__name__ == "nullcontext"
+    with sdpa_kernel(list(lm_module.CUDA_ATTENTION)):
+        restricted, _ = lm.forward(torch.tensor([row]), keep=len(row))
+    assert max_abs_diff(restricted, logits) < ATOL and max_abs_diff(logits[0], reference_logits(lm, row)) < ATOL
+
+
+def test_a_forward_is_timed_to_the_end_of_its_gpu_work(monkeypatch):
+    """A GPU runs a forward after the call returns: ``finished`` waits for the tensor's device before the
+    clock is read (a CUDA tensor), and costs nothing on a CPU tensor. The forward's logits pass through it."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    on_gpu = SimpleNamespace(is_cuda=True, device="cuda:1")
+    assert lm_module.finished(on_gpu) is on_gpu and waited == ["cuda:1"]
+    cpu = torch.ones(2)
+    assert lm_module.finished(cpu) is cpu and waited == ["cuda:1"]
+    passed = []
+    monkeypatch.setattr(lm_module, "finished", lambda tensor: passed.append(tensor.shape) or tensor)
+    tiny_lm("qwen2").forward(torch.tensor([[5, 6, 7]]), keep=2)
+    assert len(passed) == 1 and passed[0][:2] == (1, 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -30,7 +31,10 @@ from lookahead_reasoning.models import (
     resolve_device,
     resolve_dtype,
 )
-from lookahead_reasoning.testing import tiny_model, tiny_tokenizer
+from lookahead_reasoning.models.offline import CONVERTED_SUBDIR
+from lookahead_reasoning.testing import REAL_SHAPES, REAL_VOCAB, TINY_SHAPE, _config_kwargs, tiny_model, tiny_tokenizer
+
+from conftest import USER_CACHE, unavailable
 
 
 @pytest.fixture
@@ -241,8 +245,6 @@ def test_offline_gguf_cache_dir_from_environment(tmp_path, monkeypatch):
 def test_the_tests_cache_is_a_temporary_folder(test_cache):
     """Cost tables, rates and conversions of the tests land in the session's temporary folder, not the
     user's cache (the real offline models are only linked in from there, to be read)."""
-    from conftest import USER_CACHE
-
     assert models.cache_root() == test_cache and test_cache != USER_CACHE
     assert USER_CACHE not in test_cache.parents and test_cache.is_dir()
     for link in test_cache.glob(f"*/{models.CONVERTED_SUBDIR}"):
@@ -644,3 +646,18 @@ def test_real_gguf_file_matches_the_safetensors_cache(tmp_path):
     cached = load_model("qwen2.5-coder-0.5b", dtype="bf16", device="cpu")
     with torch.no_grad():
         torch.testing.assert_close(cached.model(ids).logits, direct_logits, rtol=0, atol=0)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+def test_random_models_of_real_shapes_have_the_real_models_sizes(name):
+    """``tiny_model(**REAL_SHAPES[name], vocab_size=REAL_VOCAB)`` (what a GPU machine without the weights
+    times) has the converted real model's sizes, read from its config."""
+    config = USER_CACHE / name / CONVERTED_SUBDIR / "config.json"
+    if not config.exists():
+        unavailable(f"{name} is not converted in {USER_CACHE}")
+    real = json.loads(config.read_text(encoding="utf-8"))
+    drawn = _config_kwargs(tiny_tokenizer(), REAL_VOCAB, {**TINY_SHAPE, **REAL_SHAPES[name]})
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads")
+    assert {k: drawn[k] for k in keys} == {k: real[k] for k in keys}

@@ -85,25 +85,36 @@ def tiny_tokenizer():
     return tokenizer
 
 
-TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "initializer_range": 0.5}
+TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "initializer_range": 0.5, "intermediate": None}
+
+# The offline pair's sizes (Qwen2.5-Coder 1.5B and 0.5B; their vocabulary is 151,936 ids): random weights of
+# these shapes time like the real models, for machines the real weights do not reach.
+REAL_SHAPES = {
+    "qwen2.5-coder-1.5b": {"hidden": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate": 8960},
+    "qwen2.5-coder-0.5b": {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "intermediate": 4864},
+}
+REAL_VOCAB = 151936
 
 
 def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int = 0,
-               dtype: torch.dtype = torch.float32, **shape: Any) -> LoadedModel:
+               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", **shape: Any) -> LoadedModel:
     """A random-weight causal LM of architecture ``arch`` with :func:`tiny_tokenizer`, as a LoadedModel.
 
     ``vocab_size`` defaults to ``len(tiny_tokenizer())``; a larger one pads the embedding with rows
     no string maps to (as real checkpoints do), whose output logits are set to 0. ``shape`` changes
-    :data:`TINY_SHAPE` (``hidden``, ``layers``, ``heads``, ``kv_heads``, ``initializer_range``).
-    eos/pad ids are set in the config and the generation config; attention is ``sdpa``; eval mode,
-    no grads.
+    :data:`TINY_SHAPE` (``hidden``, ``layers``, ``heads``, ``kv_heads``, ``initializer_range``,
+    ``intermediate``: the MLP's size, twice ``hidden`` when None); ``tiny_model(**REAL_SHAPES[name],
+    vocab_size=REAL_VOCAB)`` has a real model's shape. The weights are drawn on ``device``, so the same
+    seed gives other weights on another device. eos/pad ids are set in the config and the generation
+    config; attention is ``sdpa``; eval mode, no grads.
     """
     tokenizer = tiny_tokenizer()
     config_class, model_class = _classes(arch)
     config = config_class(**_config_kwargs(tokenizer, vocab_size, {**TINY_SHAPE, **shape}))
     config._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):  # fixed weights, and the caller's RNG stream is untouched
-        torch.manual_seed(seed)
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+        torch.manual_seed(seed)  # fixed weights, and the caller's RNG stream is untouched
         model = model_class(config)
     model.to(dtype)
     with torch.no_grad():
@@ -111,7 +122,7 @@ def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int 
     gen = model.generation_config
     gen.eos_token_id, gen.pad_token_id, gen.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
     model.eval().requires_grad_(False)
-    return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", torch.device("cpu"), dtype, "memory")
+    return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", device, dtype, "memory")
 
 
 def _classes(arch: str) -> tuple[Any, Any]:
@@ -135,7 +146,7 @@ def _config_kwargs(tokenizer: Any, vocab_size: int | None, shape: dict[str, Any]
     hidden, heads, kv_heads = shape["hidden"], shape["heads"], shape["kv_heads"]
     if hidden % heads or heads % kv_heads:
         raise ConfigError(f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
-    return dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+    return dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=shape["intermediate"] or 2 * hidden,
                 num_hidden_layers=shape["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
                 max_position_embeddings=4096, initializer_range=shape["initializer_range"], tie_word_embeddings=False,
                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)

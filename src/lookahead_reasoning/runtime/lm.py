@@ -13,17 +13,22 @@ T(R, n)) is cheaper than the one asked for (a BLAS that picks its kernel by the 
 multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens up to that n and the
 cache is cropped back afterwards. Positions before the padding never see it
 (causal attention), so the logits and the cache are those of the unpadded forward.
+
+On a CUDA device the forward leaves cuDNN's attention out of PyTorch's choice of attention kernels:
+cuDNN builds an execution plan for every new shape (about 2 ms of CPU per layer on an H100), and
+decoding changes the key length at every forward, so each token paid that planning again.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState
@@ -63,6 +68,24 @@ class ForwardTiming:
 
 
 ForwardListener = Callable[[ForwardTiming], None]
+
+
+# The attention kernels a CUDA forward may use: every one PyTorch has but cuDNN's (see the module docstring).
+CUDA_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def attention_kernels(device: torch.device) -> AbstractContextManager:
+    """The attention kernels a forward on ``device`` may use: :data:`CUDA_ATTENTION` on CUDA, any elsewhere."""
+    return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
+
+
+def finished(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, once its device has computed it. A GPU runs the kernels of a forward after the call
+    that queued them has returned: a clock read before this would time the queueing, not the forward
+    (on a CPU the work is done when the call returns, and this does nothing)."""
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+    return tensor
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
@@ -174,8 +197,9 @@ class LM:
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
         position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
         start = time.perf_counter()
-        out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
-                         logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
+        with attention_kernels(input_ids.device):
+            out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
+                             logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
         self.stats.calls += 1
         self.stats.tokens += real_tokens
         returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
@@ -183,7 +207,7 @@ class LM:
         state.mask = full_mask
         if padded > n:
             state.crop(state.length - (padded - n))
-        logits = out.logits.float()
+        logits = finished(out.logits.float())
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
         for listener in self.listeners:
