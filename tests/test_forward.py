@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.session import Session
-from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.errors import ConfigError, PromptError
 from lookahead_reasoning.runtime import lm as lm_module
 
 from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
@@ -289,3 +290,13 @@ def test_a_forward_is_timed_to_the_end_of_its_gpu_work(monkeypatch):
     monkeypatch.setattr(lm_module, "finished", lambda tensor: passed.append(tensor.shape) or tensor)
     tiny_lm("qwen2").forward(torch.tensor([[5, 6, 7]]), keep=2)
     assert len(passed) == 1 and passed[0][:2] == (1, 2)
+
+
+def test_a_session_over_ids_outside_the_vocabulary_is_refused_by_name():
+    """``generate`` over raw ids reaches the model through ``LM.session``: an id the embedding has no row
+    for is named there, not left to fail inside torch's embedding."""
+    lm = tiny_lm("qwen2")
+    for bad in ([5, lm.vocab_size], [-1, 5]):
+        with pytest.raises(PromptError, match=rf"token ids \[{bad[0] if bad[0] < 0 else bad[1]}\] are outside"):
+            generate(lm, bad, max_new_tokens=2)
+    assert generate(lm, [5, lm.vocab_size - 1], max_new_tokens=2).num_tokens >= 1

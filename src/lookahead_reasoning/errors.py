@@ -25,7 +25,8 @@ class TokenizerMismatchError(LookaheadError):
 
 
 class PromptError(LookaheadError, ValueError):
-    """The prompt is empty, or needs a chat template that the tokenizer does not have."""
+    """The prompt is empty, holds token ids outside the model's vocabulary, or needs a chat template that
+    the tokenizer does not have."""
 
 
 class VerifierError(LookaheadError):

@@ -162,8 +162,13 @@ class LM:
 
         Returns:
             a Session with an empty cache; its first ``logits(keep=k)`` call feeds every row and
-            returns (B, k, V) float32 logits. Raises ValueError for no rows or an empty row.
+            returns (B, k, V) float32 logits. Raises ValueError for no rows or an empty row, and
+            PromptError for a token id outside the model's vocabulary (torch's embedding would fail
+            deep inside the forward).
         """
+        outside = sorted({t for row in rows for t in row if not 0 <= t < self.vocab_size})
+        require(not outside, f"token ids {outside[:5]} are outside {self.name}'s vocabulary [0, {self.vocab_size})",
+                PromptError)
         return Session(self, rows)
 
     # ------------------------------------------------------------------ forward
