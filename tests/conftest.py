@@ -128,10 +128,9 @@ def test_cache(tmp_path_factory) -> Path:
 def _one_thread_for_tiny_models(request):
     """Tiny models run on one thread: their ops are too small to split, and with more threads than
     free cores (a busy machine) every op waits for its slowest thread. Real-model tests keep torch's
-    own setting, and give their memory back when they end (see :func:`give_memory_back`)."""
+    own setting."""
     if request.node.get_closest_marker("real"):
         yield
-        give_memory_back()
         return
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -142,6 +141,14 @@ def _one_thread_for_tiny_models(request):
 
 
 # ------------------------------------------------------------------------------------- real models
+
+@pytest.fixture(autouse=True)
+def _real_tests_give_memory_back(request):
+    """After each real-model test, :func:`give_memory_back`."""
+    yield
+    if request.node.get_closest_marker("real"):
+        give_memory_back()
+
 
 def give_memory_back() -> None:
     """Free what a real-model test left behind: models a test loaded for itself sit in reference cycles

@@ -68,6 +68,7 @@ class ForwardTiming:
 
 
 ForwardListener = Callable[[ForwardTiming], None]
+PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
 # The attention kernels a CUDA forward may use: every one PyTorch has but cuDNN's (see the module docstring).
@@ -86,7 +87,6 @@ def finished(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.is_cuda:
         torch.cuda.synchronize(tensor.device)
     return tensor
-PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
 class LM:
@@ -166,9 +166,9 @@ class LM:
             PromptError for a token id outside the model's vocabulary (torch's embedding would fail
             deep inside the forward).
         """
-        outside = sorted({t for row in rows for t in row if not 0 <= t < self.vocab_size})
-        require(not outside, f"token ids {outside[:5]} are outside {self.name}'s vocabulary [0, {self.vocab_size})",
-                PromptError)
+        vocab = self.vocab_size
+        outside = sorted({t for row in rows for t in row if not 0 <= t < vocab})
+        require(not outside, f"token ids {outside[:5]} are outside {self.name}'s vocabulary [0, {vocab})", PromptError)
         return Session(self, rows)
 
     # ------------------------------------------------------------------ forward
@@ -202,7 +202,7 @@ class LM:
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
         position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
         start = time.perf_counter()
-        with attention_kernels(input_ids.device):
+        with attention_kernels(device):
             out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
                              logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
         self.stats.calls += 1
