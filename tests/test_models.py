@@ -649,10 +649,11 @@ def test_real_gguf_file_matches_the_safetensors_cache(tmp_path):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+@pytest.mark.parametrize("name", sorted(n for n in REAL_SHAPES if n.startswith("qwen2.5-coder")))
 def test_random_models_of_real_shapes_have_the_real_models_sizes(name):
     """``tiny_model(**REAL_SHAPES[name], vocab_size=REAL_VOCAB)`` (what a GPU machine without the weights
-    times) has the converted real model's sizes, read from its config."""
+    times) has the converted real model's sizes, read from its config (the offline pair's; the 7B and 32B
+    shapes are the published configs, whose weights no machine here holds)."""
     config = USER_CACHE / name / CONVERTED_SUBDIR / "config.json"
     if not config.exists():
         unavailable(f"{name} is not converted in {USER_CACHE}")

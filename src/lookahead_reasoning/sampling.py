@@ -63,11 +63,17 @@ def probs_from_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Ten
     return probs
 
 
+def on_generator(tensor: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``tensor`` on the device of ``generator`` (draws are made where the generator lives, the CPU for
+    :func:`make_generator`'s: the same seed then draws the same tokens whatever device the model is on)."""
+    return tensor if generator is None or tensor.device == generator.device else tensor.to(generator.device)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row. probs: (..., V) -> (...) long."""
-    flat = probs.reshape(-1, probs.shape[-1])
+    """Draw one token per row. probs: (..., V) -> (...) long, on probs' device."""
+    flat = on_generator(probs.reshape(-1, probs.shape[-1]), generator)
     drawn = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
-    return drawn.reshape(probs.shape[:-1])
+    return drawn.reshape(probs.shape[:-1]).to(probs.device)
 
 
 def next_token(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None = None) -> torch.Tensor:

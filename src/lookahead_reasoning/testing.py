@@ -87,13 +87,18 @@ def tiny_tokenizer():
 
 TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "initializer_range": 0.5, "intermediate": None}
 
-# The offline pair's sizes (Qwen2.5-Coder 1.5B and 0.5B; their vocabulary is 151,936 ids): random weights of
-# these shapes time like the real models, for machines the real weights do not reach.
+# Real models' sizes: random weights of these shapes time like the real models, on machines the real weights
+# do not reach. The offline pair (Qwen2.5-Coder 1.5B and 0.5B, checked against their configs by the tests) and
+# targets of the 7B and 32B class (Qwen2.5-7B and Qwen2.5-32B, from their published configs).
 REAL_SHAPES = {
     "qwen2.5-coder-1.5b": {"hidden": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate": 8960},
     "qwen2.5-coder-0.5b": {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "intermediate": 4864},
+    "qwen2.5-7b": {"hidden": 3584, "layers": 28, "heads": 28, "kv_heads": 4, "intermediate": 18944},
+    "qwen2.5-32b": {"hidden": 5120, "layers": 64, "heads": 40, "kv_heads": 8, "intermediate": 27648},
 }
-REAL_VOCAB = 151936
+REAL_VOCAB = 151936  # the offline pair's vocabulary
+REAL_VOCABS = {"qwen2.5-coder-1.5b": REAL_VOCAB, "qwen2.5-coder-0.5b": REAL_VOCAB, "qwen2.5-7b": 152064,
+               "qwen2.5-32b": 152064}
 
 
 def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int = 0,
@@ -150,6 +155,21 @@ def _config_kwargs(tokenizer: Any, vocab_size: int | None, shape: dict[str, Any]
                 num_hidden_layers=shape["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
                 max_position_embeddings=4096, initializer_range=shape["initializer_range"], tie_word_embeddings=False,
                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+
+
+def real_shape_lm(name: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
+                  **changes: Any) -> LM:
+    """Random weights of a real model's shape (:data:`REAL_SHAPES`; ``changes`` alter it, e.g. fewer
+    layers for a rehearsal), drawn directly in ``dtype`` on ``device`` (a 32B model never exists in float32)."""
+    require(name in REAL_SHAPES, f"unknown shape {name!r}; known: {', '.join(REAL_SHAPES)}")
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        loaded = tiny_model("qwen2", seed=0, device=device, dtype=dtype, vocab_size=REAL_VOCABS[name],
+                            **{**REAL_SHAPES[name], "initializer_range": 0.02, **changes})
+    finally:
+        torch.set_default_dtype(saved)
+    return LM(loaded.model, loaded.tokenizer, name=f"{name} (random weights)")
 
 
 def perturbed_copy(lm: LM, scale: float, seed: int = 0) -> LM:

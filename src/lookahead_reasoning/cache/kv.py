@@ -27,11 +27,14 @@ import torch
 from transformers import DynamicCache
 
 
-@dataclass
-class KVState:
-    """A ``DynamicCache`` and its (B, T) real-token mask (``torch.long``)."""
+class Columns:
+    """What every KV state shares: B rows of T columns and the (B, T) ``mask`` of the real ones.
 
-    cache: DynamicCache
+    The subclasses keep the keys and values (:class:`KVState` in a ``DynamicCache``,
+    :class:`~.static.StaticKVState` in preallocated tensors) and implement ``crop``; the verbs here
+    only read the mask or edit it.
+    """
+
     mask: torch.Tensor
 
     # ----------------------------------------------------------------- facts
@@ -51,6 +54,36 @@ class KVState:
     def real_columns(self, row: int) -> torch.Tensor:
         """(n_real,) the column index of each real token of ``row``, in order."""
         return torch.nonzero(self.mask[row], as_tuple=False).flatten()
+
+    def crop(self, length: int) -> "Columns":
+        raise NotImplementedError
+
+    def truncate_row(self, row: int, n_real: int) -> "Columns":
+        """Make ``row`` keep only its first ``n_real`` real tokens; later columns become holes.
+
+        With one row the columns are cropped for real; with several, masked (then ``trim`` runs).
+        """
+        cols = self.real_columns(row)
+        if n_real >= cols.numel():
+            return self
+        cut = int(cols[n_real - 1]) + 1 if n_real > 0 else 0
+        if self.batch_size == 1:
+            return self.crop(cut)
+        self.mask[row, cut:] = 0
+        return self.trim()
+
+    def trim(self) -> "Columns":
+        """Crop trailing columns that are holes in every row."""
+        used = self.mask.any(dim=0).nonzero()
+        return self.crop(int(used[-1]) + 1 if used.numel() else 0)
+
+
+@dataclass
+class KVState(Columns):
+    """A ``DynamicCache`` and its (B, T) real-token mask (``torch.long``)."""
+
+    cache: DynamicCache
+    mask: torch.Tensor
 
     # ----------------------------------------------------------------- copies
     def clone(self) -> "KVState":
@@ -98,25 +131,6 @@ class KVState:
             self.cache.crop(-remove)
             self.mask = self.mask[:, :length]
         return self
-
-    def truncate_row(self, row: int, n_real: int) -> "KVState":
-        """Make ``row`` keep only its first ``n_real`` real tokens; later columns become holes.
-
-        With one row the columns are cropped for real; with several, masked (then ``trim`` runs).
-        """
-        cols = self.real_columns(row)
-        if n_real >= cols.numel():
-            return self
-        cut = int(cols[n_real - 1]) + 1 if n_real > 0 else 0
-        if self.batch_size == 1:
-            return self.crop(cut)
-        self.mask[row, cut:] = 0
-        return self.trim()
-
-    def trim(self) -> "KVState":
-        """Crop trailing columns that are holes in every row."""
-        used = self.mask.any(dim=0).nonzero()
-        return self.crop(int(used[-1]) + 1 if used.numel() else 0)
 
     def compact(self) -> "KVState":
         """Remove every column that is a hole in all rows (gathers the cache tensors once)."""

@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from ..sampling import on_generator
+
 
 @dataclass(frozen=True)
 class Acceptance:
@@ -61,6 +63,8 @@ def speculative_accept(
            position i (p[gamma] is used for the bonus token).
     """
     gamma = len(draft_tokens)
+    p = on_generator(p, generator)  # the draws below happen where the generator lives
+    q = None if q is None else on_generator(q, generator)
     if gamma:
         idx = torch.arange(gamma)
         x = torch.as_tensor(list(draft_tokens), dtype=torch.long)

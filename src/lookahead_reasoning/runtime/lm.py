@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import inspect
 import time
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..cache import KVState
+from ..cache import KVState, StaticKVState
 from ..errors import PromptError, require
+from .compiled import CUDA_ATTENTION, FastPath, FastPathConfig, attention_kernels, default_backend
 from .session import Session
 
 
@@ -71,15 +71,6 @@ ForwardListener = Callable[[ForwardTiming], None]
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
-# The attention kernels a CUDA forward may use: every one PyTorch has but cuDNN's (see the module docstring).
-CUDA_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
-
-
-def attention_kernels(device: torch.device) -> AbstractContextManager:
-    """The attention kernels a forward on ``device`` may use: :data:`CUDA_ATTENTION` on CUDA, any elsewhere."""
-    return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
-
-
 def finished(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, once its device has computed it. A GPU runs the kernels of a forward after the call
     that queued them has returned: a clock read before this would time the queueing, not the forward
@@ -106,6 +97,20 @@ class LM:
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
+        self.fast: FastPath | None = None  # the compiled path, when on (use_fast_path)
+
+    def use_fast_path(self, config: FastPathConfig | str | None = "auto") -> "LM":
+        """Run this model's forwards on the compiled path (:mod:`.compiled`), or, with None, eagerly.
+
+        ``config``: a :class:`~.compiled.FastPathConfig`, a backend name, or "auto" (CUDA graphs on a
+        GPU, the eager loops on a CPU). Sessions made before keep the cache they started with.
+        """
+        if config == "auto":
+            config = default_backend(self.device)
+        if isinstance(config, str):
+            config = FastPathConfig(backend=config)
+        self.fast = None if config is None else FastPath(self.model, config, self.pad_id, self.cache_arg)
+        return self
 
     @contextmanager
     def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:
@@ -191,28 +196,42 @@ class LM:
         input_ids = input_ids.to(device)
         bsz, n = input_ids.shape
         if state is None:
-            state = KVState(DynamicCache(config=self.model.config), torch.zeros(bsz, 0, dtype=torch.long, device=device))
+            state = (self.fast.new_state(bsz) if self.fast is not None else
+                     KVState(DynamicCache(config=self.model.config), torch.zeros(bsz, 0, dtype=torch.long, device=device)))
         require(state.batch_size == bsz, f"state has {state.batch_size} rows, input_ids {bsz}")
         if new_mask is None:
             new_mask = torch.ones(bsz, n, dtype=torch.long, device=device)
         real_tokens = int(new_mask.sum())
         padded = n if self.pad_to is None else max(n, int(self.pad_to(bsz, n)))
+        static = isinstance(state, StaticKVState)
+        start = time.perf_counter()
+        if static:  # the compiled path runs n at its bucket (the same dummy tokens as pad_to's)
+            require(self.fast is not None and state.arena is self.fast.arena,
+                    "this state belongs to another static cache (the model's compiled path was changed)")
+            padded = self.fast.shape(bsz, padded)[1]
+            state.check_room(padded)
+            state.arena.make_resident(state)
         if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
             input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), padded)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
-        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
-        start = time.perf_counter()
-        with attention_kernels(device):
-            out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
-                             logits_to_keep=_keep_positions(keep, n, padded, device), **{self.cache_arg: state.cache})
+        keep_at = _keep_positions(keep, n, padded, device)
+        if static:
+            hidden = self.fast.run(input_ids, full_mask, state)  # (B, padded, H)
+            raw_logits = self.fast.logits(hidden if isinstance(keep_at, int) else hidden.index_select(1, keep_at))
+        else:
+            position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
+            with attention_kernels(device):
+                out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids,
+                                 use_cache=True, logits_to_keep=keep_at, **{self.cache_arg: state.cache})
+            returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
+            state.cache = state.cache if returned is None else returned
+            raw_logits = out.logits
         self.stats.calls += 1
         self.stats.tokens += real_tokens
-        returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
-        state.cache = state.cache if returned is None else returned
         state.mask = full_mask
         if padded > n:
             state.crop(state.length - (padded - n))
-        logits = finished(out.logits.float())
+        logits = finished(raw_logits.float())
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
         for listener in self.listeners:

@@ -1,0 +1,361 @@
+"""The compiled path on a GPU, against the eager loops: one command, one JSON file, under 8 minutes.
+
+No weights travel to a GPU machine: every model is drawn there with random weights of a real shape
+(``testing.REAL_SHAPES``: the offline pair, and targets of the 7B and 32B class), in bfloat16.
+
+1. ``env``: the GPU, torch and transformers, and whether ``torch.compile`` works there.
+2. ``lossless``: tiny float32 models (the draft a perturbed copy of the target) on the GPU, greedy:
+   every mode on the compiled path writes the eager path's tokens; then a warm 256-token ``lr-sd``
+   run records no new CUDA graph.
+3. ``shapes``: per shape, eager and compiled: greedy AR's milliseconds per token after a 300-token
+   prompt, the seconds to record the graphs, T(R, n) for R 1-8 and n 1-16 on the compiled path
+   (``planning.costs.profile``, 256 cached tokens) and a few eager points beside it.
+4. ``cycles``: per (target, draft) pair, each mode generates with the compiled path, every forward
+   logged (who, rows, n, cached tokens, seconds) beside the run's wall time, so that the cost model's
+   price of the same forwards can be set against the realised time (``gpu_report.py`` does that, and
+   the theory's predictions, on any machine afterwards). Random weights accept nothing, so these are
+   cycles of the worst case; steps end on a few common characters so that they are of reasoning length.
+5. ``inductor``: greedy AR of the offline pair's shapes with inductor's kernels recorded as CUDA graphs
+   (one compiled shape each), where ``torch.compile`` works and time is left.
+
+    python benchmarks/gpu_compiled.py --out gpu-compiled.json            # a CUDA machine
+    python benchmarks/gpu_compiled.py --rehearse --out rehearsal.json    # the same code on a CPU, small shapes
+
+Each section is written to the file as soon as it ends; a section that fails records its error and
+the next one runs; a section that would overrun ``--budget-s`` is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from lookahead_reasoning import LookaheadGenerator
+from lookahead_reasoning.decoding import generate
+from lookahead_reasoning.planning.costs import profile
+from lookahead_reasoning.runtime.compiled import FastPathConfig
+from lookahead_reasoning.runtime.lm import LM
+from lookahead_reasoning.sampling import SamplingConfig
+from lookahead_reasoning.steps import StepConfig
+from lookahead_reasoning.testing import perturbed_copy, real_shape_lm, tiny_model
+
+SHAPES = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-32b", "qwen2.5-7b")
+DRAFT = "qwen2.5-coder-0.5b"
+GRID = {r: (1, 2, 3, 4, 6, 8, 10, 13, 16) for r in range(1, 9)}
+EAGER_GRID = {1: (1, 4, 13), 2: (1, 13), 4: (1, 13), 8: (1, 13)}
+MODES = (("ar", {}), ("sd", {"gamma": 8}), ("lr", {"k": 2}), ("lr-sd", {"k": 1, "gamma": 8}), ("lr-sd", {"k": 2, "gamma": 4}))
+LOSSLESS = (("ar", {}), ("sd", {}), ("sd", {"gamma": 5}), ("sd-ngram", {}), ("lr", {"k": 2}), ("lr", {"k": 3}),
+            ("lr", {"k": 2, "width": 2}), ("lr-sd", {}), ("lr-sd", {"k": 2, "gamma": 4}), ("auto", {}),
+            ("sd", {"sampling": SamplingConfig(temperature=0.8)}), ("lr-sd", {"sampling": SamplingConfig(temperature=0.8)}))
+# Random weights (drawn wide enough that greedy text does not repeat one token) over the tiny byte-level
+# tokenizer: a step ends at any of these characters (about 20 tokens a step, as reasoning steps are), or
+# at the cap; EOS is switched off so that every mode writes the same number of tokens.
+INIT = 0.1
+DELIMITERS = ("\n", ".", ",", "=", ";", ":", "?", "!", "a", "e", "o")
+PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many?"
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.start, self.seconds = time.perf_counter(), seconds
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self.start)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Report:
+    """The JSON file, written again after every section."""
+
+    def __init__(self, path: str, budget: Budget, data: dict):
+        self.path, self.budget, self.data = path, budget, data
+
+    def save(self) -> None:
+        self.data["total_s"] = round(time.perf_counter() - self.budget.start, 1)
+        with open(self.path, "w", encoding="utf-8") as fh:
+            json.dump(self.data, fh, indent=1)
+
+    def section(self, into: dict, name: str, needs_s: float, fn: Callable[[], Any]) -> Any:
+        """Run one section into ``into[name]``, recording its error or its skipping, then save."""
+        if self.budget.left() < needs_s:
+            into[name] = {"skipped": f"{self.budget.left():.0f} s left, the section needs about {needs_s:.0f} s"}
+            print(f"[{name}] skipped: {into[name]['skipped']}", flush=True)
+        else:
+            start = time.perf_counter()
+            try:
+                into[name] = fn()
+            except Exception as exc:  # noqa: BLE001 - one failing section must not lose the others
+                into[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+                print(f"[{name}] failed: {type(exc).__name__}: {exc}", flush=True)
+            if isinstance(into[name], dict):
+                into[name]["section_s"] = round(time.perf_counter() - start, 2)
+        self.save()
+        return into[name]
+
+
+def env(device: torch.device) -> dict:
+    import transformers
+
+    info: dict[str, Any] = {"torch": torch.__version__, "transformers": transformers.__version__,
+                            "device": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(name=props.name, memory_gb=round(props.total_memory / 1e9, 1))
+    start = time.perf_counter()
+    try:
+        doubled = torch.compile(lambda x: x * 2)(torch.ones(2, device=device))
+        info["torch_compile"] = bool(doubled.sum().item() == 4)
+    except Exception as exc:  # noqa: BLE001
+        info["torch_compile"] = False
+        info["torch_compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    info["torch_compile_s"] = round(time.perf_counter() - start, 1)
+    print(f"[env] {info}", flush=True)
+    return info
+
+
+def fast(backend: str, rows: int = 8, length: int = 1024, **buckets: Any) -> FastPathConfig:
+    return FastPathConfig(backend=backend, rows=rows, length=length, **buckets)
+
+
+def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:
+    """Greedy tokens of every mode on the compiled path against the eager path (tiny float32 models)."""
+    target = LM.from_loaded(tiny_model("qwen2", seed=0, device=device, layers=4, hidden=128))
+    draft = perturbed_copy(target, 0.3, seed=1)
+    prompt = target.prompt_ids("Ann has 3 apples and buys 4 more. How many apples does she have?")
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2)
+    reference = [gen.generate(prompt, mode=mode, max_new_tokens=96, **kw).token_ids for mode, kw in LOSSLESS]
+    out: dict[str, Any] = {}
+    for backend in backends:
+        target.use_fast_path(fast(backend))
+        draft.use_fast_path(fast(backend))
+        same = {}
+        for (mode, kw), ref in zip(LOSSLESS, reference):
+            label = mode + "".join(f"@{k}{v}" if k != "sampling" else f"@t{v.temperature}" for k, v in kw.items())
+            same[label] = gen.generate(prompt, mode=mode, max_new_tokens=96, **kw).token_ids == ref
+        made = target.fast.captures + target.fast.compiles + draft.fast.captures + draft.fast.compiles
+        gen.generate(prompt, mode="lr-sd", max_new_tokens=256)
+        again = target.fast.captures + target.fast.compiles + draft.fast.captures + draft.fast.compiles
+        out[backend] = {"same_tokens": same, "all_same": all(same.values()), "graphs_made": made,
+                        "graphs_made_by_a_warm_256_token_lr_sd_run": again - made}
+        print(f"[lossless] {backend}: {'all the same' if all(same.values()) else same}; "
+              f"{made} graphs, {again - made} more in a warm lr-sd run", flush=True)
+    target.use_fast_path(None)
+    draft.use_fast_path(None)
+    return out
+
+
+def decode_ms(lm: LM, tokens: int) -> float:
+    """Milliseconds per token of greedy AR after a 300-token prompt (a short warm-up run first)."""
+    prompt = [(7 + 31 * i) % len(lm.tokenizer) for i in range(300)]
+    generate(lm, prompt, max_new_tokens=8)
+    sync(lm.device)
+    start = time.perf_counter()
+    done = generate(lm, prompt, max_new_tokens=tokens)
+    sync(lm.device)
+    return (time.perf_counter() - start) / done.num_tokens * 1000
+
+
+def points_json(points: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:
+    return {str(r): {str(n): s for n, s in row.items()} for r, row in points.items()}
+
+
+def steady_points(lm: LM, grid: dict[int, tuple[int, ...]], repeats: int, prefix: int = 256) -> dict[int, dict[int, float]]:
+    """T(R, n): median seconds of one forward of R rows x n new tokens after ``prefix`` cached tokens.
+
+    The rows are forked from the prefix once per R, and rolled back to it after every timed forward,
+    so a point is the forward alone (the library's clock: until the GPU is done), as a cycle's later
+    forwards are; the fork's copies are not in it (planning.costs.profile times a fork in every point).
+    """
+    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    ids = [(7 + 31 * i) % vocab for i in range(prefix)]
+    base = lm.session([ids])
+    base.logits()
+    points: dict[int, dict[int, float]] = {}
+    for rows, ns in grid.items():
+        branches = base.fork(rows)
+        for n in ns:
+            times = []
+            for r in range(repeats + 1):
+                start = time.perf_counter()
+                branches.logits(extra=[[100 + i for i in range(n - 1)]] * rows, keep=1)
+                if r:  # the first is a warm-up
+                    times.append(time.perf_counter() - start)
+                branches.set_rows([list(ids)] * rows)
+            points.setdefault(rows, {})[n] = statistics.median(times)
+    return points
+
+
+def kernel_profile(lm: LM, forwards: int = 5) -> dict:
+    """CUDA kernels per one-token forward after 256 cached tokens, and the GPU's busy time in them
+    (torch.profiler): with the static path's kernels run one by one, and replayed as CUDA graphs."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    out = {}
+    for backend in ("eager", lm.fast.config.backend):
+        lm.use_fast_path(fast(backend, row_buckets=(1,), token_buckets=(1,)))
+        session = lm.session([[(7 + 31 * i) % 200 for i in range(256)]])
+        session.logits()
+        for i in range(3):
+            session.logits(extra=[[100 + i]])
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(forwards):
+                session.logits(extra=[[110 + i]])
+        rows = prof.key_averages()
+        busy = sum(getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)) for r in rows)
+        top = sorted(rows, key=lambda r: -getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)))
+        out[backend] = {"kernels_per_forward": sum(r.count for r in rows) / forwards,
+                        "gpu_busy_ms_per_forward": busy / forwards / 1000,
+                        "top": [(r.key[:80], r.count // forwards,
+                                 getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)) / forwards / 1000)
+                                for r in top[:12]]}
+    print(f"[kernels] {lm.name}: " + "; ".join(f"{b}: {v['kernels_per_forward']:.0f} kernels, "
+                                              f"{v['gpu_busy_ms_per_forward']:.2f} ms busy" for b, v in out.items()), flush=True)
+    return out
+
+
+def measure_shape(lm: LM, backend: str, rehearse: bool) -> dict:
+    device = lm.device
+    out: dict[str, Any] = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    out["eager_ar_ms"] = decode_ms(lm, 16 if rehearse else 48)
+    out["eager_points"] = points_json(steady_points(lm, EAGER_GRID, repeats=3))
+    lm.use_fast_path(fast(backend))
+    start = time.perf_counter()
+    lm.fast.warm(rows=tuple(reversed(lm.fast.config.row_buckets)), tokens=tuple(reversed(lm.fast.config.token_buckets)))
+    sync(device)
+    out["warm_s"] = round(time.perf_counter() - start, 2)
+    out["graphs"] = lm.fast.captures + lm.fast.compiles
+    out["compiled_ar_ms"] = decode_ms(lm, 32 if rehearse else 128)
+    out["points"] = points_json(steady_points(lm, GRID if not rehearse else {1: (1, 13), 4: (1, 13)}, repeats=5))
+    out["profile_points"] = points_json(profile(lm, {1: (1, 13), 4: (1, 13)}, repeats=3, progress=False).points)
+    out["arena_copies"] = lm.fast.arena.copies
+    if device.type == "cuda":
+        out["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
+    print(f"[shapes] {lm.name}: AR {out['eager_ar_ms']:.2f} ms/token eager, {out['compiled_ar_ms']:.2f} compiled "
+          f"({out['graphs']} graphs in {out['warm_s']} s); T(1,1) {out['points']['1']['1'] * 1e3:.2f} ms", flush=True)
+    return out
+
+
+def cycles(target: LM, draft: LM, rehearse: bool) -> dict:
+    """Each mode on the compiled path, every forward of both models logged beside the wall time."""
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", draft_stop_below=None,
+                             steps=StepConfig(delimiters=DELIMITERS, max_step_tokens=48))
+    prompt = target.prompt_ids(PROMPT)
+    target.eos_ids = draft.eos_ids = frozenset()
+    runs = []
+    for mode, kw in MODES:
+        log: list[tuple[str, int, int, int, float]] = []
+        with target.metered(lambda t: log.append(("target", t.rows, t.n, t.cached, t.seconds))), \
+                draft.metered(lambda t: log.append(("draft", t.rows, t.n, t.cached, t.seconds))):
+            gen.generate(prompt, mode=mode, max_new_tokens=16, **kw)  # warm: buckets this mode uses
+            log.clear()
+            sync(target.device)
+            start = time.perf_counter()
+            result = gen.generate(prompt, mode=mode, max_new_tokens=32 if rehearse else 96, **kw)
+            sync(target.device)
+            wall = time.perf_counter() - start
+        label = mode + "".join(f"@{k}{v}" for k, v in kw.items())
+        runs.append({"mode": label, "tokens": result.num_tokens, "wall_s": wall, "forwards": log,
+                     "distinct_tokens": len(set(result.token_ids))})
+        print(f"[cycles] {target.name} <- {draft.name}: {label} {result.num_tokens / wall:.1f} tok/s, "
+              f"{len(log)} forwards, {sum(f[4] for f in log) / wall:.0%} of the wall in forwards", flush=True)
+    return {"target": target.name, "draft": draft.name, "runs": runs}
+
+
+def free(*lms: LM) -> None:
+    for lm in lms:
+        lm.use_fast_path(None)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu-compiled.json")
+    ap.add_argument("--device", default=None, help="default: cuda (cpu with --rehearse)")
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rehearse", action="store_true", help="a CPU run of the same code: 2-layer shapes, eager backend")
+    args = ap.parse_args()
+    device = torch.device(args.device or ("cpu" if args.rehearse else "cuda"))
+    backend = "eager" if device.type != "cuda" else "cuda-graphs"
+    budget = Budget(args.budget_s)
+    report = Report(args.out, budget, {"argv": vars(args), "backend": backend, "shapes": {}, "cycles": {}})
+    result = report.data
+    changes = {"layers": 2} if args.rehearse else {}
+    info = report.section(result, "env", 0, lambda: env(device))
+    report.section(result, "lossless", 30, lambda: lossless(device, (backend,)))
+    kept: dict[str, LM] = {}
+    needs = {"qwen2.5-coder-0.5b": 25, "qwen2.5-coder-1.5b": 30, "qwen2.5-7b": 45, "qwen2.5-32b": 90}
+
+    def shapes(names: list[str]) -> None:
+        for name in names:
+            holder: dict[str, LM] = {}
+
+            def run_shape(name: str = name, holder: dict = holder) -> dict:
+                start = time.perf_counter()
+                lm = holder["lm"] = real_shape_lm(name, device, initializer_range=INIT, **changes)
+                sync(device)
+                made = time.perf_counter() - start
+                out = measure_shape(lm, backend, args.rehearse)
+                out["draw_s"] = round(made, 1)
+                return out
+
+            report.section(result["shapes"], name, needs.get(name, 60), run_shape)
+            lm = holder.pop("lm", None)
+            if lm is not None and lm.fast is not None and DRAFT in kept and name != DRAFT:
+                report.section(result["cycles"], name, 20, lambda lm=lm: cycles(lm, kept[DRAFT], args.rehearse))
+            if lm is not None and lm.fast is not None and name == "qwen2.5-coder-1.5b" and device.type == "cuda":
+                report.section(result, "kernels", 10, lambda lm=lm: kernel_profile(lm))
+            if lm is not None and lm.fast is not None and name in (DRAFT, "qwen2.5-coder-1.5b"):
+                kept[name] = lm
+            elif lm is not None:
+                free(lm)
+            lm = None
+            free()
+
+    def inductor() -> dict:
+        """Inductor's kernels recorded as CUDA graphs: the 1.5B at a few bucket shapes, the 0.5B decoding."""
+        out = {}
+        for name, lm in kept.items():
+            rows, tokens = ((1, 4), (1, 16)) if name != DRAFT else ((1,), (1,))
+            lm.use_fast_path(fast("inductor+cuda-graphs" if device.type == "cuda" else "inductor",
+                                  row_buckets=rows, token_buckets=tokens))
+            start = time.perf_counter()
+            lm.fast.warm()
+            sync(device)
+            warm = time.perf_counter() - start
+            out[name] = {"compile_s": round(warm, 1), "graphs": lm.fast.compiles, "buckets": [rows, tokens],
+                         "ar_ms": decode_ms(lm, 32 if args.rehearse else 128)}
+            if name != DRAFT:
+                out[name]["points"] = points_json(steady_points(lm, {1: (1, 16), 4: (1, 16)}, repeats=5))
+            print(f"[inductor] {name}: {out[name]}", flush=True)
+            lm.use_fast_path(fast(backend))
+            lm.fast.warm()
+        return out
+
+    order = args.shapes.split(",")
+    shapes([n for n in order if n in (DRAFT, "qwen2.5-coder-1.5b")])
+    if isinstance(info, dict) and info.get("torch_compile"):
+        report.section(result, "inductor", 170 if device.type == "cuda" else 60, inductor)
+    shapes([n for n in order if n not in (DRAFT, "qwen2.5-coder-1.5b")])
+    report.save()
+    print(f"wrote {args.out} in {result['total_s']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""A preallocated KV cache for the compiled path: :class:`StaticArena` and :class:`StaticKVState`.
+
+A compiled forward (a CUDA graph, an inductor kernel) reads and writes fixed tensors at fixed
+addresses, so its cache cannot grow by concatenation as a ``DynamicCache`` does. Here one model's
+cache is an *arena*:
+
+* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L, D),
+  allocated once (one tensor each, not views of a shared one: a compiler then writes into them in
+  place); every forward of the compiled path runs on their first R rows, writing the new tokens'
+  keys and values at columns T .. T + n - 1;
+* **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`).
+
+At any time one state is *resident*: its B rows are working rows 0 .. B - 1. Another state's rows are
+parked. Running a state that is parked makes it resident: the resident one is copied out (its first
+T columns), the new one copied in. Snapshots are never written, so states share them freely:
+``fork`` and ``clone`` of a parked state copy nothing (copy on write, the write being the copy into
+the working rows at its next forward).
+
+The verbs are :class:`~.kv.KVState`'s, with the same meaning: the (B, T) ``mask`` says which of the
+T columns hold real tokens, and rolling a row back only moves T or clears mask entries (nothing is
+truncated; the columns past T are overwritten by the next forward). Invariant: every column of the
+working rows holds finite numbers (zeros at first, then keys and values a forward wrote), because a
+masked column still enters attention, as weight 0 times its value.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from .kv import Columns
+
+
+@dataclass(frozen=True)
+class ArenaShape:
+    """What an arena holds: ``layers`` x (keys, values) x ``rows`` x ``kv_heads`` x ``length`` x ``head_dim``."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    rows: int  # R_max: the most rows one forward may run
+    length: int  # L: the most columns a state may have
+
+    def bytes(self, dtype: torch.dtype) -> int:
+        return 2 * self.layers * self.rows * self.kv_heads * self.length * self.head_dim * dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Parked:
+    """Rows kept out of the working rows: per layer a keys and a values block (B0, H_kv, T0, D), never
+    written, and ``rows`` (B,), the block row each of the state's rows reads (blocks are shared)."""
+
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+    rows: torch.Tensor
+
+    def pick(self, rows: torch.Tensor) -> "Parked":
+        return Parked(self.keys, self.values, self.rows[rows])
+
+
+class StaticArena:
+    """One model's preallocated working rows and the state resident in them."""
+
+    def __init__(self, shape: ArenaShape, dtype: torch.dtype, device: torch.device | str):
+        self.shape = shape
+        size = (shape.rows, shape.kv_heads, shape.length, shape.head_dim)
+        self.keys = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
+        self.values = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
+        self.device = torch.device(device)
+        self._resident: weakref.ReferenceType | None = None
+        self.copies = 0  # rows copied into or out of the working rows (what residency costs)
+
+    @property
+    def resident(self) -> "StaticKVState | None":
+        return None if self._resident is None else self._resident()
+
+    def state(self, rows: int) -> "StaticKVState":
+        """A new empty state of ``rows`` rows, resident (the state it displaces is parked first)."""
+        self.check_rows(rows)
+        self._evict()
+        state = StaticKVState(self, torch.zeros(rows, 0, dtype=torch.long, device=self.device), parked=None)
+        self._resident = weakref.ref(state)
+        return state
+
+    def write(self, layer: int, rows: int, at: tuple[torch.Tensor, torch.Tensor, torch.Tensor], keys: torch.Tensor,
+              values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write (rows, H_kv, n, D) keys and values of ``layer`` at ``at`` = (row (rows, 1, 1), head (1, H_kv, 1),
+        column (1, 1, n)) indices; return the first ``rows`` working rows, all L columns: (rows, H_kv, L, D) each."""
+        self.keys[layer].index_put_(at, keys)
+        self.values[layer].index_put_(at, values)
+        return self.keys[layer][:rows], self.values[layer][:rows]
+
+    # ------------------------------------------------------------------ residency
+    def make_resident(self, state: "StaticKVState") -> None:
+        """Copy ``state``'s parked rows into working rows 0 .. B - 1 (parking the state that was there)."""
+        if state.parked is None:
+            return
+        self.check_rows(state.batch_size)
+        self._evict()
+        b, t, parked = state.batch_size, state.length, state.parked
+        if t:
+            blocks = parked.keys + parked.values
+            rows = parked.rows.tolist()
+            if rows == list(range(blocks[0].shape[0]))[:b] and len(rows) == b:  # in order: one copy per tensor
+                sources = [block[:, :, :t] for block in blocks]
+            elif len(set(rows)) == 1:  # one row repeated (a fork of one row): a broadcast copy
+                sources = [block[rows[0]:rows[0] + 1, :, :t].expand(b, -1, -1, -1) for block in blocks]
+            else:
+                at = parked.rows.to(blocks[0].device)
+                sources = [block.index_select(0, at)[:, :, :t] for block in blocks]
+            torch._foreach_copy_([work[:b, :, :t] for work in self.keys + self.values], sources)
+        self.copies += b
+        state.parked = None
+        self._resident = weakref.ref(state)
+
+    def _evict(self) -> None:
+        """Park the resident state: one snapshot of its rows' first T columns."""
+        state = self.resident
+        self._resident = None
+        if state is None or state.parked is not None:
+            return
+        b, t = state.batch_size, state.length
+        state.parked = Parked(tuple(k[:b, :, :t].clone() for k in self.keys),
+                              tuple(v[:b, :, :t].clone() for v in self.values), torch.arange(b))
+        self.copies += b
+
+    def check_rows(self, rows: int) -> None:
+        if rows > self.shape.rows:
+            raise ValueError(f"the static cache runs at most {self.shape.rows} rows at once, asked for {rows}; "
+                             "give the compiled path more rows (FastPathConfig(rows=...))")
+
+
+class StaticKVState(Columns):
+    """B rows of an arena: resident (``parked`` is None) or parked (read-only snapshots)."""
+
+    def __init__(self, arena: StaticArena, mask: torch.Tensor, parked: Parked | None):
+        self.arena = arena
+        self.mask = mask
+        self.parked = parked
+
+    def check_room(self, new_columns: int) -> None:
+        """Raise ValueError when ``new_columns`` more columns do not fit in the arena's length L."""
+        limit = self.arena.shape.length
+        if self.length + new_columns > limit:
+            raise ValueError(f"the static cache holds {limit} columns per row and this forward needs "
+                             f"{self.length + new_columns}; give the compiled path more (FastPathConfig(length=...)) "
+                             "or generate fewer tokens")
+
+    def _parked(self) -> Parked:
+        """This state's rows as snapshots (parks it first when it is resident)."""
+        if self.parked is None:
+            self.arena._evict()
+        assert self.parked is not None
+        return self.parked
+
+    # ----------------------------------------------------------------- copies
+    def clone(self) -> "StaticKVState":
+        """A copy that later forwards of either leave untouched (it shares the read-only snapshots)."""
+        return self.fork(1)
+
+    def fork(self, k: int) -> "StaticKVState":
+        """Every row repeated ``k`` times (row i -> rows i*k .. i*k + k - 1); copies nothing now."""
+        if k < 1:
+            raise ValueError(f"fork needs k >= 1, got {k}")
+        parked = self._parked()
+        return StaticKVState(self.arena, self.mask.repeat_interleave(k, dim=0),
+                             parked.pick(torch.arange(self.batch_size).repeat_interleave(k)))
+
+    # ----------------------------------------------------------------- edits
+    def select(self, rows: list[int] | torch.Tensor) -> "StaticKVState":
+        """Keep only ``rows`` (in that order)."""
+        order = torch.as_tensor(rows, dtype=torch.long).cpu()
+        if self.parked is not None:
+            self.parked = self.parked.pick(order)
+        elif not torch.equal(order, torch.arange(order.numel())):
+            idx, t = order.to(self.arena.device), self.length
+            for work in self.arena.keys + self.arena.values:
+                work[:idx.numel(), :, :t] = work.index_select(0, idx)[:, :, :t]
+            self.arena.copies += idx.numel()
+        self.mask = self.mask[order.to(self.mask.device)]
+        return self
+
+    def crop(self, length: int) -> "StaticKVState":
+        """Keep the first ``length`` columns of every row (the data stays; the next forward writes over it)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"crop length {length} outside [0, {self.length}]")
+        self.mask = self.mask[:, :length]
+        return self
+
+    def compact(self) -> "StaticKVState":
+        """Remove every column that is a hole in all rows (one gather of the rows' columns)."""
+        keep = self.mask.any(dim=0)
+        if bool(keep.all()):
+            return self
+        idx = keep.nonzero().flatten()
+        if self.parked is not None:
+            p = self.parked
+            self.parked = Parked(tuple(k.index_select(2, idx.to(k.device)) for k in p.keys),
+                                 tuple(v.index_select(2, idx.to(v.device)) for v in p.values), p.rows)
+        else:
+            b, at = self.batch_size, idx.to(self.arena.device)
+            for work in self.arena.keys + self.arena.values:
+                work[:b, :, :at.numel()] = work[:b].index_select(2, at)
+            self.arena.copies += b
+        self.mask = self.mask[:, idx]
+        return self
+
+
+__all__ = ["ArenaShape", "Parked", "StaticArena", "StaticKVState"]

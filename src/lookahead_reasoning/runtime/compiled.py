@@ -1,0 +1,312 @@
+"""The compiled path: forwards of a few fixed shapes over a static KV cache (:class:`FastPath`).
+
+On a GPU the eager loops are launch-bound: a forward of the 1.5B launches some 400 small kernels,
+and Python queues them more slowly than the GPU runs them. The cure (gpt-fast, vLLM, SGLang) is to
+record a forward once and replay it: a CUDA graph replays every kernel in one launch. A recorded
+forward has fixed shapes and fixed addresses, so this path changes two things and nothing else:
+
+* the cache is static (:mod:`lookahead_reasoning.cache.static`): preallocated rows of L columns, new
+  keys and values written at columns T .. T + n - 1, rows rolled back by moving T or masking;
+* every forward runs at a *bucket* shape: R rows rounded up to the next of ``row_buckets`` (the extra
+  rows are scratch rows that attend to themselves only), n new tokens per row rounded up to the next
+  of ``token_buckets`` (dummy tokens after the real ones, cropped off the cache afterwards, as
+  :class:`~.lm.LM`'s ``pad_to`` does). A shape beyond the buckets (a long prompt) runs the same code
+  uncompiled.
+
+One function, :meth:`FastPath.body`, is what runs: ``(ids, mask, cols) -> hidden``, with the causal
+mask and the positions built inside from the (R, L) mask of real columns. The ``backend`` says how:
+
+* ``"eager"``: called as it is, at the bucket shapes (the static cache without compiling: the
+  reference of the compiled backends);
+* ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler);
+* ``"cuda-graphs"``: recorded by hand as one CUDA graph per bucket (needs no compiler);
+* ``"inductor+cuda-graphs"``: inductor's kernels, recorded as CUDA graphs.
+
+Attention runs through PyTorch's SDPA with the mask, grouped-query heads folded into the query
+(no copy of the keys per query head). flash-attn's kernels take no mask with holes, so this path
+does not use them. The language-model head runs outside the graph on the positions a loop keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractContextManager, nullcontext
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..cache.static import ArenaShape, StaticArena, StaticKVState
+from ..errors import ConfigError, require
+
+BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs")
+ROW_BUCKETS = (1, 2, 4, 8)
+TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32)
+ATTENTION_NAME = "lookahead-static-sdpa"
+
+
+# The attention kernels a CUDA forward may use: every one PyTorch has but cuDNN's (see :mod:`.lm`).
+CUDA_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def attention_kernels(device: torch.device) -> AbstractContextManager:
+    """The attention kernels a forward on ``device`` may use: :data:`CUDA_ATTENTION` on CUDA, any elsewhere."""
+    return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
+
+
+def default_backend(device: torch.device) -> str | None:
+    """The backend a model on ``device`` runs by default: CUDA graphs on a GPU; none (the eager
+    ``DynamicCache`` loops) on a CPU, where no compiled backend has been measured faster."""
+    return "cuda-graphs" if device.type == "cuda" else None
+
+
+@dataclass(frozen=True)
+class FastPathConfig:
+    """How the compiled path runs: ``backend`` (one of :data:`BACKENDS`), the most rows one forward
+    runs (``rows``), the columns a row may hold (``length``, prompt and answer and the holes of
+    ragged rows), and the bucket shapes that are compiled."""
+
+    backend: str = "cuda-graphs"
+    rows: int = 16
+    length: int = 4096
+    row_buckets: tuple[int, ...] = ROW_BUCKETS
+    token_buckets: tuple[int, ...] = TOKEN_BUCKETS
+
+    def __post_init__(self) -> None:
+        require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        require(isinstance(self.rows, int) and self.rows >= 1, f"rows must be an integer >= 1, got {self.rows!r}")
+        require(isinstance(self.length, int) and self.length >= 16,
+                f"length (columns per row) must be an integer >= 16, got {self.length!r}")
+        for name, buckets in (("row_buckets", self.row_buckets), ("token_buckets", self.token_buckets)):
+            require(len(buckets) > 0 and all(isinstance(b, int) and b >= 1 for b in buckets)
+                    and list(buckets) == sorted(set(buckets)), f"{name} must be increasing integers >= 1, got {buckets!r}")
+        require(max(self.row_buckets) <= self.rows,
+                f"row_buckets go up to {max(self.row_buckets)} but the cache runs at most rows={self.rows}")
+
+
+def _bucket(value: int, buckets: tuple[int, ...]) -> int | None:
+    return next((b for b in buckets if b >= value), None)
+
+
+class _Writes:
+    """The cache the model's attention layers see in one static forward: ``update`` writes the new
+    keys and values of the first R working rows at columns ``cols`` (n,) and returns all L columns."""
+
+    def __init__(self, arena: StaticArena, rows: int, heads: int, cols: torch.Tensor):
+        self.arena, self.rows = arena, rows
+        device = cols.device  # where each (row, head, new token) goes: built once, used by every layer
+        self.at = (torch.arange(rows, device=device)[:, None, None], torch.arange(heads, device=device)[None, :, None],
+                   cols[None, None, :])
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.arena.write(layer_idx, self.rows, self.at, key_states, value_states)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # positions are always given: never used for them
+        return 0
+
+
+def masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """SDPA under an additive mask, grouped-query heads folded into the query.
+
+    Shapes: query (B, H_q, n, D), key and value (B, H_kv, L, D). The g = H_q / H_kv query heads of each
+    key head become g * n query rows of that head (row gi * n + t: query head kv_head * g + gi, token t),
+    so no key is copied per query head; ``attention_mask`` is (B, 1, g * n, L) in that row order, or
+    (B, 1, 1, L) when n = 1 (0 where a query may look, a large negative number elsewhere;
+    :meth:`FastPath.body` builds it once for all layers). Returns ((B, n, H_q, D), None), as
+    transformers' attention functions do.
+    """
+    require(attention_mask is not None, "the static path's attention needs its mask")
+    b, hq, n, d = query.shape
+    hkv = key.shape[1]
+    q = query.reshape(b, hkv, hq // hkv * n, d)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)  # (B, H_kv, g n, D)
+    return out.reshape(b, hq, n, d).transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, masked_attention)
+
+
+@contextlib.contextmanager
+def _attention(config: Any) -> Iterator[None]:
+    """Run the model's attention layers through :func:`masked_attention` for the block."""
+    saved = config._attn_implementation
+    config._attn_implementation = ATTENTION_NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = saved
+
+
+class FastPath:
+    """One model's compiled forwards over its static cache, and what they cost to make.
+
+    ``compiles`` counts the graphs a compiler produced, ``captures`` the CUDA graphs recorded; once
+    every bucket a run uses has been seen, neither grows (the no-recompile test checks this).
+    """
+
+    def __init__(self, model: Any, config: FastPathConfig, pad_id: int, cache_arg: str):
+        require(config.backend in BACKENDS, f"unknown backend {config.backend!r}")
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        require("cuda-graphs" not in config.backend or self.device.type == "cuda",
+                f"backend {config.backend!r} needs the model on a CUDA device; it is on {self.device.type}",
+                ConfigError)
+        mc = model.config
+        layer_types = set(getattr(mc, "layer_types", None) or ["full_attention"])
+        require(layer_types == {"full_attention"}, f"the compiled path runs full attention only; this model has "
+                f"{sorted(layer_types)} layers: run it with the eager path (fast_path=None)", ConfigError)
+        require(getattr(mc, "final_logit_softcapping", None) is None,
+                "the compiled path does not apply final logit softcapping: run this model eagerly", ConfigError)
+        self.model, self.config, self.pad_id = model, config, pad_id
+        self.decoder = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.cache_arg = cache_arg  # the keyword the decoder takes its cache by (LM.cache_arg)
+        heads = mc.num_attention_heads
+        head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
+        kv_heads = getattr(mc, "num_key_value_heads", None) or heads
+        self.arena = StaticArena(ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, config.length),
+                                 self.dtype, self.device)
+        self.kv_heads, self.groups = kv_heads, heads // kv_heads
+        self.compiles = 0
+        self.captures = 0
+        self._compiled: Callable | None = None
+        self._graphs: dict[tuple[int, int], _Graph] = {}
+        self._pool = None
+        _register_attention()
+
+    # ------------------------------------------------------------------ shapes
+    def shape(self, rows: int, n: int) -> tuple[int, int, bool]:
+        """(R, n) as run, and whether that is a compiled bucket shape (else it runs uncompiled at (rows, n))."""
+        rb, nb = _bucket(rows, self.config.row_buckets), _bucket(n, self.config.token_buckets)
+        if rb is None or nb is None:
+            return rows, n, False
+        return rb, nb, True
+
+    def new_state(self, rows: int) -> StaticKVState:
+        return self.arena.state(rows)
+
+    # ------------------------------------------------------------------ the forward
+    def body(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """The forward of R rows x n new tokens: ``ids`` (R, n), ``mask`` (R, L) 1 at the columns a row
+        holds once these tokens are in (the new ones included), ``cols`` (n,) the columns the new tokens
+        take. Writes their keys and values into the working rows; returns the hidden states (R, n, H)."""
+        rows, length = mask.shape
+        n = cols.shape[0]
+        key_cols = torch.arange(length, device=mask.device)
+        before = key_cols[None, None, :] <= cols[None, :, None]  # (1, n, L): causal
+        itself = key_cols[None, None, :] == cols[None, :, None]  # a query always sees its own column (no empty row)
+        attend = (mask.bool()[:, None, :] & before) | itself  # (R, n, L)
+        bias = torch.zeros(attend.shape, dtype=self.dtype, device=mask.device)
+        bias = bias.masked_fill(~attend, torch.finfo(self.dtype).min)[:, None]  # (R, 1, n, L), additive
+        if n > 1 and self.groups > 1:
+            bias = bias.repeat(1, 1, self.groups, 1)  # the folded query's rows (masked_attention)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0).index_select(1, cols)  # (R, n): real tokens before
+        out = self.decoder(input_ids=ids, attention_mask={"full_attention": bias}, position_ids=positions,
+                           use_cache=True, **{self.cache_arg: _Writes(self.arena, rows, self.kv_heads, cols)})
+        return out.last_hidden_state
+
+    def run(self, ids: torch.Tensor, full_mask: torch.Tensor, state: StaticKVState) -> torch.Tensor:
+        """Forward ``ids`` (B, n) of the resident ``state`` whose mask, these tokens included, is
+        ``full_mask`` (B, T + n). Returns hidden states (B, n, H)."""
+        bsz, n = ids.shape
+        start = full_mask.shape[1] - n
+        rb, nb, bucketed = self.shape(bsz, n)
+        require(nb == n, f"run takes its tokens padded to a bucket already: n={n}, bucket {nb}")
+        mask = torch.zeros(rb, self.config.length, dtype=torch.long, device=self.device)
+        mask[:bsz, :full_mask.shape[1]] = full_mask
+        if rb > bsz:
+            ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
+        cols = torch.arange(start, start + n, device=self.device)
+        with torch.no_grad(), _attention(self.model.config), attention_kernels(self.device):
+            if not bucketed or self.config.backend == "eager":
+                return self.body(ids, mask, cols)[:bsz]
+            if "cuda-graphs" in self.config.backend:
+                return self._replay(ids, mask, cols)[:bsz]
+            return self._compiled_body()(ids, mask, cols)[:bsz]
+
+    # ------------------------------------------------------------------ backends
+    def _compiled_body(self) -> Callable:
+        if self._compiled is None:
+            import torch._dynamo
+
+            def counting(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+                from torch._inductor.compile_fx import compile_fx
+
+                self.compiles += 1
+                return compile_fx(gm, example_inputs)
+
+            config = torch._dynamo.config
+            limit = 8 * len(self.config.row_buckets) * len(self.config.token_buckets)
+            for name in ("recompile_limit", "cache_size_limit"):  # a compile per bucket shape, all kept
+                if hasattr(config, name):
+                    setattr(config, name, max(getattr(config, name), limit))
+            self._compiled = torch.compile(self.body, backend=counting, dynamic=False)
+        return self._compiled
+
+    def _replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        key = (ids.shape[0], ids.shape[1])
+        graph = self._graphs.get(key)
+        if graph is None:
+            fn = self._compiled_body() if self.config.backend.startswith("inductor") else self.body
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = self._graphs[key] = _Graph(fn, ids, mask, cols, self._pool)
+            self.captures += 1
+            return graph.output
+        return graph.replay(ids, mask, cols)
+
+    def warm(self, rows: tuple[int, ...] | None = None, tokens: tuple[int, ...] | None = None) -> None:
+        """Compile (or record) the bucket shapes now, on scratch rows, so that no run pays for it."""
+        if self.config.backend == "eager":
+            return
+        for rb in rows or self.config.row_buckets:
+            for nb in tokens or self.config.token_buckets:
+                state = self.new_state(rb)
+                ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
+                self.run(ids, torch.ones(rb, nb, dtype=torch.long, device=self.device), state)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The language-model head on (B, keep, H) hidden states: (B, keep, V) float32."""
+        return self.head(hidden).float()
+
+
+class _Graph:
+    """One bucket's forward recorded as a CUDA graph, with the static tensors it reads and writes.
+
+    Recording runs the forward twice first (on a side stream, as CUDA requires) with the real inputs
+    of the forward that asked for it, so the keys and values it writes are the right ones.
+    """
+
+    def __init__(self, fn: Callable, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor, pool: Any):
+        self.ids, self.mask, self.cols = ids.clone(), mask.clone(), cols.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn(self.ids, self.mask, self.cols)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.output = fn(self.ids, self.mask, self.cols)
+        self.graph.replay()
+
+    def replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        self.ids.copy_(ids)
+        self.mask.copy_(mask)
+        self.cols.copy_(cols)
+        self.graph.replay()
+        return self.output
+
+
+__all__ = ["ATTENTION_NAME", "BACKENDS", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
+           "default_backend", "masked_attention"]
