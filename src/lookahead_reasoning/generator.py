@@ -49,6 +49,7 @@ from .presets import (
     mode_k,
 )
 from .prompts import math_messages
+from .runtime.compiled import check_fast_path, default_backend
 from .runtime.lm import LM
 from .runtime.pair import check_same_vocabulary, model_pair
 from .settings import Settings, TokenSD
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
 LOAD_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(LoadOptions))
-_OWN_OPTIONS = ("verifier_kwargs", "planner", *ENGINE_NAMES)
+_OWN_OPTIONS = ("verifier_kwargs", "planner", "fast_path", *ENGINE_NAMES)
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
 
@@ -132,6 +133,13 @@ class LookaheadGenerator:
             ``PlannerConfig.draft_stop_below_choices`` and picks the stop each cycle from what the
             target accepted of drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
+        fast_path: how this process's models run their forwards (:mod:`lookahead_reasoning.runtime.compiled`):
+            "auto" (default: recorded CUDA graphs over a static cache on a GPU; the eager loops on a CPU,
+            where no compiled backend was measured faster), "off" or None (the eager loops), a backend
+            name ("cuda-graphs", "inductor+cuda-graphs", "inductor", "eager") or a
+            :class:`~lookahead_reasoning.runtime.compiled.FastPathConfig`. Every mode writes the same
+            tokens either way (tested in float32). "auto" leaves an ``LM`` you pass in with the fast
+            path it has.
         precision: the weight precision per model, a name (the target's) or ``{"target": ...,
             "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;
             "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
@@ -159,13 +167,16 @@ class LookaheadGenerator:
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
         self.planner, self._planning = own.get("planner"), None
+        self.fast_path = own.get("fast_path", "auto")
+        check_fast_path(self.fast_path)
         self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
         unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
         require(not unknown, f"{', '.join(unknown)}: not a setting or a loading option of LookaheadGenerator "
                 f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         self.engine: EngineRuntime | None = None
         if is_url(target):
-            refuse_local_options(load_kwargs, precision)
+            refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
+                                 precision)
             self.target = self.draft = self.draft_quantize = None
             self.same_vocab = True
             self.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
@@ -179,6 +190,9 @@ class LookaheadGenerator:
                           None if draft is None else as_lm(draft, **load_kwargs))
         self.target, self.draft, self.same_vocab = pair.target, pair.draft, pair.same_vocab
         self.draft_quantize = self._quantize_draft(draft_precision, owned=isinstance(draft, str))
+        for lm in {id(self.target): self.target, id(self.draft): self.draft}.values():
+            if self.fast_path != "auto" or (lm.fast is None and default_backend(lm.device) is not None):
+                lm.use_fast_path(self.fast_path)
         if not self.same_vocab:
             log.warning("draft and target tokenizers differ: steps are passed as text, and token-level "
                         "SD with the draft model is off for this pair (n-gram SD still works)")
@@ -265,6 +279,9 @@ class LookaheadGenerator:
         mode without this charges it for the process's start-up, not for its decoding.
         """
         probe = math_messages("What is 2 + 3?")
+        for lm in (self.target, self.draft):
+            if lm is not None and lm.fast is not None:
+                lm.fast.warm()  # every bucket shape compiled or recorded now, none during a timed run
         if self.engine is not None:  # a short completion from each endpoint: the servers' first forwards
             self.engine.warm()
             modes = ()

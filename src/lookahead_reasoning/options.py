@@ -35,6 +35,7 @@ from .presets import (
     MAX_STEP_TOKENS,
     MODES,
 )
+from .runtime.compiled import FAST_PATH_CHOICES
 from .sampling import SamplingConfig
 from .settings import Settings, TokenSD
 from .steps import StepConfig
@@ -103,6 +104,7 @@ class GeneratorSpec:
     cpu_linear: str = "auto"
     precision: str | None = None
     reprofile: bool = False
+    fast_path: str = "auto"
 
     def check(self) -> None:
         """Raise ConfigError, naming the option, for a name or choice that cannot work (the decoding
@@ -112,6 +114,8 @@ class GeneratorSpec:
         require(self.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         require(bool(self.target and self.target.strip()), "--target must name a model")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
+        require(self.fast_path in FAST_PATH_CHOICES,
+                f"--fast-path must be one of {', '.join(FAST_PATH_CHOICES)}, got {self.fast_path!r}")
         if self.precision is not None:
             self._check_precision()
         check_verifier_settings(self.verifier)
@@ -136,7 +140,8 @@ class GeneratorSpec:
             target=self.target if target is None else target, draft=self.draft if draft is None else draft,
             verifier=self.verifier if verifier is None else verifier, settings=self.settings, mode=self.mode,
             planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
-            cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]})
+            cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]},
+            fast_path=self.fast_path)
 
 
 # Above any context window of the models this library runs (the offline pair holds 32768 tokens); a
@@ -202,6 +207,9 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     m.add_argument("--cpu-linear", default="auto", choices=["auto", "onednn", "default"],
                    help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "
                         "few-token forwards; default: torch's BLAS path)")
+    m.add_argument("--fast-path", default="auto", choices=FAST_PATH_CHOICES,
+                   help="how forwards run: auto (CUDA graphs over a static cache on a GPU, the eager loops on a "
+                        "CPU), off (the eager loops), or a backend of the compiled path")
     d = parser.add_argument_group("decoding")
     if mode:
         d.add_argument("--mode", default="auto", choices=MODES,
@@ -236,7 +244,8 @@ def generator_spec(args: argparse.Namespace) -> GeneratorSpec:
         target=args.target, draft=args.draft, verifier=verifier_settings_from_args(args),
         mode=getattr(args, "mode", "auto"), settings=decoding_settings(vars(args)),
         draft_quantize=None if args.draft_quantize == "none" else args.draft_quantize, dtype=args.dtype,
-        device=args.device, cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile)
+        device=args.device, cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile,
+        fast_path=args.fast_path)
 
 
 generator_settings = generator_spec  # its former name

@@ -58,6 +58,10 @@ class Columns:
     def crop(self, length: int) -> "Columns":
         raise NotImplementedError
 
+    def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values ``row`` holds at its real columns in ``layer``: (H_kv, n_real, D) each."""
+        raise NotImplementedError
+
     def truncate_row(self, row: int, n_real: int) -> "Columns":
         """Make ``row`` keep only its first ``n_real`` real tokens; later columns become holes.
 
@@ -84,6 +88,11 @@ class KVState(Columns):
 
     cache: DynamicCache
     mask: torch.Tensor
+
+    def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cols = self.real_columns(row)
+        entry = self.cache.layers[layer]
+        return entry.keys[row][:, cols.to(entry.keys.device)], entry.values[row][:, cols.to(entry.values.device)]
 
     # ----------------------------------------------------------------- copies
     def clone(self) -> "KVState":

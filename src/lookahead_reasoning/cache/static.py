@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ConfigError
 from .kv import Columns
 
 
@@ -128,7 +129,7 @@ class StaticArena:
 
     def check_rows(self, rows: int) -> None:
         if rows > self.shape.rows:
-            raise ValueError(f"the static cache runs at most {self.shape.rows} rows at once, asked for {rows}; "
+            raise ConfigError(f"the static cache runs at most {self.shape.rows} rows at once, asked for {rows}; "
                              "give the compiled path more rows (FastPathConfig(rows=...))")
 
 
@@ -144,9 +145,16 @@ class StaticKVState(Columns):
         """Raise ValueError when ``new_columns`` more columns do not fit in the arena's length L."""
         limit = self.arena.shape.length
         if self.length + new_columns > limit:
-            raise ValueError(f"the static cache holds {limit} columns per row and this forward needs "
+            raise ConfigError(f"the static cache holds {limit} columns per row and this forward needs "
                              f"{self.length + new_columns}; give the compiled path more (FastPathConfig(length=...)) "
                              "or generate fewer tokens")
+
+    def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cols = self.real_columns(row).to(self.arena.device)
+        if self.parked is None:
+            return self.arena.keys[layer][row][:, cols], self.arena.values[layer][row][:, cols]
+        at = int(self.parked.rows[row])
+        return self.parked.keys[layer][at][:, cols], self.parked.values[layer][at][:, cols]
 
     def _parked(self) -> Parked:
         """This state's rows as snapshots (parks it first when it is resident)."""

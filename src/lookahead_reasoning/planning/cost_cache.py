@@ -35,8 +35,17 @@ def cost_key(lm: LM) -> dict[str, Any]:
         "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
         "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
         "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, **_instruction_caps(),
+        "torch": torch.__version__, **_instruction_caps(), **_fast_path(lm),
     }
+
+
+def _fast_path(lm: LM) -> dict[str, Any]:
+    """The compiled path's shapes, where it is on (absent when off, so the eager keys stay as they were)."""
+    if lm.fast is None:
+        return {}
+    config = lm.fast.config
+    return {"fast_path": f"{config.backend} rows {list(config.row_buckets)} tokens {list(config.token_buckets)} "
+                         f"length {config.length}"}
 
 
 _ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")

@@ -57,6 +57,15 @@ def attention_kernels(device: torch.device) -> AbstractContextManager:
     return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
 
 
+FAST_PATH_CHOICES = ("auto", "off", *BACKENDS)
+
+
+def check_fast_path(choice: Any) -> None:
+    """ConfigError unless ``choice`` is a :class:`FastPathConfig`, None, or one of :data:`FAST_PATH_CHOICES`."""
+    require(choice is None or isinstance(choice, FastPathConfig) or choice in FAST_PATH_CHOICES,
+            f"fast_path must be one of {', '.join(FAST_PATH_CHOICES)}, None or a FastPathConfig, got {choice!r}")
+
+
 def default_backend(device: torch.device) -> str | None:
     """The backend a model on ``device`` runs by default: CUDA graphs on a GPU; none (the eager
     ``DynamicCache`` loops) on a CPU, where no compiled backend has been measured faster."""
@@ -70,7 +79,7 @@ class FastPathConfig:
     ragged rows), and the bucket shapes that are compiled."""
 
     backend: str = "cuda-graphs"
-    rows: int = 16
+    rows: int = 8
     length: int = 4096
     row_buckets: tuple[int, ...] = ROW_BUCKETS
     token_buckets: tuple[int, ...] = TOKEN_BUCKETS
@@ -174,8 +183,13 @@ class FastPath:
         heads = mc.num_attention_heads
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
         kv_heads = getattr(mc, "num_key_value_heads", None) or heads
-        self.arena = StaticArena(ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, config.length),
-                                 self.dtype, self.device)
+        shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, config.length)
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            require(shape.bytes(self.dtype) < 0.9 * free, f"the static cache of {config.rows} rows x {config.length} "
+                    f"columns needs {shape.bytes(self.dtype) / 1e9:.1f} GB and the GPU has {free / 1e9:.1f} GB free: "
+                    "give FastPathConfig fewer rows or a shorter length", ConfigError)
+        self.arena = StaticArena(shape, self.dtype, self.device)
         self.kv_heads, self.groups = kv_heads, heads // kv_heads
         self.compiles = 0
         self.captures = 0
@@ -308,5 +322,5 @@ class _Graph:
         return self.output
 
 
-__all__ = ["ATTENTION_NAME", "BACKENDS", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
+__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "check_fast_path", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
            "default_backend", "masked_attention"]

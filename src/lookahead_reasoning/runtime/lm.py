@@ -32,7 +32,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState, StaticKVState
 from ..errors import PromptError, require
-from .compiled import CUDA_ATTENTION, FastPath, FastPathConfig, attention_kernels, default_backend
+from .compiled import CUDA_ATTENTION, FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
 from .session import Session
 
 
@@ -100,13 +100,18 @@ class LM:
         self.fast: FastPath | None = None  # the compiled path, when on (use_fast_path)
 
     def use_fast_path(self, config: FastPathConfig | str | None = "auto") -> "LM":
-        """Run this model's forwards on the compiled path (:mod:`.compiled`), or, with None, eagerly.
+        """Run this model's forwards on the compiled path (:mod:`.compiled`), or, with None or "off",
+        eagerly over a ``DynamicCache``.
 
         ``config``: a :class:`~.compiled.FastPathConfig`, a backend name, or "auto" (CUDA graphs on a
-        GPU, the eager loops on a CPU). Sessions made before keep the cache they started with.
+        GPU, the eager loops on a CPU). Sessions made before keep running on the cache they started with
+        only until the next forward: make new ones.
         """
+        check_fast_path(config)
         if config == "auto":
             config = default_backend(self.device)
+        if config == "off":
+            config = None
         if isinstance(config, str):
             config = FastPathConfig(backend=config)
         self.fast = None if config is None else FastPath(self.model, config, self.pad_id, self.cache_arg)

@@ -1,0 +1,185 @@
+"""The compiled path (``runtime.compiled`` over ``cache.static``) against the eager reference, on tiny
+float32 models.
+
+* Greedy, every mode on the static cache writes the eager ``DynamicCache`` path's tokens (which are greedy
+  AR's), with k, gamma and width varied: run as it is (backend "eager": the bucket shapes, scratch rows and
+  parked rows with no compiler) and compiled by inductor on this CPU (the kernels a GPU would get are
+  Triton's, the graph the same).
+* A property test drives both caches through the same random appends, forks, rollbacks and selections and
+  compares every row's keys and values, and the logits.
+* Once warm, a 256-token ``lr-sd`` run compiles nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookahead_reasoning import LookaheadGenerator
+from lookahead_reasoning.cache import KVState, StaticKVState
+from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.runtime.compiled import FastPathConfig, default_backend
+from lookahead_reasoning.runtime.lm import LM
+from lookahead_reasoning.sampling import SamplingConfig
+from lookahead_reasoning.testing import perturbed_copy, tiny_model
+
+QUESTION = "Ann has 3 apples and buys 4 more. How many apples does she have?"
+GREEDY = (("ar", {}), ("sd", {}), ("sd", {"gamma": 5}), ("sd-ngram", {}), ("lr", {"k": 2}), ("lr", {"k": 3}),
+          ("lr", {"k": 2, "width": 2}), ("lr-sd", {}), ("lr-sd", {"k": 2, "gamma": 4}), ("auto", {}))
+SAMPLED = (("sd", {"sampling": SamplingConfig(temperature=0.8)}), ("lr-sd", {"sampling": SamplingConfig(temperature=0.8)}))
+# Inductor compiles one graph per bucket shape (several seconds each on two cores): few buckets here.
+INDUCTOR = FastPathConfig(backend="inductor", row_buckets=(1, 4), token_buckets=(1, 16))
+
+
+def _pair() -> tuple[LM, LM]:
+    target = LM.from_loaded(tiny_model("qwen2", seed=0))  # 4 query heads on 2 key heads: grouped queries
+    return target, perturbed_copy(target, 0.3, seed=1)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Eager tokens of every case, and a pair of models to run them again on the compiled path."""
+    target, draft = _pair()
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path="off")
+    prompt = target.prompt_ids(QUESTION)
+    ar = gen.generate(prompt, mode="ar", max_new_tokens=64).token_ids
+    tokens = {i: gen.generate(prompt, mode=mode, max_new_tokens=64, **kw).token_ids
+              for i, (mode, kw) in enumerate(GREEDY + SAMPLED)}
+    assert all(tokens[i] == ar for i in range(len(GREEDY)))  # lossless on the eager path itself
+    return gen, prompt, tokens
+
+
+@pytest.mark.parametrize("backend", ["eager", INDUCTOR], ids=["static-eager", "static-inductor"])
+def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference, backend):
+    gen, prompt, tokens = reference
+    gen.target.use_fast_path(backend)
+    gen.draft.use_fast_path(backend)
+    try:
+        cases = GREEDY + (SAMPLED if backend == "eager" else ())  # sampled: the same draws from the same seed
+        got = {i: gen.generate(prompt, mode=mode, max_new_tokens=64, **kw).token_ids for i, (mode, kw) in enumerate(cases)}
+        wrong = [cases[i] for i in got if got[i] != tokens[i]]
+        assert not wrong, wrong
+        session = gen.target.session([prompt])
+        session.logits()
+        assert isinstance(session.kv, StaticKVState)  # it ran on the static cache
+        if backend is INDUCTOR:
+            assert gen.target.fast.compiles >= 4 and gen.draft.fast.compiles >= 1
+    finally:
+        gen.target.use_fast_path(None)
+        gen.draft.use_fast_path(None)
+
+
+def test_a_warm_lr_sd_run_compiles_nothing(monkeypatch):
+    """Everything a 256-token ``lr-sd`` run needs is compiled by the first such run: a second, on another
+    prompt (other lengths, other cache columns), compiles nothing more."""
+    target, draft = _pair()
+    for lm in (target, draft):
+        monkeypatch.setattr(lm, "eos_ids", frozenset())  # the whole budget, whatever the random text
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", fast_path=INDUCTOR)
+    first = gen.generate(QUESTION, mode="lr-sd", max_new_tokens=256)
+    warm = (target.fast.compiles, draft.fast.compiles)
+    assert warm[0] >= 2 and warm[1] >= 1 and first.num_tokens == 256
+    second = gen.generate("Tom has 12 pens and gives away 5. How many are left?", mode="lr-sd", max_new_tokens=256)
+    assert second.num_tokens == 256
+    assert (target.fast.compiles, draft.fast.compiles) == warm
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+_MODEL = tiny_model("qwen2", seed=3)
+
+
+def _both():
+    eager = LM(_MODEL.model, _MODEL.tokenizer)
+    static = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(FastPathConfig(backend="eager", rows=8, length=512))
+    return eager, static
+
+
+def _same_cache(eager, static) -> None:
+    assert eager.rows == static.rows and eager.cached == static.cached
+    if eager.kv is None:
+        return
+    assert isinstance(eager.kv, KVState) and isinstance(static.kv, StaticKVState)
+    for row in range(eager.batch_size):
+        for layer in range(_MODEL.model.config.num_hidden_layers):
+            for mine, theirs in zip(eager.kv.real_kv(layer, row), static.kv.real_kv(layer, row)):
+                torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_static_cache_holds_what_the_dynamic_cache_holds(data):
+    """Random appends (ragged: rows feed different numbers of tokens), forks, rollbacks, selections and
+    copies, done to a DynamicCache session and a static-cache session alike: the same logits, and every
+    row (of the live sessions and of the copies set aside, which later forwards must leave untouched)
+    holds the same keys and values at its real columns."""
+    eager_lm, static_lm = _both()
+    prompt = data.draw(st.lists(st.integers(3, 200), min_size=1, max_size=12), label="prompt")
+    live = [eager_lm.session([prompt]), static_lm.session([prompt])]
+    kept: list[list] = []
+    for _ in range(data.draw(st.integers(1, 8), label="steps")):
+        eager, static = live
+        rows = eager.batch_size
+        op = data.draw(st.sampled_from(["feed", "feed", "fork", "rollback", "select", "copy"]), label="op")
+        if op == "feed" or eager.kv is None:
+            extra = [data.draw(st.lists(st.integers(3, 200), max_size=5), label="extra") for _ in range(rows)]
+            keep = data.draw(st.integers(1, 1 + min(len(e) for e in extra)), label="keep")
+            torch.testing.assert_close(static.logits(extra=extra, keep=keep), eager.logits(extra=extra, keep=keep),
+                                       rtol=1e-4, atol=1e-4)
+        elif op == "fork" and rows * 2 <= 8:
+            k = data.draw(st.integers(1, 8 // rows), label="k")
+            live = [eager.fork(k), static.fork(k)]
+        elif op == "rollback":
+            cuts = [data.draw(st.integers(1, len(r)), label="cut") for r in eager.rows]
+            for session in live:
+                session.set_rows([r[:c] for r, c in zip(session.rows, cuts)])
+        elif op == "select":
+            order = data.draw(st.lists(st.integers(0, rows - 1), min_size=1, max_size=rows, unique=True), label="rows")
+            for session in live:
+                session.select(order)
+        elif op == "copy":
+            kept.append([eager.fork(1), static.fork(1)])
+        _same_cache(*live)
+    for eager, static in kept:
+        _same_cache(eager, static)
+
+
+def test_rows_and_columns_beyond_the_static_cache_are_refused_by_name():
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path(FastPathConfig(backend="eager", rows=2, length=32,
+                                                                                   row_buckets=(1, 2), token_buckets=(1,)))
+    session = lm.session([list(range(3, 30))])
+    session.logits()
+    with pytest.raises(ConfigError, match=r"holds 32 columns .*FastPathConfig\(length"):
+        session.logits(extra=[list(range(3, 10))])
+    with pytest.raises(ConfigError, match=r"at most 2 rows .*FastPathConfig\(rows"):
+        lm.session([[5, 6]] * 3).logits()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"backend": "tensorrt"}, "backend must be one of"),
+    ({"rows": 0}, "rows must be an integer"),
+    ({"length": 4}, "length .* must be an integer >= 16"),
+    ({"row_buckets": (4, 2)}, "row_buckets must be increasing"),
+    ({"rows": 4, "row_buckets": (1, 8)}, "row_buckets go up to 8"),
+])
+def test_a_fast_path_config_that_cannot_work_is_refused(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        FastPathConfig(**bad)
+
+
+def test_the_generator_chooses_the_fast_path_by_device_and_a_user_can_turn_it_off():
+    target = LM.from_loaded(tiny_model("qwen2", seed=0))
+    assert default_backend(torch.device("cpu")) is None and default_backend(torch.device("cuda")) == "cuda-graphs"
+    LookaheadGenerator(target=target)  # auto on a CPU: the eager loops
+    assert target.fast is None
+    LookaheadGenerator(target=target, fast_path="eager")
+    assert target.fast is not None and target.fast.config.backend == "eager"
+    LookaheadGenerator(target=target, fast_path="off")
+    assert target.fast is None
+    with pytest.raises(ConfigError, match="needs the model on a CUDA device"):
+        LookaheadGenerator(target=target, fast_path="cuda-graphs")
+    with pytest.raises(ConfigError, match="fast_path must be one of"):
+        LookaheadGenerator(target="no-such-model-is-loaded", fast_path="fastest")
+    with pytest.raises(ConfigError, match="fast_path"):
+        LookaheadGenerator(target="http://127.0.0.1:9/v1", fast_path="cuda-graphs")
