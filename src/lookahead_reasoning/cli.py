@@ -186,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lookahead-reasoning", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("eval", help="lm-evaluation-harness with this library as model lookahead (needs the eval extra; "
+                   "every lm_eval option after it)", add_help=False)
 
     g = sub.add_parser("generate", help="autoregressive generation, streamed")
     g.add_argument("--model", default=DEFAULT_TARGET, help="offline name, hub id, local directory or .gguf file")
@@ -227,6 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_harness(argv: list[str]) -> int:
+    """``lookahead-reasoning eval ...``: lm-eval's command line (``--model lookahead``, task ``gsm8k_lookahead``;
+    see :mod:`lookahead_reasoning.integrations.harness`), with the ``eval`` extra installed."""
+    try:
+        from .integrations import harness
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        harness.main(argv)
+    except LookaheadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
     """A command that runs ``engine_cli.<over_engine>`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
@@ -238,6 +256,9 @@ def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["eval"]:  # lm-evaluation-harness's own command line, with this library's model and task
+        return run_harness(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -18,7 +18,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, next_token
 from ..stopping import StopChecker, StopCondition, StopHit
 from .results import GenerationResult
-from .streaming import TextStreamer
+from .streaming import OnText, stream_for
 
 
 OnDone = Callable[[int], Sequence[int]]
@@ -89,7 +89,7 @@ def generate(
     sampling: SamplingConfig | None = None,
     stop_strings: Sequence[str] = (),
     seed: int | None = 0,
-    on_text: Callable[[str], None] | None = None,
+    on_text: OnText | None = None,
 ) -> GenerationResult:
     """Autoregressive generation for one prompt (token ids, chat template already applied).
 
@@ -99,7 +99,7 @@ def generate(
     sampling = sampling or SamplingConfig()
     stop = StopCondition(lm.eos_ids, tuple(stop_strings), max_new_tokens)
     checker = StopChecker(stop, lm.decode)
-    streamer = TextStreamer(lm.decode, on_text) if on_text else None
+    streamer = stream_for(on_text, lm.decode)
     generator = make_generator(seed)
     session = lm.session([list(prompt_ids)])
     calls_before = lm.stats.calls

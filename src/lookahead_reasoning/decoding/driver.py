@@ -35,7 +35,7 @@ from ..verifiers.base import Verifier
 from .cycle import CycleTools, LRState, ToolOptions, make_tools
 from .lookahead import run_cycle
 from .results import CycleTrace, GenerationResult, LRStats
-from .streaming import TextStreamer
+from .streaming import OnText, stream_for
 from .timing import Laps
 
 
@@ -176,12 +176,12 @@ class TorchCycles:
 
 
 def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
-           on_text: Callable[[str], None] | None = None,
+           on_text: OnText | None = None,
            pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
     """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``pads``); the
     accepted text goes to ``on_text`` as it grows."""
     target_lm, draft_lm = state.target.lm, state.draft.lm
-    streamer = TextStreamer(target_lm.decode, on_text) if on_text else None
+    streamer = stream_for(on_text, target_lm.decode)
     t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
     grow = (lambda trace: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
     with Laps() as wall:
@@ -227,7 +227,7 @@ def local_settings(settings: Settings | None) -> Settings:
 
 
 def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
-                settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
+                settings: Settings | None = None, *, on_text: OnText | None = None,
                 draft_prompt: DraftPrompt = DraftPrompt()) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 

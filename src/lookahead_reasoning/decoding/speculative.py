@@ -31,7 +31,7 @@ from .drafters import Drafter, DraftOutcome, ModelDrafter, Proposal, RowOutcome
 from .rejection import greedy_accept, speculative_accept
 from .results import GenerationResult, SDStats
 from ..settings import Settings
-from .streaming import TextStreamer
+from .streaming import OnText, stream_for
 
 
 @dataclass
@@ -135,7 +135,7 @@ class _Rows:
 
 
 def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, settings: Settings | None = None, *,
-                stop_strings: Sequence[str] = (), on_text: Callable[[str], None] | None = None,
+                stop_strings: Sequence[str] = (), on_text: OnText | None = None,
                 **overrides: Any) -> GenerationResult:
     """Speculative decoding for one prompt. ``drafter`` is a Drafter, or a draft LM (-> ModelDrafter,
     which stops a draft early after a token it gave less than ``settings.draft_stop_below``
@@ -151,7 +151,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
         drafter = ModelDrafter(drafter, sampling, generator, draft_stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)
-    streamer = TextStreamer(target.decode, on_text) if on_text else None
+    streamer = stream_for(on_text, target.decode)
     session = target.session([list(prompt_ids)])
     stats = SDStats(gamma=gamma)
     t_before = target.stats.copy()

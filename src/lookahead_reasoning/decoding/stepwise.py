@@ -43,7 +43,7 @@ from ..verifiers.base import Verdict, Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .driver import CyclePolicy, FixedK, Position, drive
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
-from .streaming import TextStreamer
+from .streaming import OnText, stream_for
 
 # ---------------------------------------------------------------------------------------- the tree
 
@@ -307,9 +307,9 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
                       policy: CyclePolicy | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                      on_text: Callable[[str], None] | None = None) -> GenerationResult:
+                      on_text: OnText | None = None) -> GenerationResult:
     """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k)."""
-    streamer = TextStreamer(target.decode, on_text) if on_text else None
+    streamer = stream_for(on_text, target.decode)
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
     result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedK(mode_k("lr")),
                                                     max_new_tokens, on_cycle), target, draft))

@@ -1,0 +1,229 @@
+"""Lookahead Reasoning as a model of lm-evaluation-harness (``pip install ".[eval]"``): :class:`LookaheadLM`.
+
+    lookahead-reasoning eval --model lookahead --model_args target=qwen2.5-coder-1.5b,draft=qwen2.5-coder-0.5b,mode=auto \\
+        --tasks gsm8k_lookahead --apply_chat_template --limit 10
+
+``lookahead-reasoning eval`` is the harness's own command line (every option of ``lm_eval``) with this model
+registered as ``lookahead`` and the task ``gsm8k_lookahead`` on its include path: GSM8K problems from a
+local JSONL file (the 64 that ship with this package by default; ``--gsm8k FILE --gsm8k-offset N
+--gsm8k-limit M`` pick others), graded by the harness (exact match on the ``\\boxed{}`` number, or on the
+last number). lm-eval 0.4.13 finds models only in its own table, so the stock ``lm_eval`` command sees
+this one only where the module is imported first (``import lookahead_reasoning.integrations.harness``
+before ``lm_eval.simple_evaluate(model="lookahead", ...)``); the package also declares it under the
+``lm_eval.models`` entry point for harness versions that read that group.
+
+* ``generate_until``: the library's :meth:`~lookahead_reasoning.LookaheadGenerator.generate` on the
+  context as given (the harness applies the chat template when asked); the answer is cut at the first of
+  the request's ``until`` strings (generation itself ends at EOS or ``max_gen_toks``).
+* ``loglikelihood`` and ``loglikelihood_rolling``: the target's own forward (float32 log-probabilities).
+
+``model_args``: ``target``, ``draft`` (names, paths or hub ids, as :class:`LookaheadGenerator` takes),
+``mode`` (``auto``), ``verifier`` (``exact``), ``k``, ``gamma``, ``dtype``, ``device``, ``max_gen_toks``
+(the default answer budget, 512).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import ConfigError, require
+from ..generator import LookaheadGenerator
+from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, MODES
+from ..sampling import SamplingConfig
+
+try:
+    from lm_eval.api.model import LM as _HarnessLM
+    from lm_eval.api.registry import register_model
+except ImportError as exc:  # the extra is not installed
+    raise ImportError("lm-evaluation-harness is not installed: pip install 'lookahead-reasoning[eval]' "
+                      "(or pip install lm-eval)") from exc
+
+log = logging.getLogger(__name__)
+TASK = "gsm8k_lookahead"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "gsm8k-train-64.jsonl"
+
+
+@register_model("lookahead", "lookahead-reasoning")
+class LookaheadLM(_HarnessLM):
+    """The harness's view of a :class:`LookaheadGenerator` (module docstring)."""
+
+    def __init__(self, target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, mode: str = "auto",
+                 verifier: str = "exact", k: int | None = None, gamma: int | None = None, dtype: str = "auto",
+                 device: str | None = None, max_gen_toks: int = 512, batch_size: Any = 1, max_batch_size: Any = None,
+                 **unknown: Any):
+        super().__init__()
+        require(not unknown, f"{', '.join(sorted(unknown))}: not a model_arg of lookahead (known: target, draft, mode, "
+                "verifier, k, gamma, dtype, device, max_gen_toks)", ConfigError)
+        require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
+        require(str(batch_size) in ("1", "auto") or batch_size is None,
+                f"batch_size {batch_size}: requests run one at a time (batch_size=1)", ConfigError)
+        self.mode, self.gamma, self.max_gen_toks = mode, _int_or_none(gamma), int(max_gen_toks)
+        draft = None if draft in (None, "", "none", "None") else draft
+        if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
+            log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "
+                        "unless --device says otherwise)", device)
+            device = None
+        self.gen = LookaheadGenerator(target=target, draft=draft, verifier=verifier, k=_int_or_none(k), mode=mode,
+                                      dtype=dtype, device=device)
+        self.summaries: list[dict[str, Any]] = []  # one per generate_until request: what ran
+
+    # ------------------------------------------------------------------ generation
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        answers = []
+        for request in requests:
+            context, options = request.args
+            options = dict(options or {})
+            until = options.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            budget = int(options.pop("max_gen_toks", self.max_gen_toks))
+            sampling = SamplingConfig()
+            if options.pop("do_sample", False) and float(options.get("temperature", 0.0)) > 0:
+                sampling = SamplingConfig(temperature=float(options["temperature"]),
+                                          top_p=float(options.get("top_p", 1.0)))
+            result = self.gen.generate(context, raw=True, mode=self.mode, max_new_tokens=budget, sampling=sampling,
+                                       gamma=self.gamma if self.mode != "auto" else None)
+            self.summaries.append(result.summary())
+            text = result.text
+            cut = min((text.find(s) for s in until if s and s in text), default=-1)
+            answers.append(text if cut < 0 else text[:cut])
+            self.cache_hook.add_partial("generate_until", request.args, answers[-1])
+        return answers
+
+    # ------------------------------------------------------------------ scoring
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        out = []
+        for request in requests:
+            context, continuation = request.args
+            head = self._encode(context) if context else [self._prefix_id()]
+            tail = self._encode(continuation)
+            out.append(self._score(head, tail))
+            self.cache_hook.add_partial("loglikelihood", request.args, out[-1])
+        return out
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        out = []
+        for request in requests:
+            (text,) = request.args
+            logprob, _ = self._score([self._prefix_id()], self._encode(text))
+            out.append(logprob)
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, logprob)
+        return out
+
+    def _score(self, head: Sequence[int], tail: Sequence[int]) -> tuple[float, bool]:
+        """(sum of log p(tail | head), whether greedy decoding would write tail): one target forward."""
+        if not tail:
+            return 0.0, True
+        lm = self.gen.target
+        logits = lm.session([list(head) + list(tail)]).logits(keep=len(tail) + 1)[0, :-1]  # (len(tail), V)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        ids = torch.tensor(list(tail), device=logp.device)
+        total = float(logp.gather(1, ids[:, None]).sum())
+        return total, bool((logp.argmax(dim=-1) == ids).all())
+
+    def _encode(self, text: str) -> list[int]:
+        return self.gen.target.encode(text)
+
+    def _prefix_id(self) -> int:
+        return min(self.gen.target.eos_ids) if self.gen.target.eos_ids else self.gen.target.pad_id
+
+    # ------------------------------------------------------------------ chat
+    @property
+    def tokenizer_name(self) -> str:
+        return self.gen.target.name.replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return getattr(self.gen.target.tokenizer, "chat_template", None)
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.gen.target.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                             add_generation_prompt=add_generation_prompt)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value in (None, "", "none", "None") else int(value)
+
+
+# ---------------------------------------------------------------------------------------------- the task
+
+TASK_YAML = r"""task: gsm8k_lookahead
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: @DATA@
+test_split: test
+output_type: generate_until
+doc_to_text: "{{question}}\n\nSolve the problem step by step. Separate the steps with a blank line, and put the final answer in \\boxed{{ '{}' }}."
+doc_to_target: "{{answer.split('####')[-1].strip()}}"
+generation_kwargs:
+  until: []
+  do_sample: false
+  max_gen_toks: 512
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+    ignore_punctuation: false
+    regexes_to_ignore: [",", "\\$", "\\.$"]
+filter_list:
+  - name: boxed
+    filter:
+      - function: regex
+        regex_pattern: "boxed\\{\\s*\\$?(-?[0-9][0-9.,]*)"
+      - function: take_first
+  - name: last-number
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{2,})|(-?[0-9]+)"
+      - function: take_first
+metadata:
+  version: 1.0
+"""
+
+
+def task_yaml(data: Path) -> str:
+    """The GSM8K task over a local JSONL of ``{"question", "answer"}`` problems (answers end "#### N"), with the
+    instruction of :mod:`lookahead_reasoning.prompts`; graded on the ``\\boxed{}`` number and on the last number."""
+    return TASK_YAML.replace("@DATA@", json.dumps(str(data)))
+
+
+def task_dir(data: Path = SHIPPED, offset: int = 0, limit: int | None = None) -> Path:
+    """A folder for ``--include_path`` with the task over problems ``offset`` .. ``offset + limit`` of ``data``."""
+    require(data.is_file(), f"no GSM8K file at {data}", ConfigError)
+    lines = [line for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
+    chosen = lines[offset:offset + limit if limit is not None else None]
+    require(len(chosen) > 0, f"{data} has {len(lines)} problems: none from offset {offset}", ConfigError)
+    folder = Path(tempfile.mkdtemp(prefix="lookahead-tasks-"))
+    (folder / "problems.jsonl").write_text("\n".join(chosen) + "\n", encoding="utf-8")
+    (folder / f"{TASK}.yaml").write_text(task_yaml(folder / "problems.jsonl"), encoding="utf-8")
+    return folder
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``lookahead-reasoning eval``: the harness's command line with this model and the local task."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--gsm8k", type=Path, default=SHIPPED)
+    ap.add_argument("--gsm8k-offset", type=int, default=0)
+    ap.add_argument("--gsm8k-limit", type=int, default=None)
+    ours, rest = ap.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    folder = task_dir(ours.gsm8k, ours.gsm8k_offset, ours.gsm8k_limit)
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm_eval", *rest, "--include_path", str(folder)]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+
+
+__all__ = ["LookaheadLM", "TASK", "main", "task_dir", "task_yaml"]

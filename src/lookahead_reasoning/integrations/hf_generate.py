@@ -1,0 +1,222 @@
+"""Lookahead Reasoning inside transformers' ``generate``: the ``custom_generate`` entry.
+
+transformers runs a decoding method of one's own in two ways, and both reach :func:`run` here:
+
+* a folder holding ``custom_generate/generate.py`` (a hub repository or a local path, loaded with
+  ``trust_remote_code=True``), whose ``generate(model, **everything generate was given)`` replaces the
+  whole of ``generate``. This package holds one (:data:`CUSTOM_GENERATE`); its function is :func:`generate`::
+
+      out = model.generate(**inputs, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                           assistant_model=draft, tokenizer=tokenizer, max_new_tokens=512)
+
+* a callable, which runs in place of the decoding loop after ``generate`` has prepared the generation
+  config: :func:`decoding` makes one. transformers hands a callable neither ``assistant_model``, nor
+  ``streamer``, nor ``tokenizer`` (it passes on only keywords that its own sampling loop lacks and that
+  it has not taken for itself), so they are given to :func:`decoding`::
+
+      out = model.generate(**inputs, custom_generate=decoding(draft, tokenizer=tokenizer, mode="lr"))
+
+The caller's model is the target, the draft the draft; ``mode`` (``auto`` by default; ``lr``, ``lr-sd``,
+``sd``, ``sd-ngram``, ``ar``), ``verifier`` (``exact``), ``k``, ``gamma`` and ``steps`` (a
+:class:`~lookahead_reasoning.StepConfig`) are keywords of their own.
+What runs is the library's: the generation config gives ``max_new_tokens`` (or ``max_length``),
+``do_sample`` with ``temperature``, ``top_k`` and ``top_p``, and ``eos_token_id``; the result is what
+``generate`` returns, the prompt's ids and the new ones (a ``GenerateDecoderOnlyOutput`` with
+``return_dict_in_generate=True``, whose ``lookahead`` entry holds each row's run summary). A batch of
+several prompts runs row by row (left padding read from ``attention_mask``; rows that end early are
+padded with ``pad_token_id``). Every other option that would change the output (beams, several
+sequences per prompt, repetition penalties, logits processors, stopping criteria, ...) is refused by
+name: these loops would silently ignore it.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import ConfigError, require
+from ..presets import MODES
+from ..sampling import SamplingConfig
+
+CUSTOM_GENERATE = str(Path(__file__).resolve().parents[1])  # holds custom_generate/generate.py
+
+# Options of a GenerationConfig these loops cannot honour, with the value that means "not used".
+UNSUPPORTED = {
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None, "force_words_ids": None, "min_length": 0, "min_new_tokens": None, "stop_strings": None,
+    "diversity_penalty": 0.0, "penalty_alpha": None, "guidance_scale": None, "sequence_bias": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "typical_p": 1.0, "min_p": None, "top_h": None, "length_penalty": 1.0,
+    "exponential_decay_length_penalty": None, "prompt_lookup_num_tokens": None, "dola_layers": None,
+    "watermarking_config": None, "output_scores": False, "output_logits": False, "output_attentions": False,
+    "output_hidden_states": False, "constraints": None, "renormalize_logits": False, "low_memory": None,
+}
+# Arguments of generate that carry nothing these loops use when they are empty.
+PASSED_EMPTY = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "negative_prompt_ids",
+                "negative_prompt_attention_mask", "synced_gpus", "use_model_defaults", "assistant_tokenizer")
+OWN = ("mode", "verifier", "k", "gamma", "steps", "draft_model", "tokenizer", "lookahead_streamer", "verifier_kwargs")
+MODEL_INPUTS = ("input_ids", "attention_mask", "use_cache", "cache", "past_key_values", "cache_position",
+                "position_ids", "token_type_ids", "output_attentions", "output_hidden_states", "return_dict")
+
+
+def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: Any = None, *,
+             assistant_model: Any = None, streamer: Any = None, **kwargs: Any) -> Any:
+    """The folder form's entry: every argument ``model.generate`` was given. See the module docstring."""
+    kwargs = dict(kwargs)
+    draft_tokenizer = kwargs.pop("assistant_tokenizer", None)  # a draft of another vocabulary: LR only
+    for name in PASSED_EMPTY:
+        value = kwargs.pop(name, None)
+        require(not value or name in ("synced_gpus", "use_model_defaults"),
+                f"{name} is not supported by Lookahead Reasoning's generate (its loops would ignore it)", ConfigError)
+    input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
+    require(isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2,
+            "give the prompt as input_ids of shape (batch, length)", ConfigError)
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    own = {name: kwargs.pop(name) for name in OWN if name in kwargs}
+    model_inputs = {name: kwargs.pop(name) for name in MODEL_INPUTS if name in kwargs}
+    unknown = config.update(**kwargs)
+    require(not unknown, f"{', '.join(sorted(unknown))}: not an option of generate or of Lookahead Reasoning's "
+            f"({', '.join(OWN)})", ConfigError)
+    require(own.get("draft_model") is None or assistant_model is None,
+            "give the draft once: assistant_model= or draft_model=", ConfigError)
+    return run(model, own.pop("draft_model", None) or assistant_model, input_ids, model_inputs.get("attention_mask"),
+               config, streamer=streamer or own.pop("lookahead_streamer", None), draft_tokenizer=draft_tokenizer, **own)
+
+
+def decoding(draft: Any = None, *, tokenizer: Any = None, mode: str = "auto", verifier: Any = "exact",
+             k: int | None = None, gamma: int | None = None, steps: Any = None, streamer: Any = None,
+             draft_tokenizer: Any = None) -> Callable[..., Any]:
+    """The callable form: a decoding method for ``model.generate(..., custom_generate=decoding(draft, ...))``.
+
+    transformers calls it with the generation config it prepared, in place of its own sampling loop
+    (the processors and stopping criteria it built from that config are read from the config here). It
+    hands a callable neither ``assistant_model``, ``streamer`` nor ``tokenizer``, so they are given here.
+    """
+    require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
+
+    def lookahead_decoding(model: Any, input_ids: torch.Tensor, logits_processor: Any = None,
+                           stopping_criteria: Any = None, generation_config: Any = None, **model_kwargs: Any) -> Any:
+        return run(model, draft, input_ids, model_kwargs.get("attention_mask"), generation_config, streamer=streamer,
+                   mode=mode, verifier=verifier, k=k, gamma=gamma, steps=steps, tokenizer=tokenizer,
+                   draft_tokenizer=draft_tokenizer)
+
+    return lookahead_decoding
+
+
+def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: Any, *,
+        streamer: Any = None, mode: str = "auto", verifier: Any = "exact", k: int | None = None,
+        gamma: int | None = None, steps: Any = None, tokenizer: Any = None, draft_tokenizer: Any = None,
+        verifier_kwargs: dict | None = None) -> Any:
+    """Generate for every row of ``input_ids`` (B, T) with the library; returns (B, T + new) ids, or a
+    ``GenerateDecoderOnlyOutput`` when the config asks for a dict."""
+    require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
+    require(draft is not None or mode in ("ar", "sd-ngram"),
+            f"mode {mode} needs a draft model: pass assistant_model= (or draft_model= to the callable form)", ConfigError)
+    check_config(config)
+    rows, length = input_ids.shape
+    require(streamer is None or rows == 1, "a streamer takes one prompt: give a batch of one", ConfigError)
+    new_tokens = config.max_new_tokens if config.max_new_tokens is not None else (config.max_length or 20) - length
+    require(new_tokens >= 1, f"nothing to generate: max_length {config.max_length} leaves no room after the "
+            f"{length}-token prompt", ConfigError)
+    tokenizer = tokenizer or _tokenizer_of(model)
+    gen = _generator(model, draft, tokenizer, draft_tokenizer, verifier, verifier_kwargs, k, steps)
+    gen.target.eos_ids = _eos_ids(config, gen.target)
+    if draft_tokenizer is None:  # one vocabulary: the same end for both
+        gen.draft.eos_ids = gen.target.eos_ids
+    sampling = SamplingConfig(temperature=1.0 if config.temperature is None else config.temperature,
+                              top_k=config.top_k or None, top_p=1.0 if config.top_p is None else config.top_p) \
+        if config.do_sample else SamplingConfig()
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if config.do_sample else 0  # torch.manual_seed reproduces
+    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    results, news = [], []
+    for row in range(rows):
+        prompt = input_ids[row][mask[row].bool()].tolist()
+        stream = _Stream(streamer, prompt) if streamer is not None else None
+        # a draft of another vocabulary reads the prompt as text (the target's ids as they are otherwise)
+        given = prompt if gen.same_vocab else tokenizer.decode(prompt, skip_special_tokens=False)
+        result = gen.generate(given, raw=not gen.same_vocab, mode=mode, max_new_tokens=new_tokens, sampling=sampling,
+                              seed=seed, gamma=gamma if mode != "auto" else None, on_text=stream)
+        results.append(result)
+        news.append(list(result.token_ids))
+    pad = config.pad_token_id if config.pad_token_id is not None else gen.target.pad_id
+    width = max(len(n) for n in news)
+    new = torch.tensor([n + [pad] * (width - len(n)) for n in news], dtype=input_ids.dtype, device=input_ids.device)
+    sequences = torch.cat([input_ids, new], dim=1)
+    if not config.return_dict_in_generate:
+        return sequences
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    out = GenerateDecoderOnlyOutput(sequences=sequences)
+    out["lookahead"] = [r.summary() for r in results]
+    return out
+
+
+def check_config(config: Any) -> None:
+    """ConfigError naming every option of ``config`` these loops cannot honour."""
+    used = [name for name, unused in UNSUPPORTED.items()
+            if hasattr(config, name) and getattr(config, name) not in (unused, None) and getattr(config, name) != unused]
+    require(not used, f"{', '.join(used)}: not supported by Lookahead Reasoning's generate (set "
+            f"{', '.join(f'{n}={UNSUPPORTED[n]!r}' for n in used)}: the model's own generation config may set them)",
+            ConfigError)
+
+
+class _Stream:
+    """A transformers streamer fed as ``generate`` feeds one: the prompt first, then each new token, then ``end()``."""
+
+    def __init__(self, streamer: Any, prompt: Sequence[int]):
+        self.streamer, self.sent = streamer, 0
+        streamer.put(torch.tensor([list(prompt)]))
+
+    def update(self, tokens: Sequence[int]) -> None:
+        if len(tokens) > self.sent:
+            self.streamer.put(torch.tensor(list(tokens[self.sent:])))
+            self.sent = len(tokens)
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        self.update(tokens)
+        self.streamer.end()
+
+
+_GENERATORS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _generator(model: Any, draft: Any, tokenizer: Any, draft_tokenizer: Any, verifier: Any,
+               verifier_kwargs: dict | None, k: int | None, steps: Any):
+    """One LookaheadGenerator per (target, draft, verifier), kept while the model lives: its cost tables
+    and learned rates carry over from call to call, as a generator's do."""
+    from ..generator import LookaheadGenerator
+
+    key = (id(draft), id(tokenizer), id(draft_tokenizer), repr(verifier), repr(verifier_kwargs), k, repr(steps))
+    per_model = _GENERATORS.setdefault(model, {})
+    if key not in per_model:
+        draft_pair = None if draft is None else (draft, draft_tokenizer or tokenizer)
+        options = {"steps": steps} if steps is not None else {}
+        per_model[key] = LookaheadGenerator(target=(model, tokenizer), draft=draft_pair, verifier=verifier,
+                                            verifier_kwargs=verifier_kwargs, k=k, **options)
+    return per_model[key]
+
+
+def _tokenizer_of(model: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    source = getattr(model.config, "_name_or_path", None)
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except Exception as exc:  # noqa: BLE001 - any failure means: the caller must give it
+        raise ConfigError(f"no tokenizer for {source!r} ({type(exc).__name__}): pass tokenizer= to generate "
+                          "(steps are cut on decoded text)") from None
+
+
+def _eos_ids(config: Any, target: Any) -> frozenset[int]:
+    eos = config.eos_token_id
+    if eos is None:
+        return target.eos_ids
+    return frozenset(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
+
+
+__all__ = ["CUSTOM_GENERATE", "check_config", "decoding", "generate", "run"]

@@ -1,0 +1,192 @@
+"""Lookahead Reasoning through transformers' ``generate`` (``custom_generate``: the folder and the callable)
+and through lm-evaluation-harness, on tiny float32 models.
+
+Greedy, with a verifier that keeps a drafted step only when its text is the target's (``exact`` also
+forgives case and spacing, which steps of one or two characters of random text often differ by), every
+mode writes what ``model.generate`` writes greedily; the run summary that comes back shows the library's
+loop ran (drafted steps judged). Options the loops cannot honour are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import unavailable
+from lr_helpers import exact, tiny_lm
+
+from lookahead_reasoning import StepConfig
+from lookahead_reasoning.errors import ConfigError, TokenizerMismatchError
+from lookahead_reasoning.integrations.hf_generate import CUSTOM_GENERATE, decoding
+from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
+
+QUESTION = "Ann has 3 apples and buys 4 more. How many apples does she have?"
+NEW = 48
+SAME_TEXT = exact()  # keeps a drafted step whose text is the target's step, character for character
+
+
+@pytest.fixture(scope="module")
+def models():
+    """A tiny target, a draft that mostly agrees with it, the prompt, greedy ``generate``'s answer, and a
+    step delimiter its greedy text uses often (so that steps end and drafted steps are judged)."""
+    target = tiny_lm(0)  # one token per character: the same text is the same tokens
+    model, tok = target.model, target.tokenizer
+    draft = perturbed_copy(target, 0.2, seed=1).model
+    inputs = tok.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True,
+                                     return_tensors="pt", return_dict=True)
+    greedy = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
+    text = tok.decode(greedy[0, inputs["input_ids"].shape[1]:])
+    delimiter = max(sorted(set(text)), key=text.count)
+    return model, tok, draft, inputs, greedy, StepConfig(delimiters=(delimiter,))
+
+
+@pytest.mark.parametrize("mode", ["lr", "lr-sd", "sd", "auto"])
+def test_the_folder_runs_the_library_and_writes_greedy_generates_tokens(models, mode):
+    model, tok, draft, inputs, greedy, steps = models
+    out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
+                         trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode=mode, steps=steps,
+                         verifier=SAME_TEXT, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, greedy)
+    [summary] = out["lookahead"]
+    assert summary["mode"] == mode and summary["new_tokens"] == greedy.shape[1] - inputs["input_ids"].shape[1]
+    if mode == "lr":
+        assert summary["judged_pairs"] > 0  # the library's cycles ran: drafted steps were judged
+    if mode == "sd":
+        assert summary["alpha"] > 0  # the draft's tokens were checked and kept
+
+
+def test_the_callable_runs_the_library_and_writes_greedy_generates_tokens(models):
+    model, tok, draft, inputs, greedy, steps = models
+    out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, return_dict_in_generate=True,
+                         custom_generate=decoding(draft, tokenizer=tok, mode="lr", steps=steps, verifier=SAME_TEXT))
+    assert torch.equal(out.sequences, greedy)
+    assert out["lookahead"][0]["judged_pairs"] > 0
+
+
+def test_a_batch_runs_row_by_row_and_a_streamer_hears_the_prompt_then_the_answer(models):
+    model, tok, draft, inputs, greedy, steps = models
+    prompts = [QUESTION, "Tom has 12 pens and gives away 5. How many are left?"]
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+             for q in prompts]
+    tok.padding_side = "left"
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**batch, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
+                         trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode="lr", steps=steps,
+                         verifier=SAME_TEXT)
+    width = batch["input_ids"].shape[1]
+    assert torch.equal(out[:, :width], batch["input_ids"])
+    for row, text in enumerate(texts):
+        alone = tok([text], return_tensors="pt", add_special_tokens=False)
+        expected = model.generate(**alone, max_new_tokens=NEW, do_sample=False)[0, alone["input_ids"].shape[1]:].tolist()
+        new = out[row, width:].tolist()
+        assert new[:len(expected)] == expected and set(new[len(expected):]) <= {tok.pad_token_id}
+
+    class Recorder:
+        def __init__(self):
+            self.chunks, self.ended = [], False
+
+        def put(self, value):
+            self.chunks.append(value.reshape(-1).tolist())
+
+        def end(self):
+            self.ended = True
+
+    heard = Recorder()
+    streamed = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
+                              trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode="sd",
+                              streamer=heard)
+    assert heard.ended and heard.chunks[0] == inputs["input_ids"][0].tolist() and len(heard.chunks) > 2
+    assert sum(heard.chunks, []) == streamed[0].tolist()
+
+
+def test_sampling_follows_the_generation_config_and_torch_seed(models):
+    model, tok, draft, inputs, greedy, steps = models
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append(model.generate(**inputs, max_new_tokens=NEW, do_sample=True, temperature=1.5, top_k=0,
+                                   custom_generate=CUSTOM_GENERATE, trust_remote_code=True, assistant_model=draft,
+                                   tokenizer=tok, mode="lr-sd", steps=steps))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], greedy)
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"num_beams": 2}, "num_beams"),
+    ({"num_return_sequences": 2, "do_sample": True}, "num_return_sequences"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty"),
+    ({"frobnicate": 3}, "frobnicate"),
+    ({"mode": "fastest"}, "mode must be one of"),
+    ({"stop_strings": ["\n"]}, "stop_strings"),
+])
+def test_an_option_the_loops_cannot_honour_is_refused_by_name(models, option, message):
+    model, tok, draft, inputs, _, _ = models
+    with pytest.raises(ConfigError, match=message):
+        model.generate(**inputs, max_new_tokens=8, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                       assistant_model=draft, tokenizer=tok, **option)
+
+
+def test_a_draft_of_another_vocabulary_is_refused_for_token_sd(models):
+    model, tok, draft, inputs, _, _ = models
+    other = tiny_tokenizer()  # byte-level BPE: another vocabulary than the models' characters
+    with pytest.raises(TokenizerMismatchError, match="different tokenizers"):
+        model.generate(**inputs, max_new_tokens=8, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                       assistant_model=draft, tokenizer=tok, assistant_tokenizer=other, mode="sd")
+    with pytest.raises(ConfigError, match="needs a draft model"):
+        model.generate(**inputs, max_new_tokens=8, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                       tokenizer=tok, mode="lr")
+
+
+# ---------------------------------------------------------------------------------------------- the harness
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    try:
+        from lookahead_reasoning.integrations import harness
+    except ImportError:
+        unavailable("lm-eval is not installed (pip install '.[eval]')")
+    folder = tmp_path_factory.mktemp("tiny-target")
+    loaded = tiny_model("qwen2", seed=0)
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return harness, folder
+
+
+def test_the_harness_model_scores_with_the_targets_forward(harness):
+    module, folder = harness
+    lm = module.LookaheadLM(target=str(folder), draft=str(folder), mode="lr", device="cpu")
+
+    class Request:
+        def __init__(self, *args):
+            self.args = args
+
+    [(logprob, greedy)] = lm.loglikelihood([Request("Ann has 3", " apples")])
+    target = lm.gen.target
+    ids = target.encode("Ann has 3") + target.encode(" apples")
+    with torch.no_grad():
+        logp = torch.log_softmax(target.model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    n = len(target.encode(" apples"))
+    expected = sum(float(logp[len(ids) - n - 1 + i, ids[len(ids) - n + i]]) for i in range(n))
+    assert logprob == pytest.approx(expected, abs=1e-4)
+    assert greedy == all(int(logp[len(ids) - n - 1 + i].argmax()) == ids[len(ids) - n + i] for i in range(n))
+    [answer] = lm.generate_until([Request("Ann has 3 apples.", {"until": ["a"], "max_gen_toks": 24})])
+    assert "a" not in answer and lm.summaries[-1]["mode"] == "lr"
+
+
+def test_the_harness_runs_the_local_gsm8k_task_on_the_library(harness, tmp_path, monkeypatch):
+    module, folder = harness
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    out = tmp_path / "results"
+    module.main(["--model", "lookahead", "--model_args", f"target={folder},draft={folder},mode=lr-sd",
+                 "--tasks", module.TASK, "--limit", "2", "--gen_kwargs", "max_gen_toks=16", "--device", "cpu",
+                 "--output_path", str(out), "--log_samples"])
+    [results] = list(out.rglob("results_*.json"))
+    scores = json.loads(results.read_text())["results"][module.TASK]
+    assert {"exact_match,boxed", "exact_match,last-number"} <= set(scores)  # graded, by both filters
+    [samples] = list(out.rglob("samples_*.jsonl"))
+    assert len({json.loads(line)["doc_id"] for line in samples.read_text().splitlines()}) == 2
+
+
+def test_the_harness_refuses_a_model_arg_it_does_not_know(harness):
+    module, folder = harness
+    with pytest.raises(ConfigError, match="temperature: not a model_arg"):
+        module.LookaheadLM(target=str(folder), temperature=0.5)
