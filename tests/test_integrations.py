@@ -190,3 +190,24 @@ def test_the_harness_refuses_a_model_arg_it_does_not_know(harness):
     module, folder = harness
     with pytest.raises(ConfigError, match="temperature: not a model_arg"):
         module.LookaheadLM(target=str(folder), temperature=0.5)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_offline_pair_through_generate_writes_greedy_generates_tokens():
+    """The real pair in float32 (the model's own generation config samples with a repetition penalty:
+    greedy, without it, is asked for on both sides)."""
+    from conftest import real_lm
+
+    from lookahead_reasoning.prompts import math_messages
+
+    target, draft = real_lm("qwen2.5-coder-1.5b", "float32"), real_lm("qwen2.5-coder-0.5b", "float32")
+    inputs = target.tokenizer.apply_chat_template(math_messages(QUESTION), add_generation_prompt=True,
+                                                  return_tensors="pt", return_dict=True)
+    plain = {"max_new_tokens": 96, "do_sample": False, "repetition_penalty": 1.0}
+    greedy = target.model.generate(**inputs, **plain)
+    out = target.model.generate(**inputs, **plain, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                                assistant_model=draft.model, tokenizer=target.tokenizer, mode="lr", verifier=SAME_TEXT,
+                                return_dict_in_generate=True)
+    assert torch.equal(out.sequences, greedy)
+    assert out["lookahead"][0]["judged_pairs"] > 0
