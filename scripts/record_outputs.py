@@ -34,7 +34,7 @@ def run(settings: dict) -> dict[str, dict[str, list[int]]]:
     gen = LookaheadGenerator(
         target=settings["target"], draft=settings["draft"], verifier=settings["verifier"], k=settings["k"],
         gamma=settings["gamma"], token_sd=TokenSD(target="draft", draft="ngram", gamma=settings["gamma"]),
-        draft_quantize=settings["draft_quantize"], draft_stop_below=settings["draft_stop_below"],
+        precision={"draft": settings["draft_quantize"]}, draft_stop_below=settings["draft_stop_below"],
         dtype=settings["dtype"])
     lines = GSM8K.read_text(encoding="utf-8").splitlines()
     out: dict[str, dict[str, list[int]]] = {}

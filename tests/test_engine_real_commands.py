@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import unavailable
 
 from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.cli import main
@@ -30,7 +31,7 @@ def test_pairs_and_generate_over_a_real_engine_write_its_greedy_text(tmp_path, c
     from lookahead_reasoning.runtime.engine.pair import EnginePair
 
     if not Path(GSM8K).is_file():
-        pytest.skip(f"no GSM8K file at {GSM8K}")
+        unavailable(f"no GSM8K file at {GSM8K}")
     [problem] = load_dataset(GSM8K, limit=1, offset=OFFSET)
     out = tmp_path / "pairs.jsonl"
     with _server("qwen2.5-coder-0.5b") as server:

@@ -19,6 +19,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.session import Session
 from lookahead_reasoning.errors import ConfigError, PromptError
 from lookahead_reasoning.runtime import lm as lm_module
+from lookahead_reasoning.runtime.compiled import CUDA_ATTENTION
 
 from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
 VOCAB_IDS = st.sampled_from(ORDINARY_IDS)  # byte and merge tokens of the tiny tokenizer
@@ -269,10 +270,10 @@ def test_a_forward_runs_under_the_attention_kernels_its_device_allows(monkeypatc
     row = [5, 6, 7, 8]
     logits, _ = lm.forward(torch.tensor([row]), keep=len(row))
     assert seen == [torch.device("cpu")]
-    assert set(lm_module.CUDA_ATTENTION) == {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH}
-    assert SDPBackend.CUDNN_ATTENTION not in lm_module.CUDA_ATTENTION
+    assert set(CUDA_ATTENTION) == {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH}
+    assert SDPBackend.CUDNN_ATTENTION not in CUDA_ATTENTION
     assert type(allowed(torch.device("cpu"))).__name__ == "nullcontext"
-    with sdpa_kernel(list(lm_module.CUDA_ATTENTION)):
+    with sdpa_kernel(list(CUDA_ATTENTION)):
         restricted, _ = lm.forward(torch.tensor([row]), keep=len(row))
     assert max_abs_diff(restricted, logits) < ATOL and max_abs_diff(logits[0], reference_logits(lm, row)) < ATOL
 

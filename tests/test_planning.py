@@ -502,22 +502,38 @@ def test_auto_teaches_its_book_the_token_records_the_run_holds_in_their_order(re
     assert (before.seen, before.accepted, before.rejected) == (token.seen, token.accepted, token.rejected)
 
 
-def test_auto_prices_the_prompt_on_its_first_cycle_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("regime", ["measured", "dear draft"])
+def test_auto_prices_the_prompt_on_its_first_cycle_only(regime, tmp_path, monkeypatch):
+    """The target reads the prompt in the first cycle, so only that cycle prices its prefill. The draft
+    reads it (with the text written so far) in the first cycle whose plan runs the draft, which depends on
+    the plans auto picks from the cost table (this machine's, or one where a draft forward costs a minute,
+    so that no plan drafts): every cycle up to that one prices the draft's whole context, and no cycle
+    after it prices any."""
     seen = []
     choose = Planner.choose
 
     def spy(self, context, prefill=Prefill()):
-        seen.append(prefill)
+        seen.append((context, prefill))
         return choose(self, context, prefill)
 
     monkeypatch.setattr(Planner, "choose", spy)
     prompt = [9, 8, 7, 6, 5]
     # 60 tokens: at least two cycles whatever the plans (one writes at most 3 steps of 10, or one step and
     # an SD iteration past its end); at 30 an LR cycle whose two drafts pass wrote the whole budget
-    result = _auto(tiny_lm(1), prompt, tmp_path, learn=False).generate(prompt, max_new_tokens=60)
-    assert len(seen) == len(result.stats.cycles) >= 2
-    assert seen[0] == Prefill(target=len(prompt), draft=len(prompt))
-    assert all(p == Prefill() for p in seen[1:])
+    gen = _auto(tiny_lm(1), prompt, tmp_path, learn=False)
+    if regime == "dear draft":
+        gen.planning().costs.draft = grid_from(lambda r, n: 60.0, DRAFT_GRID)
+    result = gen.generate(prompt, max_new_tokens=60)
+    cycles = result.stats.cycles
+    assert len(seen) == len(cycles) >= 2
+    assert seen[0] == (len(prompt), Prefill(target=len(prompt), draft=len(prompt)))
+    assert all(p.target == 0 for _, p in seen[1:])
+    ran = [bool(c.draft_forwards) for c in cycles]  # whether the cycle fed the draft model anything
+    assert all(c.plan.plan.partition("@")[0] != "ar" for c, r in zip(cycles, ran) if r), \
+        [(c.plan.plan, len(c.draft_forwards)) for c in cycles]  # only a plan that drafts runs the draft
+    first = ran.index(True) if any(ran) else len(cycles)  # the first cycle that ran the draft
+    assert [p.draft for _, p in seen[:first + 1]] == [context for context, _ in seen[:first + 1]]
+    assert all(p.draft == 0 for _, p in seen[first + 1:])
 
 
 def test_calibration_learns_what_the_formulas_miss():

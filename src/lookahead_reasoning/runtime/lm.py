@@ -32,7 +32,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState, StaticKVState
 from ..errors import PromptError, require
-from .compiled import CUDA_ATTENTION, FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
+from .compiled import FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
 from .session import Session
 
 
