@@ -95,3 +95,15 @@ def test_generator_settings_read_and_set_as_attributes():
     assert gen.settings.width == 2
     with pytest.raises(ConfigError, match="width"):
         gen.width = 0
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0, -0.1, True, "0.4"])
+def test_a_draft_stop_no_cycle_could_run_is_refused_before_any_model_loads(value):
+    """Settings and every plan share one rule for the draft's stop, so a value the first cycle would refuse
+    is refused when the generator is made (the target name below is never loaded)."""
+    from lookahead_reasoning import LookaheadGenerator
+
+    with pytest.raises(ConfigError, match="draft_stop_below"):
+        Settings(draft_stop_below=value)
+    with pytest.raises(ConfigError, match="draft_stop_below"):
+        LookaheadGenerator(target="no-such-model-is-loaded", draft_stop_below=value)

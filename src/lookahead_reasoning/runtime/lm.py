@@ -14,6 +14,11 @@ multiplies can run 12 tokens faster than 11), the forward is fed dummy tokens up
 cache is cropped back afterwards. Positions before the padding never see it
 (causal attention), so the logits and the cache are those of the unpadded forward.
 
+With the compiled path on (:meth:`LM.use_fast_path`; by default on a CUDA device), a state made by the
+forward is a :class:`~lookahead_reasoning.cache.StaticKVState` and the same ``forward`` hands the model call
+to :class:`~.compiled.FastPath` (a static cache, bucket shapes, CUDA graphs); the ids, masks, padding,
+timing and logits around it are this method's either way.
+
 On a CUDA device the forward leaves cuDNN's attention out of PyTorch's choice of attention kernels:
 cuDNN builds an execution plan for every new shape (about 2 ms of CPU per layer on an H100), and
 decoding changes the key length at every forward, so each token paid that planning again.
