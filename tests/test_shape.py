@@ -50,6 +50,12 @@ BAG_FORWARDERS = {
     "settings.py:Settings.preset",  # Settings (its fields)
     "settings.py:Settings.with_overrides",  # dataclasses.replace on Settings (its fields)
     "testing.py:tiny_model",  # the architecture's model config (TINY_SHAPE's names)
+    "testing.py:real_shape_lm",  # tiny_model (TINY_SHAPE's names, changing a real shape)
+    "runtime/compiled.py:masked_attention",  # what transformers hands an attention function (dropout, sliding_window, ...): none is read
+    "integrations/hf_generate.py:generate",  # GenerationConfig.update (what generate was given), after LookaheadOptions' names
+    "integrations/hf_generate.py:decoding",  # LookaheadOptions (its fields)
+    "integrations/hf_generate.py:decoding.lookahead_decoding",  # the model kwargs generate prepared: only attention_mask is read
+    "integrations/harness.py:LookaheadLM.__init__",  # HarnessArgs (its fields: the harness's model_args)
     "verifiers/registry.py:check_verifier_spec",  # the registered verifier's constructor (names checked only)
     "verifiers/registry.py:make_verifier",  # the registered verifier's constructor
     "verifiers/registry.py:paper_judge",  # OpenAIJudgeVerifier: api_key, timeout

@@ -34,6 +34,7 @@ from .decoding.autoregressive import generate
 from .engine_cli import (add_flips_command, add_serve_command, add_url_options, run_generate_over_engine,
                          run_lr_over_engine)
 from .errors import LookaheadError, PromptError, require
+from .integrations import harness
 from .models import load_model
 from .options import (
     DTYPES,
@@ -232,11 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
 def run_harness(argv: list[str]) -> int:
     """``lookahead-reasoning eval ...``: lm-eval's command line (``--model lookahead``, task ``gsm8k_lookahead``;
     see :mod:`lookahead_reasoning.integrations.harness`), with the ``eval`` extra installed."""
-    try:
-        from .integrations import harness
-    except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     try:
         harness.main(argv)
     except LookaheadError as exc:

@@ -134,12 +134,8 @@ class LookaheadGenerator:
             target accepted of drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
         fast_path: how this process's models run their forwards (:mod:`lookahead_reasoning.runtime.compiled`):
-            "auto" (default: recorded CUDA graphs over a static cache on a GPU; the eager loops on a CPU,
-            where no compiled backend was measured faster), "off" or None (the eager loops), a backend
-            name ("cuda-graphs", "inductor+cuda-graphs", "inductor", "eager") or a
-            :class:`~lookahead_reasoning.runtime.compiled.FastPathConfig`. Every mode writes the same
-            tokens either way (tested in float32). "auto" leaves an ``LM`` you pass in with the fast
-            path it has.
+            "auto" (default: CUDA graphs over a static cache on a GPU, the eager loops on a CPU; an ``LM``
+            passed in keeps the path it has), "off" or None, a backend name or a ``FastPathConfig``.
         precision: the weight precision per model, a name (the target's) or ``{"target": ...,
             "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;
             "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8

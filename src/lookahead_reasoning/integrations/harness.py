@@ -29,6 +29,7 @@ import json
 import logging
 import sys
 import tempfile
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,39 +41,60 @@ from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, MODES
 from ..sampling import SamplingConfig
 
 try:
-    from lm_eval.api.model import LM as _HarnessLM
+    from lm_eval.api.model import LM as HarnessBase
     from lm_eval.api.registry import register_model
-except ImportError as exc:  # the extra is not installed
-    raise ImportError("lm-evaluation-harness is not installed: pip install 'lookahead-reasoning[eval]' "
-                      "(or pip install lm-eval)") from exc
+except ImportError:  # the eval extra is not installed: the model cannot be made (NOT_INSTALLED says so)
+    HarnessBase, register_model = object, None
+
+NOT_INSTALLED = "lm-evaluation-harness is not installed: pip install 'lookahead-reasoning[eval]' (or lm-eval)"
 
 log = logging.getLogger(__name__)
 TASK = "gsm8k_lookahead"
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "gsm8k-train-64.jsonl"
 
 
-@register_model("lookahead", "lookahead-reasoning")
-class LookaheadLM(_HarnessLM):
+@dataclass(frozen=True)
+class HarnessArgs:
+    """The harness's ``model_args`` (strings from its command line) and the options it adds itself."""
+
+    target: str = DEFAULT_TARGET
+    draft: str | None = DEFAULT_DRAFT
+    mode: str = "auto"
+    verifier: str = "exact"
+    k: Any = None
+    gamma: Any = None
+    dtype: str = "auto"
+    device: str | None = None
+    max_gen_toks: Any = 512
+    batch_size: Any = 1
+    max_batch_size: Any = None
+
+    def __post_init__(self) -> None:
+        require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}", ConfigError)
+        require(str(self.batch_size) in ("1", "auto") or self.batch_size is None,
+                f"batch_size {self.batch_size}: requests run one at a time (batch_size=1)", ConfigError)
+
+
+class LookaheadLM(HarnessBase):
     """The harness's view of a :class:`LookaheadGenerator` (module docstring)."""
 
-    def __init__(self, target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, mode: str = "auto",
-                 verifier: str = "exact", k: int | None = None, gamma: int | None = None, dtype: str = "auto",
-                 device: str | None = None, max_gen_toks: int = 512, batch_size: Any = 1, max_batch_size: Any = None,
-                 **unknown: Any):
+    def __init__(self, **model_args: Any):
+        require(register_model is not None, NOT_INSTALLED, ConfigError)
         super().__init__()
-        require(not unknown, f"{', '.join(sorted(unknown))}: not a model_arg of lookahead (known: target, draft, mode, "
-                "verifier, k, gamma, dtype, device, max_gen_toks)", ConfigError)
-        require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
-        require(str(batch_size) in ("1", "auto") or batch_size is None,
-                f"batch_size {batch_size}: requests run one at a time (batch_size=1)", ConfigError)
-        self.mode, self.gamma, self.max_gen_toks = mode, _int_or_none(gamma), int(max_gen_toks)
-        draft = None if draft in (None, "", "none", "None") else draft
+        known = {f.name for f in fields(HarnessArgs)}
+        unknown = sorted(set(model_args) - known)
+        require(not unknown, f"{', '.join(unknown)}: not a model_arg of lookahead (known: {', '.join(sorted(known))})",
+                ConfigError)
+        args = HarnessArgs(**model_args)
+        self.mode, self.gamma, self.max_gen_toks = args.mode, _int_or_none(args.gamma), int(args.max_gen_toks)
+        device = args.device
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "
                         "unless --device says otherwise)", device)
             device = None
-        self.gen = LookaheadGenerator(target=target, draft=draft, verifier=verifier, k=_int_or_none(k), mode=mode,
-                                      dtype=dtype, device=device)
+        draft = None if args.draft in (None, "", "none", "None") else args.draft
+        self.gen = LookaheadGenerator(target=args.target, draft=draft, verifier=args.verifier, k=_int_or_none(args.k),
+                                      mode=args.mode, dtype=args.dtype, device=device)
         self.summaries: list[dict[str, Any]] = []  # one per generate_until request: what ran
 
     # ------------------------------------------------------------------ generation
@@ -147,6 +169,10 @@ class LookaheadLM(_HarnessLM):
                                                              add_generation_prompt=add_generation_prompt)
 
 
+if register_model is not None:
+    register_model("lookahead", "lookahead-reasoning")(LookaheadLM)
+
+
 def _int_or_none(value: Any) -> int | None:
     return None if value in (None, "", "none", "None") else int(value)
 
@@ -215,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--gsm8k-offset", type=int, default=0)
     ap.add_argument("--gsm8k-limit", type=int, default=None)
     ours, rest = ap.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    folder = task_dir(ours.gsm8k, ours.gsm8k_offset, ours.gsm8k_limit)
-    from lm_eval.__main__ import cli_evaluate
+    require(register_model is not None, NOT_INSTALLED, ConfigError)
+    from lm_eval.__main__ import cli_evaluate  # the harness's command line (its heavier modules load here)
 
+    folder = task_dir(ours.gsm8k, ours.gsm8k_offset, ours.gsm8k_limit)
     saved = sys.argv
     sys.argv = ["lm_eval", *rest, "--include_path", str(folder)]
     try:
@@ -226,4 +253,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = saved
 
 
-__all__ = ["LookaheadLM", "TASK", "main", "task_dir", "task_yaml"]
+__all__ = ["HarnessArgs", "LookaheadLM", "NOT_INSTALLED", "TASK", "main", "task_dir", "task_yaml"]

@@ -33,14 +33,19 @@ from __future__ import annotations
 
 import copy
 import weakref
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from transformers import AutoTokenizer
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..errors import ConfigError, require
+from ..generator import LookaheadGenerator
 from ..presets import MODES
 from ..sampling import SamplingConfig
+from ..steps import StepConfig
 
 CUSTOM_GENERATE = str(Path(__file__).resolve().parents[1])  # holds custom_generate/generate.py
 
@@ -58,17 +63,47 @@ UNSUPPORTED = {
 }
 # Arguments of generate that carry nothing these loops use when they are empty.
 PASSED_EMPTY = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "negative_prompt_ids",
-                "negative_prompt_attention_mask", "synced_gpus", "use_model_defaults", "assistant_tokenizer")
-OWN = ("mode", "verifier", "k", "gamma", "steps", "draft_model", "tokenizer", "lookahead_streamer", "verifier_kwargs")
+                "negative_prompt_attention_mask", "synced_gpus", "use_model_defaults")
 MODEL_INPUTS = ("input_ids", "attention_mask", "use_cache", "cache", "past_key_values", "cache_position",
                 "position_ids", "token_type_ids", "output_attentions", "output_hidden_states", "return_dict")
+
+
+@dataclass(frozen=True)
+class LookaheadOptions:
+    """What the library runs inside ``generate``: the mode, the verifier (a name, with ``verifier_kwargs``,
+    or an object), k, gamma and the step segmenter, and the tokenizers (the target's: steps are cut on
+    decoded text; the draft's where it has another vocabulary, which rules token SD out)."""
+
+    mode: str = "auto"
+    verifier: Any = "exact"
+    k: int | None = None
+    gamma: int | None = None
+    steps: StepConfig | None = None
+    verifier_kwargs: dict | None = None
+    tokenizer: Any = None
+    draft_tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}", ConfigError)
+
+
+OWN = tuple(f.name for f in fields(LookaheadOptions))
+
+
+def options_from(bag: dict[str, Any]) -> LookaheadOptions:
+    """The :class:`LookaheadOptions` among ``bag``'s keywords (taken out of it; ``assistant_tokenizer``,
+    transformers' name for the draft's tokenizer, included)."""
+    taken = {name: bag.pop(name) for name in OWN if name in bag}
+    if bag.get("assistant_tokenizer") is not None:
+        taken["draft_tokenizer"] = bag.pop("assistant_tokenizer")
+    bag.pop("assistant_tokenizer", None)
+    return LookaheadOptions(**taken)
 
 
 def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: Any = None, *,
              assistant_model: Any = None, streamer: Any = None, **kwargs: Any) -> Any:
     """The folder form's entry: every argument ``model.generate`` was given. See the module docstring."""
     kwargs = dict(kwargs)
-    draft_tokenizer = kwargs.pop("assistant_tokenizer", None)  # a draft of another vocabulary: LR only
     for name in PASSED_EMPTY:
         value = kwargs.pop(name, None)
         require(not value or name in ("synced_gpus", "use_model_defaults"),
@@ -77,80 +112,73 @@ def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: 
     require(isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2,
             "give the prompt as input_ids of shape (batch, length)", ConfigError)
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
-    own = {name: kwargs.pop(name) for name in OWN if name in kwargs}
+    options = options_from(kwargs)
     model_inputs = {name: kwargs.pop(name) for name in MODEL_INPUTS if name in kwargs}
     unknown = config.update(**kwargs)
     require(not unknown, f"{', '.join(sorted(unknown))}: not an option of generate or of Lookahead Reasoning's "
             f"({', '.join(OWN)})", ConfigError)
-    require(own.get("draft_model") is None or assistant_model is None,
-            "give the draft once: assistant_model= or draft_model=", ConfigError)
-    return run(model, own.pop("draft_model", None) or assistant_model, input_ids, model_inputs.get("attention_mask"),
-               config, streamer=streamer or own.pop("lookahead_streamer", None), draft_tokenizer=draft_tokenizer, **own)
+    return run(model, assistant_model, input_ids, model_inputs.get("attention_mask"), config, options, streamer)
 
 
-def decoding(draft: Any = None, *, tokenizer: Any = None, mode: str = "auto", verifier: Any = "exact",
-             k: int | None = None, gamma: int | None = None, steps: Any = None, streamer: Any = None,
-             draft_tokenizer: Any = None) -> Callable[..., Any]:
-    """The callable form: a decoding method for ``model.generate(..., custom_generate=decoding(draft, ...))``.
+def decoding(draft: Any = None, streamer: Any = None, **options: Any) -> Callable[..., Any]:
+    """The callable form: a decoding method for ``model.generate(..., custom_generate=decoding(draft, ...))``;
+    ``options`` are :class:`LookaheadOptions` (``tokenizer=``, ``mode=``, ...).
 
     transformers calls it with the generation config it prepared, in place of its own sampling loop
     (the processors and stopping criteria it built from that config are read from the config here). It
     hands a callable neither ``assistant_model``, ``streamer`` nor ``tokenizer``, so they are given here.
     """
-    require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
+    chosen = LookaheadOptions(**options)
 
     def lookahead_decoding(model: Any, input_ids: torch.Tensor, logits_processor: Any = None,
                            stopping_criteria: Any = None, generation_config: Any = None, **model_kwargs: Any) -> Any:
-        return run(model, draft, input_ids, model_kwargs.get("attention_mask"), generation_config, streamer=streamer,
-                   mode=mode, verifier=verifier, k=k, gamma=gamma, steps=steps, tokenizer=tokenizer,
-                   draft_tokenizer=draft_tokenizer)
+        return run(model, draft, input_ids, model_kwargs.get("attention_mask"), generation_config, chosen, streamer)
 
     return lookahead_decoding
 
 
-def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: Any, *,
-        streamer: Any = None, mode: str = "auto", verifier: Any = "exact", k: int | None = None,
-        gamma: int | None = None, steps: Any = None, tokenizer: Any = None, draft_tokenizer: Any = None,
-        verifier_kwargs: dict | None = None) -> Any:
+def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: Any,
+        options: LookaheadOptions = LookaheadOptions(), streamer: Any = None) -> Any:
     """Generate for every row of ``input_ids`` (B, T) with the library; returns (B, T + new) ids, or a
     ``GenerateDecoderOnlyOutput`` when the config asks for a dict."""
-    require(mode in MODES, f"mode must be one of {', '.join(MODES)}, got {mode!r}", ConfigError)
-    require(draft is not None or mode in ("ar", "sd-ngram"),
-            f"mode {mode} needs a draft model: pass assistant_model= (or draft_model= to the callable form)", ConfigError)
+    require(draft is not None or options.mode in ("ar", "sd-ngram"), f"mode {options.mode} needs a draft model: pass "
+            "assistant_model= (or the draft to decoding(), the callable form)", ConfigError)
     check_config(config)
     rows, length = input_ids.shape
     require(streamer is None or rows == 1, "a streamer takes one prompt: give a batch of one", ConfigError)
     new_tokens = config.max_new_tokens if config.max_new_tokens is not None else (config.max_length or 20) - length
     require(new_tokens >= 1, f"nothing to generate: max_length {config.max_length} leaves no room after the "
             f"{length}-token prompt", ConfigError)
-    tokenizer = tokenizer or _tokenizer_of(model)
-    gen = _generator(model, draft, tokenizer, draft_tokenizer, verifier, verifier_kwargs, k, steps)
+    tokenizer = options.tokenizer or _tokenizer_of(model)
+    gen = _generator(model, draft, replace(options, tokenizer=tokenizer))
     gen.target.eos_ids = _eos_ids(config, gen.target)
-    if draft_tokenizer is None:  # one vocabulary: the same end for both
+    if options.draft_tokenizer is None:  # one vocabulary: the same end for both
         gen.draft.eos_ids = gen.target.eos_ids
     sampling = SamplingConfig(temperature=1.0 if config.temperature is None else config.temperature,
                               top_k=config.top_k or None, top_p=1.0 if config.top_p is None else config.top_p) \
         if config.do_sample else SamplingConfig()
     seed = int(torch.randint(0, 2**62, (1,)).item()) if config.do_sample else 0  # torch.manual_seed reproduces
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-    results, news = [], []
+    results = []
     for row in range(rows):
         prompt = input_ids[row][mask[row].bool()].tolist()
-        stream = _Stream(streamer, prompt) if streamer is not None else None
         # a draft of another vocabulary reads the prompt as text (the target's ids as they are otherwise)
         given = prompt if gen.same_vocab else tokenizer.decode(prompt, skip_special_tokens=False)
-        result = gen.generate(given, raw=not gen.same_vocab, mode=mode, max_new_tokens=new_tokens, sampling=sampling,
-                              seed=seed, gamma=gamma if mode != "auto" else None, on_text=stream)
-        results.append(result)
-        news.append(list(result.token_ids))
-    pad = config.pad_token_id if config.pad_token_id is not None else gen.target.pad_id
+        results.append(gen.generate(given, raw=not gen.same_vocab, mode=options.mode, max_new_tokens=new_tokens,
+                                    sampling=sampling, seed=seed, gamma=options.gamma if options.mode != "auto" else None,
+                                    on_text=_Stream(streamer, prompt) if streamer is not None else None))
+    return _output(input_ids, results, config.pad_token_id if config.pad_token_id is not None else gen.target.pad_id,
+                   config.return_dict_in_generate)
+
+
+def _output(input_ids: torch.Tensor, results: list[Any], pad: int, as_dict: bool) -> Any:
+    """What ``generate`` returns: the (B, T) prompts and each row's new tokens, padded to the longest row."""
+    news = [list(r.token_ids) for r in results]
     width = max(len(n) for n in news)
     new = torch.tensor([n + [pad] * (width - len(n)) for n in news], dtype=input_ids.dtype, device=input_ids.device)
     sequences = torch.cat([input_ids, new], dim=1)
-    if not config.return_dict_in_generate:
+    if not as_dict:
         return sequences
-    from transformers.generation.utils import GenerateDecoderOnlyOutput
-
     out = GenerateDecoderOnlyOutput(sequences=sequences)
     out["lookahead"] = [r.summary() for r in results]
     return out
@@ -185,25 +213,22 @@ class _Stream:
 _GENERATORS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
-def _generator(model: Any, draft: Any, tokenizer: Any, draft_tokenizer: Any, verifier: Any,
-               verifier_kwargs: dict | None, k: int | None, steps: Any):
-    """One LookaheadGenerator per (target, draft, verifier), kept while the model lives: its cost tables
+def _generator(model: Any, draft: Any, options: LookaheadOptions) -> LookaheadGenerator:
+    """One LookaheadGenerator per (target, draft, options), kept while the model lives: its cost tables
     and learned rates carry over from call to call, as a generator's do."""
-    from ..generator import LookaheadGenerator
-
-    key = (id(draft), id(tokenizer), id(draft_tokenizer), repr(verifier), repr(verifier_kwargs), k, repr(steps))
+    key = (id(draft), id(options.tokenizer), id(options.draft_tokenizer), repr(options.verifier),
+           repr(options.verifier_kwargs), options.k, repr(options.steps))
     per_model = _GENERATORS.setdefault(model, {})
     if key not in per_model:
-        draft_pair = None if draft is None else (draft, draft_tokenizer or tokenizer)
-        options = {"steps": steps} if steps is not None else {}
-        per_model[key] = LookaheadGenerator(target=(model, tokenizer), draft=draft_pair, verifier=verifier,
-                                            verifier_kwargs=verifier_kwargs, k=k, **options)
+        draft_pair = None if draft is None else (draft, options.draft_tokenizer or options.tokenizer)
+        steps = {"steps": options.steps} if options.steps is not None else {}
+        per_model[key] = LookaheadGenerator(target=(model, options.tokenizer), draft=draft_pair,
+                                            verifier=options.verifier, verifier_kwargs=options.verifier_kwargs,
+                                            k=options.k, **steps)
     return per_model[key]
 
 
 def _tokenizer_of(model: Any) -> Any:
-    from transformers import AutoTokenizer
-
     source = getattr(model.config, "_name_or_path", None)
     try:
         return AutoTokenizer.from_pretrained(source)
@@ -219,4 +244,4 @@ def _eos_ids(config: Any, target: Any) -> frozenset[int]:
     return frozenset(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
 
 
-__all__ = ["CUSTOM_GENERATE", "check_config", "decoding", "generate", "run"]
+__all__ = ["CUSTOM_GENERATE", "LookaheadOptions", "check_config", "decoding", "generate", "options_from", "run"]

@@ -110,8 +110,9 @@ class _Writes:
         self.at = (torch.arange(rows, device=device)[:, None, None], torch.arange(heads, device=device)[None, :, None],
                    cols[None, None, :])
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: Any = None,
+               kwargs: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(transformers 5.17 passes ``cache_kwargs``, 5.24 ``kwargs=``: neither says anything needed here.)"""
         return self.arena.write(layer_idx, self.rows, self.at, key_states, value_states)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # positions are always given: never used for them
@@ -119,7 +120,7 @@ class _Writes:
 
 
 def masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                     attention_mask: torch.Tensor | None, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """SDPA under an additive mask, grouped-query heads folded into the query.
 

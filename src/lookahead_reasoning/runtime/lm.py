@@ -216,11 +216,7 @@ class LM:
         static = isinstance(state, StaticKVState)
         start = time.perf_counter()
         if static:  # the compiled path runs n at its bucket (the same dummy tokens as pad_to's)
-            require(self.fast is not None and state.arena is self.fast.arena,
-                    "this state belongs to another static cache (the model's compiled path was changed)")
-            padded = self.fast.shape(bsz, padded)[1]
-            state.check_room(padded)
-            state.arena.make_resident(state)
+            padded = self._static_width(state, bsz, padded)
         if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
             input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), padded)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
@@ -229,13 +225,7 @@ class LM:
             hidden = self.fast.run(input_ids, full_mask, state)  # (B, padded, H)
             raw_logits = self.fast.logits(hidden if isinstance(keep_at, int) else hidden.index_select(1, keep_at))
         else:
-            position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
-            with attention_kernels(device):
-                out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids,
-                                 use_cache=True, logits_to_keep=keep_at, **{self.cache_arg: state.cache})
-            returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
-            state.cache = state.cache if returned is None else returned
-            raw_logits = out.logits
+            raw_logits = self._eager_logits(input_ids, full_mask, state, keep_at)
         self.stats.calls += 1
         self.stats.tokens += real_tokens
         state.mask = full_mask
@@ -247,6 +237,28 @@ class LM:
         for listener in self.listeners:
             listener(ForwardTiming(bsz, padded, full_mask.shape[1] - padded, seconds))
         return logits, state
+
+    def _static_width(self, state: StaticKVState, rows: int, n: int) -> int:
+        """The n a forward of ``rows`` x ``n`` runs at on the compiled path (its bucket), once the state is
+        known to fit and holds the working rows."""
+        require(self.fast is not None and state.arena is self.fast.arena,
+                "this state belongs to another static cache (the model's compiled path was changed)")
+        padded = self.fast.shape(rows, n)[1]
+        state.check_room(padded)
+        state.arena.make_resident(state)
+        return padded
+
+    def _eager_logits(self, input_ids: torch.Tensor, full_mask: torch.Tensor, state: KVState,
+                      keep_at: int | torch.Tensor) -> torch.Tensor:
+        """The model's forward over ``state``'s ``DynamicCache`` (which it extends): logits at ``keep_at``."""
+        padded = input_ids.shape[1]
+        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)[:, -padded:]
+        with attention_kernels(input_ids.device):
+            out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
+                             logits_to_keep=keep_at, **{self.cache_arg: state.cache})
+        returned = getattr(out, self.cache_arg, None)  # the output field is named like the input
+        state.cache = state.cache if returned is None else returned
+        return out.logits
 
     # ------------------------------------------------------------------ text
     def encode(self, text: str) -> list[int]:
