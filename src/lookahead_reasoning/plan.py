@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 from .errors import require
 
+
+def check_draft_stop_below(draft_stop_below: float | None) -> None:
+    """Raise ConfigError unless ``draft_stop_below`` (the draft confidence to keep drafting) is None or in
+    [0, 1) (0 and None never stop early): one rule for Settings and for every plan."""
+    require(draft_stop_below is None or (isinstance(draft_stop_below, (int, float)) and not isinstance(draft_stop_below, bool)
+                                         and 0.0 <= draft_stop_below < 1.0),
+            f"draft_stop_below (draft confidence to keep drafting) must be in [0, 1) or None, got {draft_stop_below!r}")
+
 SCHEDULES = ("sync", "async")
 
 
@@ -43,8 +51,7 @@ class CyclePlan:
         require(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         require(self.gamma is None or (isinstance(self.gamma, int) and self.gamma >= 0),
                 f"gamma (drafted tokens per SD iteration) must be None or an integer >= 0, got {self.gamma!r}")
-        require(self.draft_stop_below is None or 0 < self.draft_stop_below < 1,
-                f"draft_stop_below must be None or in (0, 1), got {self.draft_stop_below!r}")
+        check_draft_stop_below(self.draft_stop_below)  # the Settings' rule: a plan runs what Settings let through
         require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
                 f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
 

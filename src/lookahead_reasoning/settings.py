@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import require
-from .plan import SCHEDULES
+from .plan import SCHEDULES, check_draft_stop_below
 from .presets import (
     ALT_TEMPERATURE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -29,16 +29,6 @@ from .presets import (
 )
 from .sampling import SamplingConfig
 from .steps import StepConfig
-
-
-def check_draft_stop_below(draft_stop_below: float | None) -> None:
-    """Raise ConfigError unless ``draft_stop_below`` (the draft confidence to keep drafting) is None (never
-    stop early) or in (0, 1): the rule every plan checks too (:class:`~lookahead_reasoning.plan.CyclePlan`),
-    checked here so that a value no cycle could run is refused before any model loads."""
-    require(draft_stop_below is None or (isinstance(draft_stop_below, (int, float)) and not isinstance(draft_stop_below, bool)
-                                         and 0.0 < draft_stop_below < 1.0),
-            f"draft_stop_below (draft confidence to keep drafting) must be in (0, 1), or None never to stop early; "
-            f"got {draft_stop_below!r}")
 
 
 def _positive_int(value: Any) -> bool:
