@@ -120,6 +120,10 @@ def test_cache(tmp_path_factory) -> Path:
             (root / name / CONVERTED_SUBDIR).symlink_to(converted, target_is_directory=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("LOOKAHEAD_REASONING_CACHE", str(root))
+    # torch's compiled kernels too: a kernel cached under one ATEN_CPU_CAPABILITY and loaded under another
+    # was seen to write NaN or corrupt memory (torch 2.13, a machine tested in both regimes); a fresh cache
+    # per run makes the compiled-path tests check kernels built now, for this CPU.
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     yield root
     patch.undo()
 
