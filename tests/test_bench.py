@@ -250,18 +250,45 @@ def test_report_puts_results_files_together_by_verifier_and_compares_answers_by_
         return {"problem_id": pid, "mode": mode, "verifier": verifier, "predicted": predicted, "correct": predicted in ("5", "5.0"),
                 "engine": True, "new_tokens": 120, "tokens_per_s": 10.0, **more}
 
-    exact = [run(p, "ar", "exact", "5") for p in ("a", "b")] + \
-        [run(p, "lr@k2", "exact", "5.0", cycles=4, target_rows=8, alpha1=0.2) for p in ("a", "b")]
+    exact = [run(p, "ar", "exact", "5", text=f"{p}: 5") for p in ("a", "b")] + \
+        [run(p, "lr@k2", "exact", "5.0", cycles=4, target_rows=8, alpha1=0.2, text=t) for p, t in (("a", "a: 5"), ("b", "b: 5.0"))]
     loose = [run("a", "lr@k2", "likelihood", "7", cycles=3, target_rows=4, alpha1=0.5),
              run("b", "lr@k2", "likelihood", "5", cycles=3, target_rows=4, alpha1=0.5)]
     records = by_verifier(exact + loose)
     assert [r["mode"] for r in records] == ["ar", "ar"] + ["lr@k2 [exact]"] * 2 + ["lr@k2 [likelihood]"] * 2
     table = fidelity_table(records)
     assert "tokens per target request (mean; ar 120.0)" in table
-    assert "| lr@k2 [exact] | 2 | 2 | 0 | 0 | 1.00 | - | 15.0 |" in table  # "5.0" is "5"
-    assert "| lr@k2 [likelihood] | 2 | 1 | 1 | 0 | 0.50 | - | 30.0 |" in table
+    assert "| lr@k2 [exact] | 2 | 2 | 0 | 0 | 1.00 | 0.50 | - | 15.0 |" in table  # "5.0" is "5"; one text differs
+    assert "| lr@k2 [likelihood] | 2 | 1 | 1 | 0 | 0.50 | - | - | 30.0 |" in table  # no texts: no text column
     files = [tmp_path / "exact.jsonl", tmp_path / "loose.jsonl"]
     for path, part in zip(files, (exact, loose)):
         path.write_text("".join(json.dumps(r) + "\n" for r in part))
     assert main(["report", *map(str, files), "--no-plots"]) == 0
     assert "| lr@k2 [likelihood] | 2 | 1 | 1 | 0 | 0.50 |" in capsys.readouterr().out
+
+
+def test_each_estimator_of_alpha_is_read_as_what_it_is_in_records_of_every_generation():
+    """Records name the two token-level rates apart (``alpha_judged``, ``accepted_per_drafted``); files
+    written earlier called accepted / judged ``alpha`` beside an ``acceptance_rate``, and the oldest called
+    accepted / drafted ``alpha``: each is read as what it measured."""
+    from lookahead_reasoning.bench.report import accepted_per_drafted, theory_alpha
+    from lookahead_reasoning.decoding.results import SDStats
+
+    stats = SDStats(gamma=4)
+    for kept in (4, 1, 0, 2):  # 7 accepted of 16 drafted; 3 rejections judged
+        stats.record(4, kept)
+    new = stats.summary()
+    assert (theory_alpha(new), accepted_per_drafted(new)) == (0.7, 0.4375)
+    middle = {"alpha": 0.7, "acceptance_rate": 0.4375, "accepted": 7, "drafted": 16}
+    assert (theory_alpha(middle), accepted_per_drafted(middle)) == (0.7, 0.4375)
+    oldest = {"alpha": 0.4375, "accepted": 7, "drafted": 16, "gamma": 4, "accept_histogram": [1, 1, 1, 0, 1]}
+    assert (theory_alpha(oldest), accepted_per_drafted(oldest)) == (0.7, 0.4375)
+
+
+def test_a_record_names_its_verifiers_rule_and_threshold():
+    from lookahead_reasoning.verifiers import make_verifier
+    from lookahead_reasoning.verifiers.base import verifier_fields
+
+    assert verifier_fields(make_verifier("likelihood", threshold=0.3)) == {"verifier": "likelihood:min-prob",
+                                                                           "verifier_threshold": 0.3}
+    assert verifier_fields(make_verifier("exact")) == {"verifier": "exact", "verifier_threshold": None}

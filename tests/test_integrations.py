@@ -53,7 +53,7 @@ def test_the_folder_runs_the_library_and_writes_greedy_generates_tokens(models, 
     if mode == "lr":
         assert summary["judged_pairs"] > 0  # the library's cycles ran: drafted steps were judged
     if mode == "sd":
-        assert summary["alpha"] > 0  # the draft's tokens were checked and kept
+        assert summary["alpha_judged"] > 0  # the draft's tokens were checked and kept
 
 
 def test_the_callable_runs_the_library_and_writes_greedy_generates_tokens(models):

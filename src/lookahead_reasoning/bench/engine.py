@@ -38,6 +38,7 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
 from ..runtime.engine.pair import EnginePair
 from ..settings import Settings
+from ..verifiers.base import verifier_fields
 from ..verifiers.registry import make_verifier
 from .datasets import Problem, load_dataset
 from .grading import grade
@@ -194,7 +195,7 @@ class EngineRunner:
         summary["mode"] = mode
         return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
-                "engine": True, **self.models, "verifier": getattr(self.verifier, "name", "?"),
+                "engine": True, **self.models, **verifier_fields(self.verifier),
                 "scorer": getattr(self.bench.urls.scorer, "name", self.bench.urls.scorer),
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
                 "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,

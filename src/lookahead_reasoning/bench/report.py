@@ -7,8 +7,10 @@ theory predicts from them, and for mode ``auto`` the planner's predicted speed o
 (median over runs).
 
 Fidelity against ``ar`` on the same problems and samples (:func:`fidelity_table`): answers kept (both
-right), lost (``ar`` right, the mode wrong), won (the reverse), the share with the same final answer,
-and the mean tokens the target wrote on rows that were thrown away.
+right), lost (``ar`` right, the mode wrong), won (the reverse), the shares with the same final answer
+and with the same text, and the mean tokens the target wrote on rows that were thrown away. A noise-floor
+file (``benchmarks/noise_floor.py``: ``ar-batched``, ``ar`` decoded in a batch of two) gives the same row
+for the runtime itself, with nothing speculative.
 """
 
 from __future__ import annotations
@@ -147,9 +149,9 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
     if not ar:
         return ""
     per_request = [t for t in map(tokens_per_target_request, ar.values()) if t is not None]
-    lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | target tokens thrown away (mean) |"
+    lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | same text as ar | target tokens thrown away (mean) |"
              + (f" tokens per target request (mean; ar {statistics.mean(per_request):.1f}) |" if per_request else ""),
-             "|---|---|---|---|---|---|---|" + ("---|" if per_request else "")]
+             "|---|---|---|---|---|---|---|---|" + ("---|" if per_request else "")]
     for mode in dict.fromkeys(r["mode"] for r in records):
         if mode == "ar":
             continue
@@ -161,19 +163,34 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
         lost = sum(not r.get("correct") and bool(a.get("correct")) for r, a in pairs)
         won = sum(bool(r.get("correct")) and not a.get("correct") for r, a in pairs)
         same = sum(same_answer(r.get("predicted"), a.get("predicted")) for r, a in pairs) / len(pairs)
+        texts = [(r.get("text"), a.get("text")) for r, a in pairs if r.get("text") is not None and a.get("text") is not None]
+        same_text = f"{sum(t == u for t, u in texts) / len(texts):.2f}" if texts else "-"
         thrown = [r["target_tokens_discarded"] for r, _ in pairs if r.get("target_tokens_discarded") is not None]
         mine = [t for t in (tokens_per_target_request(r) for r, _ in pairs) if t is not None]
-        lines.append(f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | "
+        lines.append(f"| {mode} | {len(pairs)} | {kept} | {lost} | {won} | {same:.2f} | {same_text} | "
                      + (f"{statistics.mean(thrown):.1f} |" if thrown else "- |")
                      + ((f" {statistics.mean(mine):.1f} |" if mine else " - |") if per_request else ""))
     return "\n".join(lines)
 
 
 def theory_alpha(record: dict[str, Any]) -> float | None:
-    """A record's alpha as the theory means it (accepted / judged): its own ``alpha`` where the record
-    also carries ``acceptance_rate`` (runs that count rejections), else estimated from its histogram
-    (older runs, whose ``alpha`` was accepted / drafted; :func:`~..theory.predict.judged_alpha`)."""
+    """A record's alpha as the theory means it (accepted / judged), whichever year wrote it: its
+    ``alpha_judged``; in files written before that name, ``alpha`` where the record also carries
+    ``acceptance_rate`` (runs that counted rejections), else estimated from its histogram (the oldest
+    runs, whose ``alpha`` was accepted / drafted; :func:`~..theory.predict.judged_alpha`)."""
+    if "alpha_judged" in record:
+        return record["alpha_judged"]
     return record.get("alpha") if "acceptance_rate" in record else judged_alpha(record)
+
+
+def accepted_per_drafted(record: dict[str, Any]) -> float | None:
+    """A record's share of drafted tokens kept (accepted / drafted, as engines report it), whichever
+    year wrote it: ``accepted_per_drafted``, or the older ``acceptance_rate``, or in the oldest files
+    ``alpha`` (which meant this there, not the theory's alpha)."""
+    for name in ("accepted_per_drafted", "acceptance_rate"):
+        if name in record:
+            return record[name]
+    return record.get("alpha")
 
 
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:

@@ -23,6 +23,7 @@ from ..errors import require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from ..prompts import math_messages
+from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .peers import Peer, hf_generate
@@ -169,7 +170,7 @@ class ModeRunner:
                 **summary, "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
                 "target": settings.target, "draft": settings.draft,
                 "draft_quantize": getattr(self.gen, "draft_quantize", settings.draft_quantize),
-                "verifier": getattr(self.gen.verifier, "name", settings.verifier.name),
+                **verifier_fields(self.gen.verifier),
                 "k": k or summary.get("k"), "draft_stop_below": self.gen.draft_stop_below,
                 "temperature": self.gen.sampling.temperature, "dtype": str(next(self.gen.target.model.parameters()).dtype),
                 "precision": settings.precision or "as-loaded", "cpu_linear": settings.cpu_linear,

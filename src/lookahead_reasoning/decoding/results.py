@@ -31,7 +31,8 @@ class SDStats:
     ``alpha`` is the theory's: the probability that the target accepts a drafted token it judges,
     estimated as accepted / judged (:attr:`alpha`). ``acceptance_rate`` is what engines report:
     accepted / drafted, which also counts the drafted tokens after a rejection, never judged, and so
-    sits below alpha. c is the mean draft forward time over the mean target forward time.
+    sits below alpha. c is the mean draft forward time over the mean target forward time. A run's
+    summary (and a results record) stores the two as ``alpha_judged`` and ``accepted_per_drafted``.
     """
 
     gamma: int = 0
@@ -90,8 +91,8 @@ class SDStats:
             "gamma": self.gamma,
             "drafted": self.drafted,
             "accepted": self.accepted,
-            "alpha": _rounded(self.alpha),
-            "acceptance_rate": _rounded(self.acceptance_rate),
+            "alpha_judged": _rounded(self.alpha),  # accepted / judged: the theory's alpha
+            "accepted_per_drafted": _rounded(self.acceptance_rate),  # the share of drafted tokens kept
             "rejected": self.rejected,
             "mean_accepted": _rounded(self.mean_accepted, 3),
             "accept_histogram": list(self.accept_histogram),
@@ -223,13 +224,13 @@ class LRStats:
             "verify_s": _rounded(sum(c.verify_s for c in self.cycles)),
         }
         if self.target_sd is not None and self.target_sd.drafted:
-            out["alpha"] = _rounded(self.target_sd.alpha)
-            out["acceptance_rate"] = _rounded(self.target_sd.acceptance_rate)
+            out["alpha_judged"] = _rounded(self.target_sd.alpha)
+            out["accepted_per_drafted"] = _rounded(self.target_sd.acceptance_rate)
             out["gamma"] = self.target_sd.gamma
             out["target_sd_mean_accepted"] = _rounded(self.target_sd.mean_accepted)
             out["c"] = _rounded(self.target_sd.c)
         if self.draft_sd is not None and self.draft_sd.drafted:  # prompt lookup inside the draft's steps
-            out["draft_sd_alpha"] = _rounded(self.draft_sd.alpha)
+            out["draft_sd_alpha_judged"] = _rounded(self.draft_sd.alpha)
             out["draft_sd_mean_accepted"] = _rounded(self.draft_sd.mean_accepted)
         plans = self.plan_counts()
         if plans:

@@ -65,8 +65,11 @@ def judged_alpha(stats: Any) -> float | None:
 
 
 def _token_fields(stats: Any) -> tuple[Any, Any, Any]:
-    """(alpha, gamma, c) of ``stats``, each from its ``target_sd`` field where ``stats`` lacks it."""
+    """(alpha, gamma, c) of ``stats``, each from its ``target_sd`` field where ``stats`` lacks it; alpha is
+    ``alpha`` or, in a run's summary, ``alpha_judged`` (both accepted / judged)."""
     values = [_field(stats, name) for name in ("alpha", "gamma", "c")]
+    if values[0] is None:
+        values[0] = _field(stats, "alpha_judged")
     inner = _field(stats, "target_sd")
     if inner is not None:
         values = [v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c"))]

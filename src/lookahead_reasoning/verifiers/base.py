@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..errors import require
 
@@ -111,4 +111,13 @@ def check_unit_threshold(threshold: float, what: str) -> None:
             f"{what} threshold must be in [0, 1], got {threshold!r}")
 
 
-__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "share", "with_latency"]
+def verifier_fields(verifier: Any) -> dict[str, Any]:
+    """What a results record says of the verifier that judged its run: its name (the rule included,
+    e.g. ``likelihood:min-prob``) and its threshold (None for a verifier without one, such as ``exact``)."""
+    threshold = getattr(verifier, "threshold", None)
+    return {"verifier": getattr(verifier, "name", type(verifier).__name__),
+            "verifier_threshold": float(threshold) if isinstance(threshold, (int, float)) else None}
+
+
+__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "share", "verifier_fields",
+           "with_latency"]
