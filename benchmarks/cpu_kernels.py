@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.kernels import quantize_draft_int8, restore_linear, use_onednn_linear
 from lookahead_reasoning.runtime.lm import LM

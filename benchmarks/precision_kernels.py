@@ -46,7 +46,7 @@ import torch
 from tqdm import tqdm
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM

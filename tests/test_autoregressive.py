@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import decode_rows, generate
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.sampling import SamplingConfig, make_generator
 from lookahead_reasoning.stopping import StopChecker, StopCondition
 

@@ -18,7 +18,7 @@ from lookahead_reasoning.decoding.cycle import ToolOptions, make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
 from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
 from lookahead_reasoning.sampling import SamplingConfig, make_generator

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.errors import ConfigError, PromptError
 from lookahead_reasoning.runtime import lm as lm_module
 from lookahead_reasoning.runtime.compiled import CUDA_ATTENTION

@@ -15,7 +15,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.cycle import CycleTools, LRState
 from lookahead_reasoning.decoding.lookahead import target
 from lookahead_reasoning.decoding.writers import StepWriter, Translator
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step, split_steps
 from lookahead_reasoning.render import render_html, render_terminal
 from lookahead_reasoning.sampling import make_generator

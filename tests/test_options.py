@@ -50,7 +50,8 @@ def test_the_generator_runs_the_specs_settings_as_the_keywords_did():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-k", "0"], "-k (drafted steps per cycle) must be an integer >= 1, got 0"),
+    (["-k", "-1"], "-k (drafted steps per cycle) must be an integer >= 0, got -1"),
+    (["--mode", "lr", "-k", "0"], "-k 0 drafts no step: --mode lr needs k >= 1 (k=0 is a cap for mode auto"),
     (["--gamma", "0"], "--gamma (drafted tokens per iteration) must be an integer >= 1, got 0"),
     (["--width", "0"], "--width (drafts per position) must be an integer >= 1, got 0"),
     (["--draft-stop-below", "1.5"], "--draft-stop-below "),

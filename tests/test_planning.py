@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.lm import ForwardTiming
+from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
                                           load_or_profile)
@@ -430,6 +431,37 @@ def test_auto_runs_every_kind_of_plan_losslessly(regime, tmp_path, monkeypatch):
     plans = result.stats.plan_counts()
     assert (any(p.startswith("lr") for p in plans) if regime == "free" else set(plans) == {"ar"}), plans
     assert sum(c.tokens for c in result.stats.cycles) == len(result.token_ids)
+
+
+@pytest.mark.parametrize("token_sd", [None, TokenSD(target=None)], ids=["auto's own", "no token SD"])
+def test_auto_searches_within_the_token_sd_a_user_chose(token_sd, tmp_path):
+    """A user's ``token_sd`` is a limit of auto's search, not overwritten: with ``target=None`` no plan drafts
+    tokens, where the same tables with auto's own choice pick plans with token SD."""
+    prompt = [9, 8, 7, 6]
+    gen = _auto(tiny_lm(0), prompt, tmp_path, cap=12, margin=0.0, learn=False, refine=False)
+    if token_sd is not None:
+        gen.token_sd = token_sd
+    planning = gen.planning()
+    planning.costs.target = grid_from(lambda r, n: 1.0)  # forwards free of rows and tokens: token SD pays
+    planning.costs.draft = grid_from(lambda r, n: 0.001, DRAFT_GRID)
+    planning.book = _book(0.95, 0.95, 0.9, 0.95, 8, 0.95)
+    result = gen.generate(prompt, max_new_tokens=40)
+    assert result.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
+    plans = result.stats.plan_counts()
+    assert any("sd" in p for p in plans) == (token_sd is None), plans
+
+
+def test_auto_refuses_what_its_planner_cannot_price_by_name_before_loading(tmp_path):
+    from lookahead_reasoning.planning.auto import generate_auto
+
+    with pytest.raises(ConfigError, match="token_sd target 'ngram': mode auto"):
+        LookaheadGenerator(target="no-such-model", mode="auto", token_sd=TokenSD(target="ngram"))
+    with pytest.raises(ConfigError, match="width > 1 is not supported by mode auto"):
+        LookaheadGenerator(target="no-such-model", mode="auto", width=2)
+    with pytest.raises(ConfigError, match="width 2: mode auto prices one draft per position"):
+        generate_auto(TARGET, TARGET, [1, 2, 3], exact(), Settings(width=2))
+    with pytest.raises(ConfigError, match="planner=: over engines mode auto plans from the endpoints"):
+        LookaheadGenerator(target="http://127.0.0.1:9", planner=PlannerConfig())  # refused before any request
 
 
 def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding.autoregressive import decode_rows, generate
 from lookahead_reasoning.decoding.drafters import NGramDrafter
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.kernels import apply_cpu_linear

@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "lookahead_reasoning"
 def test_settings_are_checked_once_when_made():
     assert Settings().max_new_tokens == DEFAULT_MAX_NEW_TOKENS and Settings().draft_stop_below is None
     assert Settings.preset().draft_stop_below == DRAFT_STOP_BELOW
-    for bad in ({"k": 0}, {"gamma": 0}, {"width": 0}, {"max_new_tokens": -1}, {"draft_stop_below": 1.0},
+    for bad in ({"k": -1}, {"k": 1.5}, {"gamma": 0}, {"width": 0}, {"max_new_tokens": -1}, {"draft_stop_below": 1.0},
                 {"alt_temperature": 0.0}):
         with pytest.raises(ConfigError):
             Settings(**bad)
@@ -33,6 +33,21 @@ def test_settings_are_checked_once_when_made():
         Settings().with_overrides(gamm=3)
     assert Settings(k=3).with_overrides(k=None).k is None  # None is a value k can take (the preset)
     assert Settings(width=2).with_overrides(width=None).width == 2  # None keeps a field that needs a value
+
+
+def test_k_has_one_rule_checked_before_any_model_loads():
+    """k >= 0 everywhere; 0 (no drafted step) is a cap only mode auto can use, refused by name for a fixed k."""
+    from lookahead_reasoning import LookaheadGenerator
+    from lookahead_reasoning.errors import ModelLoadError
+
+    assert Settings(k=0).k == 0
+    for mode in ("lr", "lr-sd"):
+        with pytest.raises(ConfigError, match=f"k=0 drafts no step: mode {mode} needs k >= 1"):
+            LookaheadGenerator(target="no-such-model", mode=mode, k=0)
+    with pytest.raises(ConfigError, match="k=0 drafts no step: mode lr"):
+        generate_lr(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1), [5, 6], exact(), Settings(k=0))
+    with pytest.raises(ModelLoadError):  # k=0 passes for auto: what stops this one is the model's name
+        LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
 def test_run_lr_with_fixed_k_is_generate_lr():

@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.drafters import ModelDrafter, NGramDrafter, check_same_vocabulary
+from lookahead_reasoning.decoding.drafters import ModelDrafter, NGramDrafter
+from lookahead_reasoning.runtime.pair import check_same_vocabulary
 from lookahead_reasoning.decoding.results import SDStats
-from lookahead_reasoning.decoding.session import Session
+from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
 from lookahead_reasoning.errors import ConfigError, TokenizerMismatchError
 from lookahead_reasoning.sampling import SamplingConfig, make_generator, probs_from_logits

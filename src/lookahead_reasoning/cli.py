@@ -31,8 +31,8 @@ from .bench.grading import grade
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate
-from .engine_cli import (add_flips_command, add_serve_command, add_url_options, run_generate_over_engine,
-                         run_lr_over_engine)
+from .engine_cli import (add_flips_command, add_serve_command, add_url_options, refuse_engine_options,
+                         run_generate_over_engine, run_lr_over_engine)
 from .errors import LookaheadError, PromptError, require
 from .integrations import harness
 from .models import load_model
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        refuse_engine_options(args)
         return args.func(args)
     except LookaheadError as exc:
         print(f"error: {exc}", file=sys.stderr)

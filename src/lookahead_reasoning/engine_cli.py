@@ -5,7 +5,7 @@
 * ``lr --target-url URL --draft-url URL``: one question with ``auto``, ``lr`` or ``ar`` over the engines;
 * ``bench --target-url URL ...``: the engine modes of :mod:`.bench` over a data set (resumable);
 * ``pairs --target-url URL --draft-url URL``: the bank of step pairs, written by the engines
-  (:mod:`.pairs`), for ``lookahead-reasoning verifiers``.
+  (:mod:`.bench.pairs`), for ``lookahead-reasoning verifiers``.
 
 A dead URL, a refused request or a bad option ends such a command with one line (``error: ...``)
 and exit status 2.
@@ -31,7 +31,7 @@ from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finis
 from .bench.grading import grade
 from .bench.pairs import PairsConfig
 from .engines import runs
-from .engines.generator import EngineRuntime
+from .engines.generator import EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .presets import (
     DEFAULT_DRAFT,
@@ -47,7 +47,7 @@ from .runtime.engine.vllm import VLLMConfig, VLLMServer
 from .sampling import SamplingConfig
 from .settings import Settings
 from .steps import StepConfig
-from .verifiers.options import build_verifier, verifier_settings_from_args
+from .verifiers.options import verifier_settings_from_args
 
 
 def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
@@ -76,6 +76,22 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
                         "as its drafted prefix exists (async)")
 
 
+ENGINE_ONLY = {"target_model": None, "draft_url": None, "draft_model": None, "template": None, "scorer": None,
+               "sd_url": None, "ngram_url": None, "engine_timeout": ENGINE_TIMEOUT_S, "concurrency": 1,
+               "schedule": SCHEDULE}  # option -> its default; each means something only over an engine
+
+
+def refuse_engine_options(args: argparse.Namespace) -> None:
+    """ConfigError naming every engine option a command got without ``--target-url``: it would be ignored,
+    since the run loads its models in this process."""
+    if not hasattr(args, "target_url") or args.target_url:
+        return
+    given = [f"--{name.replace('_', '-')}" for name, default in ENGINE_ONLY.items()
+             if hasattr(args, name) and getattr(args, name) != default]
+    require(not given, f"{', '.join(given)}: for a target served by an engine (--target-url URL); without one "
+            "the models run in this process and these options would be ignored")
+
+
 def engine_settings(args: argparse.Namespace) -> Settings:
     """The settings the shared options describe for a run over engines (steps, sampling, seed, schedule,
     timeout); a command without an option gets its default (``pairs``: greedy)."""
@@ -87,13 +103,9 @@ def engine_settings(args: argparse.Namespace) -> Settings:
                     schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
 
 
-def engine_verifier(args: argparse.Namespace):
-    """The verifier the options name (a judge over HTTP works; one that needs the target's weights does not)."""
-
-    settings = verifier_settings_from_args(args)
-    require(settings.name != "target-score", "the target-score verifier reads the target's weights, which an "
-                                             "engine does not share: pick another --verifier over engines")
-    return build_verifier(settings)
+def verifier_over_engines(args: argparse.Namespace):
+    """The verifier the options name, for a run over engines (:func:`~.engines.generator.engine_verifier`)."""
+    return engine_verifier(verifier_settings_from_args(args))
 
 
 ENGINES = ("llama.cpp", "vllm")
@@ -180,7 +192,7 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
     ``LookaheadGenerator`` runs over URLs), with the engine's plain decoding for the speedup."""
     mode = args.mode or "auto"
     settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
-    verifier = engine_verifier(args)
+    verifier = verifier_over_engines(args)
     runtime = EngineRuntime(args.target_url, args.draft_url, settings, verifier,
                             {"target_model": args.target_model, "draft_model": args.draft_model,
                              "template": args.template, "scorer": args.scorer})
@@ -208,7 +220,7 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
     urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url, args.template, args.scorer)
     bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                        verifier=engine_verifier(args), settings=engine_settings(args))
+                        verifier=verifier_over_engines(args), settings=engine_settings(args))
     path = run_engine_bench(bench)
     print(f"results: {path} (`lookahead-reasoning report {path}`)")
     return 0
@@ -230,7 +242,7 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
 
 
 def run_pairs_over_engine(args: argparse.Namespace) -> int:
-    """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.pairs`)."""
+    """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.bench.pairs`)."""
 
     config = PairsConfig(dataset=args.dataset, out=args.out, offset=args.offset, limit=args.limit,
                          max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens)
@@ -279,5 +291,5 @@ def cmd_flips(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings",
-           "engine_verifier", "run_bench_over_engine", "run_generate_over_engine", "run_lr_over_engine",
-           "run_pairs_over_engine"]
+           "refuse_engine_options", "run_bench_over_engine", "run_generate_over_engine", "run_lr_over_engine",
+           "run_pairs_over_engine", "verifier_over_engines"]

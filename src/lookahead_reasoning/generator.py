@@ -38,6 +38,7 @@ from .kernels import quantize_draft_int8
 from .models import LoadOptions, load_model
 from .models.precision import normalize_precision
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
+from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
     DEFAULT_VERIFIER,
@@ -159,6 +160,8 @@ class LookaheadGenerator:
         knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
         load_kwargs = options
         self.mode = check_mode(mode)
+        # what the user chose for token SD, if anything: mode auto searches within it (auto_token_sd)
+        self._token_sd_given = knobs.get("token_sd", settings.token_sd if settings is not None else None)
         self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
@@ -171,6 +174,9 @@ class LookaheadGenerator:
                 f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         self.engine: EngineRuntime | None = None
         if is_url(target):
+            require(self.planner is None, "planner=: over engines mode auto plans from the endpoints' own measured "
+                    "costs (PlannerConfig.over_engine: chunks and LR rows, the engine's own token SD if it was started "
+                    "with one); a PlannerConfig is for models this process loads")
             refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
                                  precision)
             self.target = self.draft = self.draft_quantize = None
@@ -202,6 +208,8 @@ class LookaheadGenerator:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "token_sd" and "settings" in self.__dict__:
+            object.__setattr__(self, "_token_sd_given", value)
         if name in _SETTING_NAMES and "settings" in self.__dict__:
             value = self.__dict__["settings"].with_overrides(**{name: value})
             name = "settings"
@@ -211,6 +219,10 @@ class LookaheadGenerator:
         """Every setting that can be checked without a model, so that a mistake costs no loading."""
         require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
                 "prices one draft per position); use mode lr or lr-sd for several drafts per position")
+        if self.mode in STEP_MODES:
+            mode_k(self.mode, self.k)  # k=0 is a cap for auto only
+        if self.mode == "auto":
+            auto_token_sd(self._token_sd_given, self.planner or PlannerConfig())
         if isinstance(verifier, str):
             check_verifier_spec(verifier, **(verifier_kwargs or {}))
         elif isinstance(verifier, VerifierSettings):
@@ -305,12 +317,14 @@ class LookaheadGenerator:
         require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
                 "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
+        token_sd_given = overrides.get("token_sd", self._token_sd_given)
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if self.engine is not None:
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
         if mode == "auto":
+            settings = dataclasses.replace(settings, token_sd=token_sd_given)  # None: auto's own choice
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
         gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)
         k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None

@@ -191,7 +191,7 @@ def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool 
 
     The output layer (LM head) too unless ``include_output_layer`` is False; a head tied to the
     embedding is untied first (the embedding keeps its float weight). Other parameters keep their
-    dtype: :func:`apply_precision` then casts them to the compute dtype. Returns how many layers
+    dtype: :func:`~.models.precision.apply_precision` then casts them to the compute dtype. Returns how many layers
     were replaced.
     """
     head = getattr(model, "get_output_embeddings", lambda: None)()

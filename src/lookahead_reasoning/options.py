@@ -34,6 +34,8 @@ from .presets import (
     LR_SD_TOKEN_SD,
     MAX_STEP_TOKENS,
     MODES,
+    STEP_MODES,
+    check_k,
 )
 from .runtime.compiled import FAST_PATH_CHOICES
 from .sampling import SamplingConfig
@@ -240,16 +242,18 @@ DRAFT_PRECISION = {"auto": "auto", "int8": "int8-dynamic", None: None}  # --draf
 def generator_spec(args: argparse.Namespace) -> GeneratorSpec:
     """The spec the parsed options describe (see :func:`add_generator_args`); its ``settings`` are
     made (and checked) here, a bad decoding number raising ConfigError that names its option."""
+    settings, mode = decoding_settings(vars(args)), getattr(args, "mode", "auto")
+    if mode in STEP_MODES:
+        try:
+            check_k(settings.k, mode)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("k=0", "-k 0", 1).replace("mode ", "--mode ", 1)) from None
     return GeneratorSpec(
-        target=args.target, draft=args.draft, verifier=verifier_settings_from_args(args),
-        mode=getattr(args, "mode", "auto"), settings=decoding_settings(vars(args)),
+        target=args.target, draft=args.draft, verifier=verifier_settings_from_args(args), mode=mode, settings=settings,
         draft_quantize=None if args.draft_quantize == "none" else args.draft_quantize, dtype=args.dtype,
         device=args.device, cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile,
         fast_path=args.fast_path)
 
 
-generator_settings = generator_spec  # its former name
-
-
 __all__ = ["GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
-           "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_settings", "generator_spec"]
+           "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_spec"]

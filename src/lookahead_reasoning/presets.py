@@ -68,21 +68,26 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def check_k(k: int | None, mode: str | None = None) -> int | None:
+    """The one rule for ``k``, wherever it is given: None (the mode's preset) or an integer >= 0, the
+    drafted steps per cycle; in mode ``auto`` the most a plan may use, so 0 there means token-level plans
+    only, while a mode with a fixed k (``lr``, ``lr-sd``) needs at least one drafted step."""
+    require(k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 0),
+            f"k (drafted steps per cycle) must be an integer >= 0, got {k!r}")
+    require(not (k == 0 and mode is not None and mode != "auto"), f"k=0 drafts no step: mode {mode} needs k >= 1 "
+            "(k=0 is a cap for mode auto: its plans then use token SD or the target alone)")
+    return k
+
+
 def mode_k(mode: str, k: int | None = None) -> int:
-    """Drafted steps per cycle for ``mode``: ``k`` when given, else the mode's preset."""
+    """Drafted steps per cycle for ``mode``: ``k`` when given, else the mode's preset (:func:`check_k`)."""
     check_mode(mode)
-    value = PRESETS[mode].k if k is None else k
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"k (drafted steps per cycle) must be an integer >= 1, got {value!r}")
-    return value
+    return check_k(PRESETS[mode].k if k is None else k, mode)
 
 
 def check_max_k(max_k: int | None) -> int | None:
-    """``max_k`` (the most drafted steps a plan of mode ``auto`` may use; None: the planner's own) when
-    it is an integer >= 0."""
-    require(max_k is None or (isinstance(max_k, int) and not isinstance(max_k, bool) and max_k >= 0),
-            f"k (the most drafted steps a plan of mode auto may use) must be an integer >= 0, got {max_k!r}")
-    return max_k
+    """``max_k`` (the most drafted steps a plan of mode ``auto`` may use; None: the planner's own): :func:`check_k`."""
+    return check_k(max_k, "auto")
 
 
 def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "draft") -> int:
@@ -99,5 +104,5 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
            "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_max_k", "check_mode",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_k", "check_max_k", "check_mode",
            "mode_gamma", "mode_k"]

@@ -25,6 +25,7 @@ from .presets import (
     NGRAM_MIN,
     SCHEDULE,
     TOKEN_GAMMA,
+    check_k,
     mode_k,
 )
 from .sampling import SamplingConfig
@@ -85,8 +86,7 @@ class Settings:
     retries: int = ENGINE_RETRIES
 
     def __post_init__(self) -> None:
-        require(self.k is None or _positive_int(self.k),
-                f"k (drafted steps per cycle) must be an integer >= 1, got {self.k!r}")
+        check_k(self.k)
         require(self.gamma is None or _positive_int(self.gamma),
                 f"gamma (drafted tokens per iteration) must be an integer >= 1, got {self.gamma!r}")
         require(_positive_int(self.width), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")

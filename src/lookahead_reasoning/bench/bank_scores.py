@@ -82,14 +82,22 @@ def score_problem(lm: Any, question: str, pairs: Sequence[dict[str, Any]], score
                "target_probs": [round(float(v), DIGITS) for v in target_probs], "scored_by": scored_by}
 
 
-def run_score_pairs(bank: str | Path, out: str | Path, lm: Any, scored_by: str, progress: bool = True) -> Path:
-    """Write ``bank``'s records to ``out`` with every pair scored by ``lm`` (module docstring); returns ``out``."""
+def bank_records(bank: str | Path, out: str | Path) -> list[dict[str, Any]]:
+    """The records of the pairs file ``bank``, checked with ``out`` before anything loads: ConfigError for a
+    missing file, one that holds no step pairs, or an ``out`` that is the bank or cannot be written."""
     bank, out = Path(bank), Path(out)
     require(bank.is_file(), f"no pairs file at {bank}: `lookahead-reasoning pairs --out {bank}` writes one", ConfigError)
     require(bank.resolve() != out.resolve(), f"--out must be another file than the bank ({bank})", ConfigError)
     records = list(read_records(bank))
     require(any(r.get("kind") == "pair" for r in records), f"{bank} holds no step pairs", ConfigError)
     check_writable(out, "the scored pairs")
+    return records
+
+
+def run_score_pairs(bank: str | Path, out: str | Path, lm: Any, scored_by: str, progress: bool = True) -> Path:
+    """Write ``bank``'s records to ``out`` with every pair scored by ``lm`` (module docstring); returns ``out``."""
+    bank, out = Path(bank), Path(out)
+    records = bank_records(bank, out)
     done = {(key[0], key[1]) for key in done_pairs(out)}
     problems = {r["problem_id"]: r for r in records if r.get("kind") == "problem"}
     by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -124,7 +132,7 @@ def add_score_pairs_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_score_pairs(args: argparse.Namespace) -> int:
-    require(Path(args.pairs).is_file(), f"no pairs file at {args.pairs}", ConfigError)  # before the model loads
+    bank_records(args.pairs, args.out)  # a file of nothing to score is refused before the model loads
     loaded = load_model(args.target, dtype=args.dtype, device=args.device)
     lm = LM.from_loaded(loaded)
     scored_by = f"{lm.name} ({str(next(lm.model.parameters()).dtype).replace('torch.', '')})"
@@ -138,5 +146,5 @@ def cmd_score_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_score_pairs_command", "cmd_score_pairs", "needs_scores", "prefix_ids", "run_score_pairs",
+__all__ = ["add_score_pairs_command", "bank_records", "cmd_score_pairs", "needs_scores", "prefix_ids", "run_score_pairs",
            "score_problem", "step_ids"]

@@ -8,7 +8,7 @@ Modes (the URLs come from :class:`EngineURLs`):
 ``ngram``          one completion from a target started with the engine's n-gram SD
 ``lr@kN``          Lookahead Reasoning, N drafted steps, sync schedule (``-async``: async)
 ``lr-sd@kN``       the same with the SD target writing the rows (the reference's layout)
-``auto``           every cycle planned by :class:`~.planning.Planner` over the endpoints' request costs
+``auto``           every cycle planned by :class:`~..planning.Planner` over the endpoints' request costs
 =================  =====================================================================
 
 Each finished (problem, mode) is one JSON line, synced before the next starts; a rerun skips what the

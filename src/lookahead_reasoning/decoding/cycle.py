@@ -93,7 +93,7 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
                generator: torch.Generator, stats: LRStats, options: ToolOptions = ToolOptions()) -> CycleTools:
     """Wire the writers, drafters and translator of one generation.
 
-    ``settings`` (default ``Settings()``; change fields with :meth:`~.settings.Settings.with_overrides`):
+    ``settings`` (default ``Settings()``; change fields with :meth:`~..settings.Settings.with_overrides`):
     ``settings.token_sd`` None: no SD in steps. ``options``: :class:`ToolOptions`.
     """
     settings = settings or Settings()

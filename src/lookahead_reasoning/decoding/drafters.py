@@ -23,7 +23,6 @@ import torch
 from ..errors import require
 from ..presets import NGRAM_MAX, NGRAM_MIN
 from ..runtime.lm import LM
-from ..runtime.pair import check_same_vocabulary  # noqa: F401  (its home before the runtime layer)
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
 from ..settings import check_draft_stop_below

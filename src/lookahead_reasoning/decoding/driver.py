@@ -231,7 +231,7 @@ def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier
                 draft_prompt: DraftPrompt = DraftPrompt()) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 
-    ``settings`` (:class:`~.settings.Settings`, default ``Settings()``; its k, width, steps, sampling,
+    ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps, sampling,
     ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
     ``settings.with_overrides(k=3, ...)``). ``settings.token_sd`` turns on token-level SD inside steps
     (mode "lr-sd"). ``draft_prompt``: the prompt in the draft's tokenizer and whether the pair shares

@@ -53,7 +53,7 @@ from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .autoregressive import decode_rows
-from .drafters import check_same_vocabulary
+from ..runtime.pair import check_same_vocabulary
 from .results import CycleTrace, GenerationResult, LRStats
 from ..settings import Settings
 from ..steps import Step, StepConfig, StepModel, StepRequest
@@ -63,7 +63,7 @@ from .timing import Laps
 
 class LocalSteps:
     """:class:`~.stepwise.StepModel` over this library's PyTorch loops: every step on a fresh
-    :class:`Session` (a prefill of the whole prefix, then token by token), no cache from anywhere else.
+    :class:`~..runtime.session.Session` (a prefill of the whole prefix, then token by token), no cache from anywhere else.
 
     ``sampling`` is the run's; alternative drafts (``StepRequest.alternative`` > 0) sample at
     ``alt_temperature`` when the run is greedy. ``generator``: share one between models (default: own,

@@ -141,7 +141,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     which stops a draft early after a token it gave less than ``settings.draft_stop_below``
     probability). ``settings``: gamma (default :data:`~lookahead_reasoning.presets.TOKEN_GAMMA`),
     sampling, budget, seed and the stop. ``overrides`` are forwarded to
-    :meth:`Settings.with_overrides <.settings.Settings.with_overrides>` (any of its fields to change:
+    :meth:`Settings.with_overrides <..settings.Settings.with_overrides>` (any of its fields to change:
     ``gamma=8``, ``max_new_tokens=64``, ...; an unknown name raises)."""
     settings = (settings or Settings()).with_overrides(**overrides)
     gamma, sampling = settings.token_gamma, settings.sampling

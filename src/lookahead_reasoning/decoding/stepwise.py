@@ -69,7 +69,7 @@ class Node:
 
 
 class Cycle:
-    """One cycle over two step models (module docstring); :meth:`run` returns its :class:`CycleTrace`."""
+    """One cycle over two step models (module docstring); :meth:`arun` returns its :class:`CycleTrace`."""
 
     def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan,
                  x: Sequence[int], budget: int):
@@ -264,7 +264,7 @@ class StepwiseRun:
 
 
 class StepCycles:
-    """The driver's runtime over two step models (:class:`~..driver.Cycles`): each cycle is a
+    """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle is a
     :class:`Cycle` from the text so far; its kept steps extend the run. Rows run as the step models
     run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
 
@@ -291,7 +291,7 @@ class StepCycles:
 async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier,
                              policy: CyclePolicy, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
-    """The one driver (:func:`~..driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
+    """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
     ``policy`` plans each cycle and learns from it. The models' connections stay open: other runs on the
     same event loop may share them, so whoever runs the loop closes them (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,

@@ -84,7 +84,7 @@ class LoadOptions:
         device_map: passed to ``from_pretrained`` (accelerate) for multi-GPU or offloaded loads;
             the model is then left where accelerate puts it. Give ``device`` or ``device_map``, not both.
         attn_implementation: see :func:`resolve_attn_implementation`.
-        cache_dir: where offline models are joined and converted (default :func:`cache_root`).
+        cache_dir: where offline models are joined and converted (default :func:`~.offline.cache_root`).
         trust_remote_code: passed to ``from_pretrained`` for hub ids and local directories.
         cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
             much faster than the default BLAS for the few-token forwards speculative decoding makes

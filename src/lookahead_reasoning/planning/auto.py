@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 from ..decoding.cycle import ToolOptions, make_tools
 from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
 from ..decoding.results import GenerationResult, LRStats
+from ..errors import require
 from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..sampling import make_generator
@@ -110,22 +111,38 @@ class AutoOptions:
     draft_prompt: DraftPrompt = DraftPrompt()
 
 
+def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
+    """The token SD mode ``auto`` runs with: the draft model drafting tokens for the target (its gammas the
+    planner's) and the draft's steps written plainly, unless ``given`` says otherwise: ``target=None``
+    leaves out every plan with token SD, ``draft="ngram"`` writes the draft's steps with prompt lookup.
+    Prompt lookup for the target's rows (``target="ngram"``) is refused: the planner prices token SD with
+    the draft model only."""
+    require(given is None or given.target != "ngram", "token_sd target 'ngram': mode auto drafts the target's "
+            "tokens with the draft model (target='draft') or not at all (target=None); use mode lr-sd or "
+            "sd-ngram for prompt lookup")
+    return TokenSD(target="draft" if given is None else given.target, draft=None if given is None else given.draft,
+                   gamma=max(config.gammas, default=TOKEN_GAMMA))
+
+
 def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
                   settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
                   options: AutoOptions = AutoOptions()) -> GenerationResult:
     """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.run_lr`.
 
     ``settings``: default ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``);
-    ``options``: :class:`AutoOptions`; ``on_text`` hears the accepted text as it grows.
+    ``options``: :class:`AutoOptions`; ``on_text`` hears the accepted text as it grows. The plans draft one
+    step per position (``width`` 1; a larger width is refused). ``settings.token_sd`` limits the search where
+    it is given (:func:`auto_token_sd`); the gammas are the planner's (``PlannerConfig.gammas``).
     """
     settings, draft_prompt = local_settings(settings or Settings.preset()), options.draft_prompt
+    require(settings.width == 1, f"width {settings.width}: mode auto prices one draft per position (width 1); "
+            "use mode lr or lr-sd for several drafts per position")
     config = options.config or PlannerConfig()
     if options.max_k is not None:
         config = replace(config, max_k=options.max_k)
     planning = options.planning or Planning.load(target_lm, draft_lm,
                                                  getattr(verifier, "name", type(verifier).__name__), config)
-    settings = settings.with_overrides(width=1, token_sd=TokenSD(target="draft", draft=None,
-                                                                 gamma=max(config.gammas, default=TOKEN_GAMMA)))
+    settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
     stats = LRStats(k=config.max_k)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
                        options=ToolOptions(same_vocab=draft_prompt.same_vocab, share_single=True, confidence=True))
@@ -140,4 +157,4 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     return run_lr(state, tools, policy, stats, on_text, pads)
 
 
-__all__ = ["AutoOptions", "Planning", "generate_auto"]
+__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto"]

@@ -1,6 +1,6 @@
 """Before every cycle, price every plan in seconds and pick the fastest.
 
-A plan (:class:`~..decoding.plan.CyclePlan`) is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
+A plan (:class:`~..plan.CyclePlan`) is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
 next step alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and
 the draft's confidence stop (the draft stops after a token it gives less than ``draft_stop_below``). So
 (0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.

@@ -2,7 +2,7 @@
 
 An engine batches every request it serves at once, so a cycle's rows share each forward with the
 requests of other runs: R rows sent while B others are in flight cost about what R + B rows cost
-alone (:func:`~.planning.price` with ``load=B``). The client counts its requests as they go out and
+alone (:func:`~...theory.costed.request_cycle` with ``load=B``). The client counts its requests as they go out and
 come back (:attr:`~.client.EngineClient.in_flight`); a planner reads the count when it plans a
 cycle, between its own requests, so what it reads is the others' load.
 

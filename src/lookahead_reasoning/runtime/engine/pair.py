@@ -35,7 +35,7 @@ Messages = Sequence[dict[str, str]]
 
 class EnginePair:
     """Target and draft step writers over engines (module docstring). Of ``settings`` (the library's one
-    :class:`~..decoding.settings.Settings`) it reads the steps, the sampling, the seed, ``alt_temperature``
+    :class:`~...settings.Settings`) it reads the steps, the sampling, the seed, ``alt_temperature``
     and the requests' ``timeout_s`` and ``retries``."""
 
     def __init__(self, target_url: str, draft_url: str | None = None, *, target_model: str | None = None,
