@@ -269,9 +269,10 @@ def _order_key(notebook: Path) -> tuple[int, str]:
 def index_markdown(notebooks: list[Path], docs: Path = DOCS) -> str:
     """docs/README.md: the notebooks in reading order, one line each, a page marked when missing or stale."""
     lines = ["# Walkthroughs", "",
-             "Each notebook runs on tiny random-weight models or on committed benchmark runs, in under a",
-             "minute on two CPU cores; the pages below show them as they ran, with their printed results and",
-             "figures. Read them in this order: the mechanisms first (05, 06), each followed by its formulas",
+             "Each notebook runs on tiny random-weight models or on committed benchmark runs, most in under a",
+             "minute on two CPU cores (06 ends by serving the offline pair with llama.cpp's server, where it is",
+             "built: a minute or two more); the pages below show them as they ran, with their printed results",
+             "and figures. Read them in this order: the mechanisms first (05, 06), each followed by its formulas",
              "(01, then 02 and 03), then the measurements (04, 07, 08).", ""]
     for n, nb in enumerate(sorted(notebooks, key=_order_key), start=1):
         page = page_path(nb, docs)

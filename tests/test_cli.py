@@ -385,6 +385,21 @@ def test_option_parsing_errors_take_one_line(argv, message, capsys):
     assert err.startswith("error: ") and "\n" not in err and message in err and "--help` lists the options" in err
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["lr", "--scorer", "qwen2.5-coder-1.5b", "--prompt", "What is 2 + 3?"], "--scorer"),
+    (["lr", "--draft-url", "http://127.0.0.1:9", "--schedule", "async", "--prompt", "2 + 3?"], "--draft-url, --schedule"),
+    (["bench", "--dataset", "d.jsonl", "--concurrency", "2", "--engine-timeout", "5"], "--engine-timeout, --concurrency"),
+    (["generate", "--template", "qwen2.5-coder-1.5b", "--prompt", "What is 2 + 3?"], "--template"),
+])
+def test_an_engine_option_without_an_engine_is_refused_before_anything_loads(argv, named, capsys, monkeypatch):
+    import lookahead_reasoning.cli as cli
+
+    monkeypatch.setattr(cli, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {named}: for a target served by an engine (--target-url URL)"), err
+
+
 def test_index_picks_a_shipped_gsm8k_problem_from_a_fresh_checkout():
     """``--index N`` without ``--dataset`` is GSM8K train problem N, from the 64 shipped with the package
     (no path outside the repository); the gold answer comes with it."""
