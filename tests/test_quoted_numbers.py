@@ -66,3 +66,43 @@ def test_report_tables_reprinted_in_the_run_log_are_what_report_prints(name):
     for line in markdown_table(summarize(records)).splitlines()[2:]:
         assert line in BENCH_README, f"benchmarks/README.md quotes another row for {name}: {line}"
     assert fidelity_table(records)  # both files compare their modes with ar
+
+
+def _agreement(names: list[str], mode: str) -> tuple[int, int, int]:
+    """(same answer as ar, same text as ar, runs) of ``mode`` against ``ar`` on the same problems, over files."""
+    answers = texts = runs = 0
+    for name in names:
+        records = load_results(RESULTS / name)
+        ar = {r["problem_id"]: r for r in records if r["mode"] == "ar"}
+        for r in records:
+            if r["mode"] == mode and r["problem_id"] in ar:
+                a = ar[r["problem_id"]]
+                answers += same_answer(r["predicted"], a["predicted"])
+                texts += r["text"] == a["text"]
+                runs += 1
+    return answers, texts, runs
+
+
+def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
+    """The Modes table's last column, recomputed: every count against ``ar`` on the same problems."""
+    modes = README[README.index("## Modes"):README.index("## Verifiers")]
+    cases = {
+        "`auto`": (["auto-bf16-calibrated-cpu.jsonl", "engine-scale-pytorch-cpu.jsonl"], "auto", "bf16: answer {}/{n}, text {}/{n}"),
+        "`lr`": (["e2e-llamacpp.jsonl"], "lr@k2", "llama.cpp: answer {}/{n}, text {}/{n}"),
+        "`sd`": (["auto-bf16-calibrated-cpu.jsonl"], "sd@g12", "bf16: answer {}/{n}, text {}/{n}"),
+        "`sd-ngram`": (["engine-llamacpp-avx512-cpu.jsonl"], "ngram", "llama.cpp's own `ngram`: answer {}/{n}, text {}/{n}"),
+    }
+    for mode, (names, recorded, template) in cases.items():
+        [row] = [line for line in modes.splitlines() if line.startswith(f"| {mode} |")]
+        answers, texts, n = _agreement(names, recorded)
+        assert template.format(answers, texts, n=n) in row, (mode, answers, texts, n, row)
+    [ar_row] = [line for line in modes.splitlines() if line.startswith("| `ar` |")]
+    again, batched = (_agreement(["floor-llamacpp-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
+    assert (f"run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; beside a second request: "
+            f"{batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
+
+
+def test_the_noise_floor_table_is_what_report_prints():
+    table = fidelity_table(load_results(RESULTS / "floor-llamacpp-avx512.jsonl"))
+    assert table in BENCH_README
+    assert "| ar-batched | 50 |" in table and "| ar-again | 50 |" in table
