@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.lm import ForwardTiming
+from lookahead_reasoning.presets import LR_SD_TOKEN_SD
 from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
@@ -433,7 +434,8 @@ def test_auto_runs_every_kind_of_plan_losslessly(regime, tmp_path, monkeypatch):
     assert sum(c.tokens for c in result.stats.cycles) == len(result.token_ids)
 
 
-@pytest.mark.parametrize("token_sd", [None, TokenSD(target=None)], ids=["auto's own", "no token SD"])
+@pytest.mark.parametrize("token_sd", [None, TokenSD(**LR_SD_TOKEN_SD), TokenSD(target=None)],
+                         ids=["auto's own", "the preset, as the command line gives it", "no token SD"])
 def test_auto_searches_within_the_token_sd_a_user_chose(token_sd, tmp_path):
     """A user's ``token_sd`` is a limit of auto's search, not overwritten: with ``target=None`` no plan drafts
     tokens, where the same tables with auto's own choice pick plans with token SD."""
@@ -448,7 +450,7 @@ def test_auto_searches_within_the_token_sd_a_user_chose(token_sd, tmp_path):
     result = gen.generate(prompt, max_new_tokens=40)
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
     plans = result.stats.plan_counts()
-    assert any("sd" in p for p in plans) == (token_sd is None), plans
+    assert any("sd" in p for p in plans) == (token_sd is None or token_sd.target == "draft"), plans
 
 
 def test_auto_refuses_what_its_planner_cannot_price_by_name_before_loading(tmp_path):

@@ -81,6 +81,12 @@ def as_lm(model: Any, **load_kwargs: Any) -> LM:
                       "an LM or a (model, tokenizer) pair")
 
 
+def _chosen(token_sd: TokenSD | None) -> TokenSD | None:
+    """A token SD choice that mode ``auto`` takes as a limit of its search: None for none, or for the preset
+    of ``lr-sd`` that every generator and the command line start from (auto then makes its own choice)."""
+    return None if token_sd == TokenSD(**LR_SD_TOKEN_SD) else token_sd
+
+
 def split_precision(precision: Any) -> tuple[str | None, str | None]:
     """(the target's precision, the draft's) from ``precision``: a name (the target's; the draft's is
     "auto") or a {"target", "draft"} mapping."""
@@ -160,8 +166,8 @@ class LookaheadGenerator:
         knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
         load_kwargs = options
         self.mode = check_mode(mode)
-        # what the user chose for token SD, if anything: mode auto searches within it (auto_token_sd)
-        self._token_sd_given = knobs.get("token_sd", settings.token_sd if settings is not None else None)
+        # what the user chose for token SD, if anything other than the preset: mode auto searches within it
+        self._token_sd_given = _chosen(knobs.get("token_sd", settings.token_sd if settings is not None else None))
         self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
@@ -209,7 +215,7 @@ class LookaheadGenerator:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "token_sd" and "settings" in self.__dict__:
-            object.__setattr__(self, "_token_sd_given", value)
+            object.__setattr__(self, "_token_sd_given", _chosen(value))
         if name in _SETTING_NAMES and "settings" in self.__dict__:
             value = self.__dict__["settings"].with_overrides(**{name: value})
             name = "settings"
@@ -317,7 +323,7 @@ class LookaheadGenerator:
         require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
                 "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
-        token_sd_given = overrides.get("token_sd", self._token_sd_given)
+        token_sd_given = _chosen(overrides.get("token_sd", self._token_sd_given))
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if self.engine is not None:
