@@ -242,7 +242,7 @@ def test_split_steps_keeps_delimiters():
 
 
 @pytest.mark.parametrize("kwargs, pattern", [
-    ({"k": 0}, "k "), ({"width": 0}, "width"), ({"gamma": 0}, "gamma"),
+    ({"k": -1}, "k "), ({"width": 0}, "width"), ({"gamma": 0}, "gamma"),
 ])
 def test_bad_numbers_are_refused(kwargs, pattern):
     with pytest.raises(ConfigError, match=pattern):

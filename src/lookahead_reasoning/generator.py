@@ -36,9 +36,9 @@ from .engines.generator import (
 from .errors import ConfigError, require
 from .kernels import quantize_draft_int8
 from .models import LoadOptions, load_model
-from .models.precision import normalize_precision
+from .models.precision import split_precision
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
-from .planning.auto import auto_token_sd
+from .planning.auto import auto_token_sd, user_token_sd
 from .presets import (
     DEFAULT_MODE,
     DEFAULT_VERIFIER,
@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
 LOAD_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(LoadOptions))
 _OWN_OPTIONS = ("verifier_kwargs", "planner", "fast_path", *ENGINE_NAMES)
-DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")
 
 
 def as_lm(model: Any, **load_kwargs: Any) -> LM:
@@ -79,27 +78,6 @@ def as_lm(model: Any, **load_kwargs: Any) -> LM:
         return LM.from_loaded(model)
     raise ConfigError(f"cannot use {type(model).__name__} as a model: give a name, a path, a LoadedModel, "
                       "an LM or a (model, tokenizer) pair")
-
-
-def _chosen(token_sd: TokenSD | None) -> TokenSD | None:
-    """A token SD choice that mode ``auto`` takes as a limit of its search: None for none, or for the preset
-    of ``lr-sd`` that every generator and the command line start from (auto then makes its own choice)."""
-    return None if token_sd == TokenSD(**LR_SD_TOKEN_SD) else token_sd
-
-
-def split_precision(precision: Any) -> tuple[str | None, str | None]:
-    """(the target's precision, the draft's) from ``precision``: a name (the target's; the draft's is
-    "auto") or a {"target", "draft"} mapping."""
-    if isinstance(precision, dict):
-        unknown = sorted(set(precision) - {"target", "draft"})
-        require(not unknown, f"precision keys must be 'target' and 'draft', got {', '.join(map(str, unknown))}")
-        target, draft = precision.get("target"), precision.get("draft", "auto")
-    else:
-        target, draft = precision, "auto"
-    require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
-    if target is not None:
-        normalize_precision(target)
-    return target, None if draft == "none" else draft
 
 
 class LookaheadGenerator:
@@ -167,7 +145,7 @@ class LookaheadGenerator:
         load_kwargs = options
         self.mode = check_mode(mode)
         # what the user chose for token SD, if anything other than the preset: mode auto searches within it
-        self._token_sd_given = _chosen(knobs.get("token_sd", settings.token_sd if settings is not None else None))
+        self._token_sd_given = user_token_sd(knobs.get("token_sd", settings.token_sd if settings is not None else None))
         self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
@@ -215,7 +193,7 @@ class LookaheadGenerator:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "token_sd" and "settings" in self.__dict__:
-            object.__setattr__(self, "_token_sd_given", _chosen(value))
+            object.__setattr__(self, "_token_sd_given", user_token_sd(value))
         if name in _SETTING_NAMES and "settings" in self.__dict__:
             value = self.__dict__["settings"].with_overrides(**{name: value})
             name = "settings"
@@ -323,7 +301,7 @@ class LookaheadGenerator:
         require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
                 "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
-        token_sd_given = _chosen(overrides.get("token_sd", self._token_sd_given))
+        token_sd_given = user_token_sd(overrides.get("token_sd", self._token_sd_given))
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if self.engine is not None:

@@ -72,6 +72,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -310,7 +311,25 @@ def precision_of(model: torch.nn.Module) -> str:
     return {torch.float32: "float32", torch.bfloat16: "bf16", torch.float16: "float16"}.get(dtype, str(dtype))
 
 
+DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")  # what precision={"draft": ...} may name
+
+
+def split_precision(precision: Any) -> tuple[str | None, str | None]:
+    """(the target's precision, the draft's) from ``precision``: a name (the target's; the draft's is
+    "auto") or a {"target", "draft"} mapping."""
+    if isinstance(precision, dict):
+        unknown = sorted(set(precision) - {"target", "draft"})
+        require(not unknown, f"precision keys must be 'target' and 'draft', got {', '.join(map(str, unknown))}")
+        target, draft = precision.get("target"), precision.get("draft", "auto")
+    else:
+        target, draft = precision, "auto"
+    require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
+    if target is not None:
+        normalize_precision(target)
+    return target, None if draft == "none" else draft
+
+
 __all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
            "apply_precision", "int8_kernel_available", "normalize_precision", "precision_of", "precision_warning",
            "quantize_activations_int8", "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear",
-           "reference_w8a8_linear", "resolve_precision", "w8a8_kernel_available", "weight_bytes"]
+           "reference_w8a8_linear", "resolve_precision", "split_precision", "w8a8_kernel_available", "weight_bytes"]

@@ -36,7 +36,7 @@ from ..decoding.cycle import ToolOptions, make_tools
 from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
 from ..decoding.results import GenerationResult, LRStats
 from ..errors import require
-from ..presets import TOKEN_GAMMA
+from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..sampling import make_generator
 from ..settings import Settings, TokenSD
@@ -111,6 +111,12 @@ class AutoOptions:
     draft_prompt: DraftPrompt = DraftPrompt()
 
 
+def user_token_sd(token_sd: TokenSD | None) -> TokenSD | None:
+    """A token SD choice that mode ``auto`` takes as a limit of its search: None for none, or for the preset
+    of ``lr-sd`` that every generator and the command line start from (auto then makes its own choice)."""
+    return None if token_sd == TokenSD(**LR_SD_TOKEN_SD) else token_sd
+
+
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
     """The token SD mode ``auto`` runs with: the draft model drafting tokens for the target (its gammas the
     planner's) and the draft's steps written plainly, unless ``given`` says otherwise: ``target=None``
@@ -157,4 +163,4 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     return run_lr(state, tools, policy, stats, on_text, pads)
 
 
-__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto"]
+__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto", "user_token_sd"]
