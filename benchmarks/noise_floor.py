@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,16 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 TARGET = "qwen2.5-coder-1.5b"
-
-
-def done_keys(path: Path) -> set[tuple[str, str]]:
-    keys = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                rec = json.loads(line)
-                keys.add((rec["problem_id"], rec["mode"]))
-    return keys
 
 
 def record(problem, mode: str, text: str, new_tokens: int, stop: str, wall: float, runtime: dict, partner=None) -> dict:
@@ -123,12 +111,13 @@ class EngineRows:
 
 
 def run(rows, problems, out: Path, budget: int, repeat: bool = False) -> None:
-    done = done_keys(out)
+    from lookahead_reasoning.bench.results import append_record, done_pairs
+
+    done = {(pid, mode) for pid, mode, _ in done_pairs(out)}
     alone = ("ar", "ar-again") if repeat else ("ar",)
-    with out.open("a", encoding="utf-8") as f, tqdm(total=(len(alone) + 1) * len(problems), desc="floor", unit="run") as bar:
+    with tqdm(total=(len(alone) + 1) * len(problems), desc="floor", unit="run") as bar:
         def write(rec: dict) -> None:
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
+            append_record(out, rec)  # whole lines, on disk before the next run: an interrupted run resumes
             bar.update(1)
 
         for mode in alone:

@@ -52,42 +52,40 @@ from .verifiers.options import verifier_settings_from_args
 
 def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     """The engine options of a command: ``uses`` "all" (lr, bench), "pairs" (the target's and the
-    draft's endpoints) or "generate" (the target's)."""
+    draft's endpoints) or "generate" (the target's). Their defaults are kept on the parsed options
+    (``engine_options``) so that :func:`refuse_engine_options` can tell which were given."""
     g = p.add_argument_group("serving engines (OpenAI-compatible: llama.cpp's llama-server, vLLM, SGLang)")
     g.add_argument("--target-url", help="run over the engine at this URL instead of this process's PyTorch loops")
-    g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")
+    only = [g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")]
     if uses != "generate":
-        g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
-        g.add_argument("--draft-model", help="the draft's model name on its engine")
-    g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), for chat "
-                                      "prompts to an engine that applies no chat template itself (default: the "
-                                      "engine's own, else the tokenizer of the model name it serves)")
-    g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S, help="seconds one engine request may take")
-    if uses != "all":
-        return
-    g.add_argument("--scorer", help="for the likelihood verifiers over an engine that scores no prompt (llama.cpp): "
-                                    "the target's model loaded here (offline name, directory or hub id) or an engine "
-                                    "URL that does (vLLM)")
-    g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
-    g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
-    g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
-    g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
-                   help="lr over an engine: draft every step then send the rows (sync), or send each row as soon "
-                        "as its drafted prefix exists (async)")
-
-
-ENGINE_ONLY = {"target_model": None, "draft_url": None, "draft_model": None, "template": None, "scorer": None,
-               "sd_url": None, "ngram_url": None, "engine_timeout": ENGINE_TIMEOUT_S, "concurrency": 1,
-               "schedule": SCHEDULE}  # option -> its default; each means something only over an engine
+        only.append(g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)"))
+        only.append(g.add_argument("--draft-model", help="the draft's model name on its engine"))
+    only.append(g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), "
+                               "for chat prompts to an engine that applies no chat template itself (default: the "
+                               "engine's own, else the tokenizer of the model name it serves)"))
+    only.append(g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S,
+                               help="seconds one engine request may take"))
+    if uses == "all":
+        only.append(g.add_argument("--scorer", help="for the likelihood verifiers over an engine that scores no prompt "
+                                   "(llama.cpp): the target's model loaded here (offline name, directory or hub id) "
+                                   "or an engine URL that does (vLLM)"))
+        only.append(g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD "
+                                   "(modes sd, lr-sd)"))
+        only.append(g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)"))
+        only.append(g.add_argument("--concurrency", type=int, default=1,
+                                   help="bench: problems run at once against the engine"))
+        only.append(g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
+                                   help="lr over an engine: draft every step then send the rows (sync), or send each "
+                                        "row as soon as its drafted prefix exists (async)"))
+    p.set_defaults(engine_options={a.dest: (a.option_strings[0], a.default) for a in only})
 
 
 def refuse_engine_options(args: argparse.Namespace) -> None:
     """ConfigError naming every engine option a command got without ``--target-url``: it would be ignored,
     since the run loads its models in this process."""
-    if not hasattr(args, "target_url") or args.target_url:
+    if getattr(args, "target_url", None) or not hasattr(args, "engine_options"):
         return
-    given = [f"--{name.replace('_', '-')}" for name, default in ENGINE_ONLY.items()
-             if hasattr(args, name) and getattr(args, name) != default]
+    given = [flag for name, (flag, default) in args.engine_options.items() if getattr(args, name) != default]
     require(not given, f"{', '.join(given)}: for a target served by an engine (--target-url URL); without one "
             "the models run in this process and these options would be ignored")
 

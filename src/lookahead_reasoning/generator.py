@@ -38,7 +38,7 @@ from .kernels import quantize_draft_int8
 from .models import LoadOptions, load_model
 from .models.precision import split_precision
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
-from .planning.auto import auto_token_sd, user_token_sd
+from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
     DEFAULT_VERIFIER,
@@ -144,8 +144,6 @@ class LookaheadGenerator:
         knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
         load_kwargs = options
         self.mode = check_mode(mode)
-        # what the user chose for token SD, if anything other than the preset: mode auto searches within it
-        self._token_sd_given = user_token_sd(knobs.get("token_sd", settings.token_sd if settings is not None else None))
         self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
         if self.settings.token_sd is None:
             self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
@@ -192,8 +190,6 @@ class LookaheadGenerator:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "token_sd" and "settings" in self.__dict__:
-            object.__setattr__(self, "_token_sd_given", user_token_sd(value))
         if name in _SETTING_NAMES and "settings" in self.__dict__:
             value = self.__dict__["settings"].with_overrides(**{name: value})
             name = "settings"
@@ -206,7 +202,7 @@ class LookaheadGenerator:
         if self.mode in STEP_MODES:
             mode_k(self.mode, self.k)  # k=0 is a cap for auto only
         if self.mode == "auto":
-            auto_token_sd(self._token_sd_given, self.planner or PlannerConfig())
+            auto_token_sd(self.settings.token_sd, self.planner or PlannerConfig())
         if isinstance(verifier, str):
             check_verifier_spec(verifier, **(verifier_kwargs or {}))
         elif isinstance(verifier, VerifierSettings):
@@ -301,14 +297,12 @@ class LookaheadGenerator:
         require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
                 "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
-        token_sd_given = user_token_sd(overrides.get("token_sd", self._token_sd_given))
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**{"seed": 0, **overrides})
         if self.engine is not None:
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
         if mode == "auto":
-            settings = dataclasses.replace(settings, token_sd=token_sd_given)  # None: auto's own choice
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
         gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)
         k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None

@@ -111,18 +111,15 @@ class AutoOptions:
     draft_prompt: DraftPrompt = DraftPrompt()
 
 
-def user_token_sd(token_sd: TokenSD | None) -> TokenSD | None:
-    """A token SD choice that mode ``auto`` takes as a limit of its search: None for none, or for the preset
-    of ``lr-sd`` that every generator and the command line start from (auto then makes its own choice)."""
-    return None if token_sd == TokenSD(**LR_SD_TOKEN_SD) else token_sd
-
-
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
     """The token SD mode ``auto`` runs with: the draft model drafting tokens for the target (its gammas the
     planner's) and the draft's steps written plainly, unless ``given`` says otherwise: ``target=None``
     leaves out every plan with token SD, ``draft="ngram"`` writes the draft's steps with prompt lookup.
     Prompt lookup for the target's rows (``target="ngram"``) is refused: the planner prices token SD with
-    the draft model only."""
+    the draft model only. ``given`` None, or the ``lr-sd`` preset every generator and the command line start
+    from, is no choice: auto makes its own."""
+    if given == TokenSD(**LR_SD_TOKEN_SD):
+        given = None
     require(given is None or given.target != "ngram", "token_sd target 'ngram': mode auto drafts the target's "
             "tokens with the draft model (target='draft') or not at all (target=None); use mode lr-sd or "
             "sd-ngram for prompt lookup")
@@ -163,4 +160,4 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     return run_lr(state, tools, policy, stats, on_text, pads)
 
 
-__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto", "user_token_sd"]
+__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto"]
