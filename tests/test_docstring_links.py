@@ -82,5 +82,5 @@ def test_every_docstring_reference_resolves():
 def test_a_reference_to_a_moved_name_is_caught():
     assert resolves("~..settings.Settings", "lookahead_reasoning.decoding.driver", False, None)
     assert not resolves("~.settings.Settings", "lookahead_reasoning.decoding.driver", False, None)
-    assert resolves("arun", "lookahead_reasoning.decoding.stepwise", False, "Cycle")
-    assert not resolves("run", "lookahead_reasoning.decoding.stepwise", False, "Cycle")
+    assert resolves("close", "lookahead_reasoning.decoding.stepwise", False, "StepRows")
+    assert not resolves("arun", "lookahead_reasoning.decoding.stepwise", False, "StepRows")

@@ -130,6 +130,29 @@ def test_a_vllm_server_that_dies_while_loading_is_reported_with_its_log(tmp_path
     assert not server.alive()
 
 
+def test_a_server_alive_but_failed_is_reported_at_once_with_its_log(monkeypatch):
+    """A start that can never succeed (the process lives on, never healthy, after a fatal error in its
+    log) ends a few seconds after the error, not at the end of the whole start time, and names it."""
+    script = ("import sys, time; print('Traceback (most recent call last):'); print('RuntimeError: no weights'); "
+              "sys.stdout.flush(); time.sleep(120)")
+    monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c", script])
+    monkeypatch.setattr(VLLMServer, "FATAL_GRACE_S", 1.0)
+    server = VLLMServer(VLLMConfig("org/m"), startup_s=100)
+    began = time.monotonic()
+    with pytest.raises(EngineError, match=r"wrote an error to its log while loading org/m(.|\n)*no weights"):
+        server.start()
+    assert time.monotonic() - began < 30 and not server.alive()
+
+
+def test_a_server_that_logs_no_error_is_waited_for_until_the_start_time_ends(monkeypatch):
+    script = "import time; print('loading slowly', flush=True); time.sleep(60)"
+    monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c", script])
+    server = VLLMServer(VLLMConfig("org/m"), startup_s=2)
+    with pytest.raises(EngineError, match=r"did not become healthy within 2 s:\nloading slowly"):
+        server.start()
+    assert not server.alive()
+
+
 def test_serve_engine_refuses_bad_numbers_before_installing_anything(capsys):
     done = subprocess.run([sys.executable, "-m", "lookahead_reasoning", "serve-engine", "--engine", "vllm",
                            "--context", "16", "--build-only"], capture_output=True, text=True, timeout=120)

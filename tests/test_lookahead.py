@@ -3,6 +3,7 @@ running each branch alone, stops exactly where AR stops, width > 1, tokenizers t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.cycle import CycleTools, LRState
-from lookahead_reasoning.decoding.lookahead import target
+from lookahead_reasoning.decoding.torch_rows import target
 from lookahead_reasoning.decoding.writers import StepWriter, Translator
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step, split_steps
@@ -188,8 +189,12 @@ def test_width_alternative_rescues_a_rejected_draft(monkeypatch):
     gen = _lr(OTHER, k=2, prompt=prompt, width=3, verifier=ScriptedVerifier(lambda d, t: False))
     accept_all = ScriptedVerifier(lambda d, t: True)
     original = lr_mod.rescue
-    monkeypatch.setattr(lr_mod, "rescue", lambda alts, verdicts, m, written, tools: original(
-        alts, verdicts, m, written, dataclasses.replace(tools, verifier=accept_all)))
+    async def lenient(alts, verdicts, m, written, rows):
+        rows = copy.copy(rows)
+        rows.verifier = accept_all
+        return await original(alts, verdicts, m, written, rows)
+
+    monkeypatch.setattr(lr_mod, "rescue", lenient)
     result = gen.generate(prompt, max_new_tokens=40)
     rescued = [c for c in result.stats.cycles if c.alt_verdicts]
     assert rescued and accept_all.seen

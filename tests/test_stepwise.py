@@ -22,7 +22,7 @@ from lookahead_reasoning import Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
 from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.decoding.reference import LocalSteps
-from lookahead_reasoning.decoding.stepwise import Cycle, generate_stepwise
+from lookahead_reasoning.decoding.stepwise import cycle_over, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.steps import StepRequest
@@ -100,13 +100,13 @@ def test_async_rows_start_before_the_draft_finishes():
 
     prompt = [5, 17, 33, 2, 60]
     steps = _steps(tuple(prompt))
-    cycle = lambda schedule: Cycle(Logged("target", TARGET, steps), Logged("draft", tiny_lm(0), steps),  # noqa: E731
-                                   exact(), CyclePlan(2, 1, schedule), prompt, 40)
+    cycle = lambda schedule: cycle_over(Logged("target", TARGET, steps), Logged("draft", tiny_lm(0), steps),  # noqa: E731
+                                        exact(), CyclePlan(2, 1, schedule), prompt, 40)
     events.clear()
-    asyncio.run(cycle("sync").arun())
+    asyncio.run(cycle("sync"))
     assert events[0].startswith("draft") and events.index(f"target:{len(prompt)}") > 1
     events.clear()
-    trace = asyncio.run(cycle("async").arun())
+    trace = asyncio.run(cycle("async"))
     assert events.index(f"target:{len(prompt)}") < events.index("draft:" + str(len(prompt) + len(trace.drafted[0].ids)))
 
 
@@ -114,7 +114,11 @@ def test_width_two_judges_alternatives_and_records_them():
     prompt = [5, 17, 33, 2, 60]
     result, verifier = _run(prompt, "other", CyclePlan(1, 2))
     cycles = [c for c in result.stats.cycles if c.drafted]
-    assert cycles and all(len(c.alternatives[0]) == 1 for c in cycles)
+    assert cycles and all(len(c.alternatives) == sum(s.complete for s in c.drafted) for c in cycles)
+    assert all(len(a) == 1 and a[0].author == "draft-alt" for c in cycles for a in c.alternatives)
+    rejected = [c for c in cycles if c.verdicts and not c.verdicts[-1].accepted and c.alternatives[c.accepted:]
+                and c.alternatives[c.accepted][0].complete]
+    assert rejected and all(c.alt_verdicts for c in rejected)  # the alternative at a rejection is judged
     assert result.token_ids == generate(TARGET, prompt, max_new_tokens=48).token_ids
 
 

@@ -104,7 +104,8 @@ class LookaheadGenerator:
             ``auto``: the most drafted steps a plan may use).
         width: drafts per position (W >= 1). W - 1 alternatives are sampled (at ``alt_temperature``
             when decoding is greedy) at each drafted position; one can replace the target's
-            correction where the main draft is rejected (see ``decoding.lookahead.rescue``).
+            correction where the main draft is rejected, and the cycle ends there (see
+            ``decoding.lookahead.rescue``); the same on every runtime.
         steps: the step segmenter (delimiters, per-step token cap).
         token_sd: token-level SD inside steps, used by mode "lr-sd" (default: the draft model drafts
             tokens for the target's branches, prompt lookup drafts tokens for the draft's own steps;

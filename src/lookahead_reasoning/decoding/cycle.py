@@ -56,7 +56,7 @@ class CycleTools:
 
     ``row_drafter(state, R, draft_stop_below)`` builds the token-level drafter for the target's R rows,
     with the plan's confidence stop (None: the rows decode token by token). ``alt_writer`` samples the W - 1
-    alternative drafts when ``width`` > 1. ``draft_stop_below``: the draft's confidence stop of a cycle
+    alternative drafts of a plan of width W > 1. ``draft_stop_below``: the draft's confidence stop of a cycle
     run without a plan of its own (:meth:`plan`).
     """
 
@@ -65,7 +65,6 @@ class CycleTools:
     verifier: Verifier
     translator: Translator
     row_drafter: RowDrafter | None = None
-    width: int = 1
     alt_writer: StepWriter | None = None
     draft_stop_below: float | None = None
 
@@ -110,16 +109,15 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
             row_drafter = ModelRows(draft_lm, sampling, generator, options.share_single, options.confidence)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
-    alt_writer = None
-    if settings.width > 1:  # alternatives must differ from the main draft: they are sampled
-        alt_sampling = sampling if not sampling.greedy else SamplingConfig(temperature=settings.alt_temperature)
-        alt_writer = StepWriter(draft_lm, settings.steps, alt_sampling, generator, draft_drafter, gamma)
+    # alternatives (plans of width > 1) must differ from the main draft: they are sampled
+    alt_sampling = sampling if not sampling.greedy else SamplingConfig(temperature=settings.alt_temperature)
+    alt_writer = StepWriter(draft_lm, settings.steps, alt_sampling, generator, draft_drafter, gamma)
     return CycleTools(
         draft_writer=StepWriter(draft_lm, settings.steps, sampling, generator, draft_drafter, gamma, stats.draft_sd),
         target_writer=StepWriter(target_lm, settings.steps, sampling, generator, target_drafter, gamma,
                                  stats.target_sd),
         verifier=verifier, translator=Translator(target_lm, draft_lm, options.same_vocab), row_drafter=row_drafter,
-        width=settings.width, alt_writer=alt_writer, draft_stop_below=settings.draft_stop_below)
+        alt_writer=alt_writer, draft_stop_below=settings.draft_stop_below)
 
 
 class ModelRows:

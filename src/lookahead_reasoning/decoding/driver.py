@@ -8,10 +8,11 @@ the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :cl
   3. learn   ``policy.learn(trace)``: the finished cycle's :class:`~.results.CycleTrace` carries all a
              policy learns from (steps, verdicts, timings, forward seconds, SD iterations).
 
-Two runtimes implement :class:`Cycles`: :class:`TorchCycles` (this process's PyTorch models:
-:func:`~.lookahead.run_cycle` on KV forks, rows batched in one forward, token SD inside rows) and
-:class:`~.stepwise.StepCycles` (any :class:`~lookahead_reasoning.steps.StepModel`, such as a serving
-engine: rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
+Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.lookahead.run_cycle`:
+:class:`TorchCycles` (this process's PyTorch models, :class:`~.torch_rows.TorchRows`: KV forks, rows
+batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
+:class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepRows`:
+rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
 never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
 
 Policies: :class:`FixedK` (modes ``lr`` and ``lr-sd``, and fixed LR over an engine) plans the same
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from ..errors import require
 from ..plan import CyclePlan
@@ -33,7 +34,8 @@ from ..sampling import make_generator
 from ..settings import Settings
 from ..verifiers.base import Verifier
 from .cycle import CycleTools, LRState, ToolOptions, make_tools
-from .lookahead import run_cycle
+from .lookahead import run_cycle, run_sync
+from .torch_rows import TorchRows
 from .results import CycleTrace, GenerationResult, LRStats
 from .streaming import OnText, stream_for
 from .timing import Laps
@@ -124,22 +126,11 @@ async def drive(cycles: Cycles, policy: CyclePolicy, stats: LRStats,
         policy.finish(completed)
 
 
-def run_sync(run: Coroutine[Any, Any, Any]) -> Any:
-    """The result of a coroutine that never suspends (:func:`drive` over :class:`TorchCycles`), with no
-    event loop: this works inside one (a notebook's) as well."""
-    try:
-        run.send(None)
-    except StopIteration as finished:
-        return finished.value
-    run.close()
-    raise RuntimeError("the runtime suspended the driver: run it with asyncio (an engine runtime)")
-
-
 class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
-    ``state``'s sessions with ``tools``. Each trace also carries what the cycle measured: the forward
-    seconds of both models, every timed forward, and the SD iterations of the target's rows (counted,
-    and each one's outcome, from ``stats.target_sd``). ``pads`` (target's, draft's): the n each
+    ``state``'s sessions with ``tools`` (:class:`~.torch_rows.TorchRows`). Each trace also carries what
+    the cycle measured: the forward seconds of both models, every timed forward, and the SD iterations
+    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). ``pads`` (target's, draft's): the n each
     model runs a forward of n new tokens per row at (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`;
     None: as asked; one LM in both roles pads as the target)."""
 
@@ -165,8 +156,8 @@ class TorchCycles:
         with ExitStack() as stack:
             for role in ((1, 0) if lms[0] is not lms[1] else (0,)):  # the target's padding innermost
                 stack.enter_context(lms[role].metered(timed[role].append, self.pads[role]))
-            trace = run_cycle(self.state, plan, self.tools,
-                              lambda tokens, agreements: policy.rows(plan, tokens, agreements))
+            gate = lambda tokens, agreements: policy.rows(plan, tokens, agreements)  # noqa: E731
+            trace = await run_cycle(TorchRows(self.state, self.tools, gate), plan)
         trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
         trace.target_forwards, trace.draft_forwards = timed
         if self.stats.target_sd is not None:  # one log entry per SD iteration of a row
@@ -243,7 +234,8 @@ def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
                        options=ToolOptions(same_vocab=draft_prompt.same_vocab))
     state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
-    policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr")
+    policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr",
+                    width=settings.width)
     return run_lr(state, tools, policy, stats, on_text)
 
 

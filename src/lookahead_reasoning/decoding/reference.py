@@ -1,8 +1,8 @@
 """The paper's Algorithm 1, written plainly: one synchronous Lookahead Reasoning cycle with no tricks.
 
-This is the slow reference that :func:`.lookahead.run_cycle` is checked against. It talks to the
-models only through the step-writer seam (:class:`~.stepwise.StepModel`): :class:`LocalSteps` is this
-library's PyTorch implementation of it (a fresh session per step), and an engine's
+This is the slow oracle that the one cycle, :func:`.lookahead.run_cycle`, is checked against on every
+runtime. It talks to the models only through the step-writer seam (:class:`~..steps.StepModel`):
+:class:`LocalSteps` is this library's PyTorch implementation of it (a fresh session per step), and an engine's
 (``lookahead_reasoning.engines.EngineSteps``) plugs in the same way. From an accepted prefix x
 (token ids, prompt included), with the target p and the draft q sharing one tokenizer:
 
@@ -20,7 +20,8 @@ on one (what follows would not start a step); a drafted step cut at the step cap
 (the target rewrites it); a row is only written on a context that ends on a delimiter and leaves
 budget.
 
-What ``run_cycle`` adds, and why none of it changes the text (greedy decoding, one vocabulary):
+What ``run_cycle`` adds on this process's runtime (:mod:`.torch_rows`), and why none of it changes the
+text (greedy decoding, one vocabulary):
 
 * *one shared KV cache*: its rows start from copies of x's cache instead of prefilling x again.
   Attention over cached keys and values is the same computation, so the logits are the same up to
@@ -62,7 +63,7 @@ from .timing import Laps
 
 
 class LocalSteps:
-    """:class:`~.stepwise.StepModel` over this library's PyTorch loops: every step on a fresh
+    """:class:`~..steps.StepModel` over this library's PyTorch loops: every step on a fresh
     :class:`~..runtime.session.Session` (a prefill of the whole prefix, then token by token), no cache from anywhere else.
 
     ``sampling`` is the run's; alternative drafts (``StepRequest.alternative`` > 0) sample at

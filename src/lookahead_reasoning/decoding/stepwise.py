@@ -1,31 +1,23 @@
-"""Lookahead Reasoning over any step writer: the seam between the algorithm and what runs the models.
+"""Lookahead Reasoning over any pair of step models: the one cycle's runtime for engines.
 
-The cycle here needs one thing of a model: *write one step after each of these prefixes* (token ids),
-ending at a delimiter, EOS or a token cap. :class:`StepModel` is that protocol. Two runtimes implement
-it: ``decoding.reference.LocalSteps`` (this library's PyTorch loops, one fresh session per prefix, the
-plain form of the paper's Algorithm 1) and ``lookahead_reasoning.engines.EngineSteps`` (an OpenAI-compatible
-server: the prefixes go out as concurrent requests that the engine batches over its prefix cache).
+The cycle (:func:`.lookahead.run_cycle`) needs one thing of a model here: *write one step after this
+prefix* (token ids), ending at a delimiter, EOS or a token cap. :class:`~lookahead_reasoning.steps.StepModel`
+is that protocol. ``lookahead_reasoning.runtime.engine.EngineSteps`` implements it over an
+OpenAI-compatible server (the prefixes go out as concurrent requests that the engine batches over
+its prefix cache) and :class:`~.reference.LocalSteps` over this library's PyTorch loops (one fresh
+session per prefix, the plain form of Algorithm 1).
 
-One cycle from the accepted prefix x builds a *tree* of drafted steps, ``k`` deep and ``width`` wide
-(width 1 is the paper's chain s^_1..s^_k): each node's children are drafted from x + the steps on
-the path to it, the first with the run's sampling, the others as sampled alternatives. The target
-writes its own step after x and after every node whose step ends on a delimiter and leaves budget
-(its *row*). Walking from the root, the verifier judges the children of the current node against that
-node's row, in order; the first accepted child is kept and the walk goes on from it; where none is
-accepted, the row's step is kept (the target's correction) and the cycle ends. A node with no children
-left gives its row's step as a bonus.
+:class:`StepRows` gives the cycle its verbs over two step models: drafted steps one after another,
+alternatives and rows as concurrent requests, each row judged as its reply comes back (in row order;
+a rejection cancels the requests after it). Two schedules, same text:
 
-Two schedules, same text:
-
-* ``sync``  draft the whole tree, then send every row at once (Algorithm 1; f_sync in the theory);
+* ``sync``  draft every step, then send every row at once (Algorithm 1; f_sync in the theory);
 * ``async`` a row is sent as soon as its prefix exists, while the draft goes on writing deeper
-            (f_async): the target's work overlaps the draft's. Drafting stops early once the rows
-            that finished already decide the walk.
+            (f_async): the target's work overlaps the draft's. Drafting stops early once a row that
+            came back already rejected its drafted step.
 
 With greedy decoding and the exact verifier both schedules keep exactly the target's own steps, so the
-text is the target's greedy text whatever k, width and schedule. (The local PyTorch runtime runs the
-rows of an ``async`` cycle one after another: there the schedule changes nothing but the order of
-work; the overlap pays where rows run elsewhere, on an engine.)
+text is the target's greedy text whatever k, width and schedule.
 """
 
 from __future__ import annotations
@@ -39,200 +31,147 @@ from ..errors import require
 from ..plan import CyclePlan
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..steps import Step, StepModel, StepRequest, closing
-from ..verifiers.base import Verdict, Verifier
-from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
+from ..verifiers.base import Verifier
+from ..verifiers.likelihood import TokenScores, uses_scores
 from .driver import CyclePolicy, FixedK, Position, drive
+from .lookahead import Judge, TargetPass, row_contexts, run_cycle
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .streaming import OnText, stream_for
 
-# ---------------------------------------------------------------------------------------- the tree
 
-@dataclass
-class Node:
-    """A drafted step in the cycle's tree (the root holds no step: it stands for x itself)."""
+def _check_scorer(target: StepModel, verifier: Verifier) -> None:
+    require(not uses_scores(verifier) or (hasattr(target, "ascore") and getattr(target, "can_score", True)),
+            f"the {getattr(verifier, 'name', 'verifier')} verifier judges drafted steps by the target's "
+            f"probabilities of their tokens, which {getattr(target, 'name', 'this target')} cannot give "
+            "(its runtime has no scoring request; over an engine that scores no prompt, such as llama.cpp's "
+            "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
 
-    context: tuple[int, ...]  # the ids before this node's step (x + the path's steps)
-    step: Step | None = None
-    used: int = 0  # tokens of the path up to and including this node's step
-    children: list["Node"] = field(default_factory=list)
-    row: "asyncio.Task[Step] | None" = None  # the target's step after this node
-    scores: "asyncio.Task[TokenScores] | None" = None  # the target's scores of this node's step (likelihood verifiers)
+
+class StepRows:
+    """One cycle's verbs (:class:`~.lookahead.CycleRows`) over two step models from the accepted prefix
+    ``x`` with ``budget`` tokens left (``at_boundary``: x ends on a step delimiter, so steps may be
+    drafted). Rows, scores and alternatives are asyncio tasks; whatever the cycle did not wait for is
+    cancelled by :meth:`close`."""
+
+    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, x: Sequence[int], budget: int,
+                 at_boundary: bool = True):
+        _check_scorer(target, verifier)
+        self.target_model, self.draft_model, self.verifier = target, draft, verifier
+        self.x, self.budget, self.at_boundary = tuple(x), budget, at_boundary
+        self.kept: list[int] = []  # the ids the cycle added (accept)
+        self.row_tasks: dict[int, asyncio.Task] = {}
+        self.score_tasks: dict[int, asyncio.Task] = {}
+        self.judge = Judge([], verifier)
 
     @property
-    def after(self) -> tuple[int, ...]:
-        """The ids after this node's step: the prefix of its row and of its children."""
-        return self.context + tuple(self.step.ids) if self.step is not None else self.context
+    def generated(self) -> int:
+        return len(self.kept)
 
-    def opens(self, budget: int) -> bool:
-        """Whether text may follow this node in this cycle: it ends on a delimiter and leaves budget."""
-        return (self.step is None or self.step.boundary) and self.used < budget
+    def _start_row(self, j: int, context: Sequence[int], budget: int, chunk: int = 0) -> None:
+        if j not in self.row_tasks:
+            request = StepRequest(tuple(context), min(budget, chunk), free=True) if chunk else \
+                StepRequest(tuple(context), budget)
+            self.row_tasks[j] = asyncio.ensure_future(self.target_model.awrite(request))
 
+    def _start_scores(self, j: int, context: Sequence[int], step: Step) -> None:
+        if uses_scores(self.verifier) and step.complete:
+            self.score_tasks[j] = asyncio.ensure_future(self.target_model.ascore(tuple(context), step.ids))
 
-class Cycle:
-    """One cycle over two step models (module docstring); :meth:`arun` returns its :class:`CycleTrace`."""
-
-    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan,
-                 x: Sequence[int], budget: int):
-        self.target, self.draft, self.verifier, self.plan = target, draft, verifier, plan
-        self.root, self.budget = Node(tuple(x)), budget
-        self.verdicts: dict[tuple[int, int], Verdict] = {}  # (id of parent node, child index) -> verdict
-        self.scored = uses_scores(verifier)
-        require(not self.scored or (hasattr(target, "ascore") and getattr(target, "can_score", True)),
-                f"the {getattr(verifier, 'name', 'verifier')} verifier judges drafted steps by the target's "
-                f"probabilities of their tokens, which {getattr(target, 'name', 'this target')} cannot give "
-                "(its runtime has no scoring request; over an engine that scores no prompt, such as llama.cpp's "
-                "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
-        self.times = {"draft": 0.0, "target": 0.0, "verify": 0.0}
-
-    def _request_row(self, node: Node) -> None:
-        if node.opens(self.budget) and node.row is None:
-            budget, chunk = self.budget - node.used, self.plan.chunk if node is self.root else 0
-            request = StepRequest(node.after, min(budget, chunk), free=True) if chunk else StepRequest(node.after, budget)
-            node.row = asyncio.ensure_future(self.target.awrite(request))
-
-    async def _draft_level(self, level: list[Node]) -> list[Node]:
-        """Draft ``width`` children of every open node of ``level`` at once; the next level."""
-        parents = [n for n in level if n.opens(self.budget)]
-        asks = [(p, StepRequest(p.after, self.budget - p.used, a)) for p in parents for a in range(self.plan.width)]
-        if not asks:
-            return []
-        start = time.perf_counter()
-        steps = await asyncio.gather(*(self.draft.awrite(r) for _, r in asks))
-        self.times["draft"] += time.perf_counter() - start
-        children = []
-        for (parent, _), step in zip(asks, steps):
-            step.author = "draft"
-            child = Node(parent.after, step, parent.used + len(step.ids))
-            if self.scored and step.complete:
-                child.scores = asyncio.ensure_future(self.target.ascore(child.context, step.ids))
-            parent.children.append(child)
-            children.append(child)
-        return children
-
-    def _decided(self) -> bool:
-        """Whether the rows finished so far already fix the walk's end (so drafting deeper is of no use)."""
-        node = self.root
-        while node.row is not None and node.row.done() and node.children and self._scored(node):
-            nxt = self._accepted_child(node)
-            if nxt is None:
+    def _judge_finished(self) -> bool:
+        """Judge the rows whose replies (and scores) are in, in order; whether one was rejected."""
+        j = 0
+        while j in self.row_tasks and self.row_tasks[j].done() and self.judge.wants(j):
+            scores = self.score_tasks.get(j)
+            if scores is not None and not scores.done():
+                break
+            if j not in self.judge.verdicts:
+                self.judge(j, self.row_tasks[j].result().text, scores.result() if scores is not None else None)
+            if not self.judge.verdicts[j].accepted:
                 return True
-            node = nxt
+            j += 1
         return False
 
-    def _accepted_child(self, node: Node) -> Node | None:
-        """The first child of ``node`` the verifier accepts against ``node``'s finished row (judged once)."""
-        theirs = node.row.result()
-        for i, child in enumerate(node.children):
-            if not child.step.complete:  # cut at the step cap: never accepted
-                continue
-            key = (id(node), i)
-            if key not in self.verdicts:
-                start = time.perf_counter()
-                scores = [child.scores.result()] if child.scores is not None else None
-                [self.verdicts[key]] = verify_pairs(self.verifier, [(child.step.text, theirs.text)], scores)
-                self.times["verify"] += time.perf_counter() - start
-            if self.verdicts[key].accepted:
-                return child
-        return None
-
-    @staticmethod
-    def _scored(node: Node) -> bool:
-        """Whether the scores of ``node``'s children (where asked for) have come back."""
-        return all(c.scores is None or c.scores.done() for c in node.children)
-
-    async def _grow(self) -> None:
-        level, overlap = [self.root], self.plan.schedule == "async"
+    async def draft(self, plan: CyclePlan) -> list[Step]:
+        overlap, context, used = plan.schedule == "async", list(self.x), 0
+        drafted = self.judge.drafted
         if overlap:
-            self._request_row(self.root)
-        for _ in range(self.plan.k):
-            if overlap and self._decided():
+            self._start_row(0, context, self.budget, plan.chunk)
+        while self.at_boundary and len(drafted) < plan.k and used < self.budget:
+            if overlap and self._judge_finished():
                 break
-            level = await self._draft_level(level)
-            if overlap:
-                for node in level:
-                    self._request_row(node)
-            if not level:
+            step = await self.draft_model.awrite(StepRequest(tuple(context), self.budget - used))
+            step.author = "draft"
+            drafted.append(step)
+            self._start_scores(len(drafted) - 1, context, step)
+            context, used = context + step.ids, used + len(step.ids)
+            if not step.boundary:
                 break
-        if not overlap:
-            self._request_all(self.root)
+            if overlap and used < self.budget:
+                self._start_row(len(drafted), context, self.budget - used)
+        return drafted
 
-    def _request_all(self, node: Node) -> None:
-        self._request_row(node)
-        for child in node.children:
-            self._request_all(child)
+    async def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
+        chain = [s for s in drafted if s.complete]
+        if width <= 1 or not chain:
+            return [[] for _ in chain]
+        asks, context, used = [], list(self.x), 0
+        for step in chain:
+            asks += [StepRequest(tuple(context), self.budget - used, a) for a in range(1, width)]
+            context, used = context + step.ids, used + len(step.ids)
+        steps = await asyncio.gather(*(self.draft_model.awrite(r) for r in asks))
+        for step in steps:
+            step.author = "draft-alt"
+        per = width - 1
+        return [list(steps[j * per:(j + 1) * per]) for j in range(len(chain))]
 
-    async def _walk(self) -> tuple[list[Node], Step | None]:
-        """The accepted path of drafted nodes and the target's step that ends it (None: the path's last
-        step ended generation)."""
-        path, node = [], self.root
-        while True:
-            if node.row is None:  # EOS or the budget inside the path's last step: nothing follows
-                return path, None
-            start = time.perf_counter()
-            await node.row
-            self.times["target"] += time.perf_counter() - start
-            if not self._scored(node):
-                start = time.perf_counter()
-                await asyncio.gather(*(c.scores for c in node.children if c.scores is not None))
-                self.times["verify"] += time.perf_counter() - start
-            child = self._accepted_child(node)
-            if child is None:
-                return path, node.row.result()
-            path.append(child)
-            node = child
+    async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+        contexts, budgets = row_contexts(self.x, self.budget, drafted)
+        for j, (context, budget) in enumerate(zip(contexts, budgets)):
+            self._start_row(j, context, budget, plan.chunk if j == 0 and not drafted else 0)
+        steps: list[Step] = []
+        for j in range(len(contexts)):  # in row order: a rejection makes the later rows useless
+            steps.append(await self.row_tasks[j])
+            if self.judge.wants(j):
+                scores = self.score_tasks.get(j)
+                if j not in self.judge.verdicts:
+                    self.judge(j, steps[j].text, (await scores) if scores is not None else None)
+                if self.judge.verdicts[j].accepted:
+                    continue
+            break
+        self.close()
+        return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, drafted[:len(contexts)])
 
-    async def arun(self) -> CycleTrace:
-        start = time.perf_counter()
-        try:
-            await self._grow()
-            path, tail = await self._walk()
-        finally:
-            for task in self._rows() + [n.scores for n in self._nodes() if n.scores is not None]:
-                if not task.done():
-                    task.cancel()
-        return self._trace(path, tail, time.perf_counter() - start)
+    async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
+        return list(await asyncio.gather(*(self.target_model.ascore(tuple(written.rows[m]), a.ids) for a in candidates)))
 
-    def _nodes(self) -> list[Node]:
-        """Every node of the tree, the root first."""
-        out, stack = [], [self.root]
-        while stack:
-            node = stack.pop()
-            out.append(node)
-            stack.extend(node.children)
-        return out
+    def accept(self, written: TargetPass, m: int, rescued: Step | None) -> tuple[int, bool]:
+        appended = m < len(written.rows) and rescued is None
+        kept = written.judged[:m] + ([rescued] if rescued is not None else [written.steps[m]] if appended else [])
+        self.kept = [t for step in kept for t in step.ids][:self.budget]
+        return m + (rescued is not None), appended
 
-    def _rows(self) -> list[asyncio.Task]:
-        return [n.row for n in self._nodes() if n.row is not None]
+    def close(self) -> None:
+        """Cancel the requests the cycle no longer waits for."""
+        for task in list(self.row_tasks.values()) + list(self.score_tasks.values()):
+            if not task.done():
+                task.cancel()
 
-    def _trace(self, path: list[Node], tail: Step | None, wall_s: float) -> CycleTrace:
-        """The cycle as a :class:`CycleTrace`: the main chain of drafts along the accepted path."""
-        nodes = [self.root] + path
-        drafted = [n.step for n in path]
-        verdicts, alternatives, alt_verdicts = [], [], []
-        for node in nodes:
-            if not node.children:
-                break
-            accepted = next((i for i, c in enumerate(node.children) if c in path), None)
-            main = accepted if accepted is not None else 0
-            if accepted is None:
-                drafted.append(node.children[0].step)
-            judged = self.verdicts.get((id(node), main))
-            if judged is not None:
-                verdicts.append(judged)
-            alternatives.append([c.step for i, c in enumerate(node.children) if i != main])
-            alt_verdicts += [v for (p, i), v in self.verdicts.items() if p == id(node) and i != main]
-        target = [n.row.result() for n in nodes if n.row is not None]  # every row on the path was awaited
-        rows = len(self._rows())
-        tokens = sum(len(n.step.ids) for n in path) + (len(tail.ids) if tail is not None else 0)
-        return CycleTrace(drafted, target, verdicts, len(path), tail is not None, self.times["draft"],
-                          self.times["target"], self.times["verify"], rows, alternatives=alternatives,
-                          alt_verdicts=alt_verdicts, tokens=tokens, wall_s=wall_s)
+
+async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
+                     budget: int, at_boundary: bool = True) -> CycleTrace:
+    """One cycle (:func:`~.lookahead.run_cycle`) over two step models from the accepted prefix ``x``
+    with ``budget`` tokens left."""
+    rows = StepRows(target, draft, verifier, x, budget, at_boundary)
+    try:
+        return await run_cycle(rows, plan)
+    finally:
+        rows.close()
 
 
 def run_cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
                    budget: int) -> CycleTrace:
-    """One cycle (module docstring) from the accepted prefix ``x`` with ``budget`` tokens left; sync API."""
-    return asyncio.run(Cycle(target, draft, verifier, plan, x, budget).arun())
+    """:func:`cycle_over` for synchronous callers."""
+    return asyncio.run(cycle_over(target, draft, verifier, plan, x, budget))
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -264,8 +203,10 @@ class StepwiseRun:
 
 
 class StepCycles:
-    """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle is a
-    :class:`Cycle` from the text so far; its kept steps extend the run. Rows run as the step models
+    """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle is
+    :func:`cycle_over` from the text so far; its kept steps extend the run. It honours a plan's k, width,
+    schedule and chunk, and refuses token SD inside the rows (gamma > 0; without it a draft stop and
+    overshoot mean nothing). Rows run as the step models
     run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
 
     def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: LRStats):
@@ -280,9 +221,13 @@ class StepCycles:
         return Position(len(run.new), run.remaining, run.at_boundary, len(run.prompt) + len(run.new))
 
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
+        require(not plan.gamma, f"plan {plan.label}: token SD inside the rows (gamma > 0) runs in this "
+                "process's runtime; over step models each row is one request (an engine started with SD drafts "
+                "its own tokens)")
         run = self.run
         self.stats.k = max(self.stats.k, plan.k)
-        trace = await Cycle(self.target, self.draft, self.verifier, plan, run.prompt + tuple(run.new), run.remaining).arun()
+        trace = await cycle_over(self.target, self.draft, self.verifier, plan, run.prompt + tuple(run.new),
+                                 run.remaining, run.at_boundary)
         trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
         run.keep(trace)
         return trace
@@ -318,4 +263,4 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["Cycle", "Node", "StepCycles", "StepwiseRun", "agenerate_stepwise", "generate_stepwise", "run_cycle_over"]
+__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise", "run_cycle_over"]

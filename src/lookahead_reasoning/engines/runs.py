@@ -4,7 +4,8 @@
                with the engine's own token-level speculation if it was started with it);
 * :func:`lr`   Lookahead Reasoning, every cycle planned by a policy (fixed k, or mode ``auto``'s planner),
                the rows sent as concurrent requests (``sync`` or ``async`` schedule), by the
-               step-writing cycle of :mod:`lookahead_reasoning.decoding.stepwise`.
+               one cycle (:func:`lookahead_reasoning.decoding.lookahead.run_cycle`) on the step-model runtime of
+               :mod:`lookahead_reasoning.decoding.stepwise`.
 
 The pair's settings (sampling, seed, steps) apply; ``max_new_tokens`` is per call.
 """

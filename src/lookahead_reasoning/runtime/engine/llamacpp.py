@@ -80,6 +80,7 @@ class LlamaServer(ServerProcess):
     """A running ``llama-server`` (use as a context manager, or :meth:`start` / :meth:`stop`)."""
 
     label = "llama-server"
+    FATAL = ("failed to load model", "error loading model", "couldn't bind")
 
     def argv(self, port: int) -> list[str]:
         return self.config.argv(llama_server_binary(self.config.cache_dir), port)

@@ -7,7 +7,8 @@ group (vLLM runs its engine and workers as processes of their own). A small watc
 between this process and the server: when this process dies without stopping the server (killed
 outright, a crash), the watchdog kills the server's whole group, so a test run or a benchmark killed
 outright leaves no server or worker behind. A server that dies while loading is reported with the last
-lines of its log.
+lines of its log; so is one that stays alive but writes a fatal error to its log (:attr:`ServerProcess.FATAL`)
+and does not become healthy within a few seconds after it, instead of waiting out the whole start time.
 """
 
 from __future__ import annotations
@@ -56,10 +57,13 @@ class ServerProcess:
     ``config`` says what to serve (its ``model`` and ``port``, None: a free one). Subclasses say how:
     :meth:`argv` (the command line for a port), :meth:`environment` (extra environment variables),
     :meth:`prepare` (build or install the engine and prepare the model, once), ``label`` (the engine's
-    name in messages) and ``STARTUP_S`` (how long loading may take)."""
+    name in messages), ``STARTUP_S`` (how long loading may take) and ``FATAL`` (log lines that mean the
+    start has failed: the wait then ends ``FATAL_GRACE_S`` after one unless the server is healthy)."""
 
     label = "engine server"
     STARTUP_S = 300.0
+    FATAL: tuple[str, ...] = ("Traceback (most recent call last)",)
+    FATAL_GRACE_S = 10.0
 
     def __init__(self, config: Any, startup_s: float | None = None, log_path: Path | None = None):
         self.config, self.log_path, self.port = config, log_path, config.port
@@ -67,6 +71,7 @@ class ServerProcess:
         self.process: subprocess.Popen | None = None
         self.started_s: float | None = None  # seconds from start to ready
         self._temporary_log = False
+        self._log_start = 0
 
     # what to run (subclasses)
     def argv(self, port: int) -> list[str]:
@@ -98,6 +103,7 @@ class ServerProcess:
             os.close(fd)
             self.log_path, self._temporary_log = Path(name), True
         began = time.monotonic()
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # an earlier run's lines
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv], stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -108,6 +114,7 @@ class ServerProcess:
 
     def _wait_healthy(self) -> None:
         client, deadline = EngineClient(Endpoint(self.url, retries=0, timeout_s=5.0)), time.monotonic() + self.startup_s
+        failed_at, read, carry = None, self._log_start, ""
         try:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
@@ -115,12 +122,31 @@ class ServerProcess:
                                       f"{self.describe()}:\n{self.log_tail()}")
                 if client.healthy():
                     return
+                if failed_at is None:
+                    read, carry, fatal = self._log_since(read, carry)
+                    if fatal:
+                        failed_at = time.monotonic()
+                        deadline = min(deadline, failed_at + self.FATAL_GRACE_S)
                 time.sleep(0.25)
         finally:
             client.close()
         tail = self.log_tail()
         self.stop()
+        if failed_at is not None:
+            raise EngineError(f"{self.label} wrote an error to its log while loading {self.describe()} and did "
+                              f"not become healthy in the {self.FATAL_GRACE_S:g} s after it:\n{tail}")
         raise EngineError(f"{self.label} did not become healthy within {self.startup_s:g} s:\n{tail}")
+
+    def _log_since(self, offset: int, carry: str = "") -> tuple[int, str, bool]:
+        """What the log holds after ``offset``: (its new end, the last characters read, for a marker
+        that straddles two reads, and whether ``carry`` + the new text holds a line of :attr:`FATAL`)."""
+        if self.log_path is None or not self.log_path.exists():
+            return offset, carry, False
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            data = log.read()
+        text = carry + data.decode(errors="replace")
+        return offset + len(data), text[-200:], any(marker in text for marker in self.FATAL)
 
     def log_tail(self, lines: int = 12) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -1,4 +1,4 @@
-"""Steps written by a serving engine: the :class:`~lookahead_reasoning.decoding.stepwise.StepModel`
+"""Steps written by a serving engine: the :class:`~lookahead_reasoning.steps.StepModel`
 protocol over an OpenAI-compatible endpoint.
 
 A step is one ``/v1/completions`` request: the prefix as token ids, ``stop`` = the step delimiters,

@@ -180,6 +180,7 @@ class VLLMServer(ServerProcess):
 
     label = "vLLM server"
     STARTUP_S = 900.0
+    FATAL = ServerProcess.FATAL + ("Engine core initialization failed",)
 
     def argv(self, port: int) -> list[str]:
         return self.config.argv(vllm_python(self.config.cache_dir), port)

@@ -1,0 +1,79 @@
+"""The one Lookahead Reasoning cycle over both runtimes: the same tiny model in this process and served
+over HTTP by an engine (tests/model_engine.py) write the same text for the same greedy settings, mode by
+mode, and with width 1 the same cycles (what each kept), since the two runtimes run one algorithm."""
+
+from __future__ import annotations
+
+import pytest
+from lr_helpers import ScriptedPolicy, exact, frequent_char, tiny_lm
+from model_engine import ModelEngine
+
+from lookahead_reasoning import LookaheadGenerator, Settings, StepConfig
+from lookahead_reasoning.decoding import generate
+from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.driver import start_state
+from lookahead_reasoning.decoding.reference import LocalSteps
+from lookahead_reasoning.decoding.results import LRStats
+from lookahead_reasoning.decoding.stepwise import generate_stepwise
+from lookahead_reasoning.decoding.torch_rows import torch_cycle
+from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.sampling import make_generator
+from lookahead_reasoning.testing import perturbed_copy
+
+TARGET = tiny_lm(0)
+DRAFT = perturbed_copy(TARGET, 0.3, seed=1)
+PROMPT = [5, 17, 33, 2, 60]
+STEPS = StepConfig((frequent_char(TARGET, PROMPT),), 12)
+N = 40
+
+
+@pytest.fixture(scope="module")
+def served():
+    with ModelEngine(TARGET) as target, ModelEngine(DRAFT) as draft:
+        yield target, draft
+
+
+def _both(served, mode: str, schedule: str = "sync", **knobs):
+    """The same generation in this process (sync: its rows run in one batch) and over the two engines."""
+    local = LookaheadGenerator(target=TARGET, draft=DRAFT, verifier="exact", steps=STEPS, mode=mode, **knobs)
+    remote = LookaheadGenerator(target=served[0].url, draft=served[1].url, verifier="exact", steps=STEPS, mode=mode,
+                                schedule=schedule, **knobs)
+    try:
+        return local.generate(PROMPT, max_new_tokens=N), remote.generate(PROMPT, max_new_tokens=N)
+    finally:
+        remote.close()
+
+
+@pytest.mark.parametrize("mode,knobs", [("ar", {}), ("lr", {"k": 1}), ("lr", {"k": 3}), ("lr", {"k": 2, "width": 2}),
+                                        ("lr", {"k": 2, "width": 3}), ("auto", {})])
+def test_every_mode_writes_the_target_text_in_this_process_and_over_an_engine(served, mode, knobs):
+    local, remote = _both(served, mode, **knobs)
+    ar = generate(TARGET, PROMPT, max_new_tokens=N)
+    assert local.text == ar.text and remote.text == ar.text
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_width_one_cycles_keep_the_same_steps_on_both_runtimes(served, k):
+    local, remote = _both(served, "lr", k=k)
+    shape = lambda r: [([s.text for s in c.drafted], c.accepted, c.appended_target_step) for c in r.stats.cycles]  # noqa: E731
+    assert shape(local) == shape(remote)
+    assert any(c.accepted for c in local.stats.cycles) and any(not c.accepted for c in local.stats.cycles if c.drafted)
+
+
+def test_the_async_schedule_over_an_engine_keeps_what_this_process_keeps_in_sync(served):
+    local, remote = _both(served, "lr", schedule="async", k=2)
+    assert remote.text == local.text and remote.mode == "engine-lr"
+
+
+def test_each_runtime_refuses_by_name_the_plan_fields_it_cannot_honour():
+    """Token SD inside the rows runs in this process only; chunks and the async schedule over step
+    models only: a plan asking otherwise is refused by name, never run as something else."""
+    sd_rows = ScriptedPolicy(lambda at: CyclePlan(1, gamma=4))
+    with pytest.raises(ConfigError, match=r"lr-sd@k1g4: token SD inside the rows \(gamma > 0\)"):
+        generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=sd_rows,
+                          max_new_tokens=8)
+    for plan, field in ((CyclePlan(0, chunk=8), "no chunk"), (CyclePlan(1, schedule="async"), "sync schedule")):
+        tools = make_tools(TARGET, DRAFT, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+        with pytest.raises(ConfigError, match=field):
+            torch_cycle(start_state(TARGET, DRAFT, PROMPT, None, 8), plan, tools)
