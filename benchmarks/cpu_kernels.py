@@ -24,7 +24,7 @@ from pathlib import Path
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
-from lookahead_reasoning.kernels import quantize_draft_int8, restore_linear, use_onednn_linear
+from lookahead_reasoning.models.kernels import quantize_draft_int8, restore_linear, use_onednn_linear
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models import load_model
 from lookahead_reasoning.prompts import math_messages

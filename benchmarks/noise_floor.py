@@ -137,7 +137,7 @@ def run(rows, problems, out: Path, budget: int, repeat: bool = False) -> None:
 
 def main() -> int:
     from lookahead_reasoning.bench.datasets import load_jsonl
-    from lookahead_reasoning.hardware import cpu_flags
+    from lookahead_reasoning.models.hardware import cpu_flags
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runtime", choices=["pytorch", "llama.cpp"], required=True)

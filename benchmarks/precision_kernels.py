@@ -48,7 +48,7 @@ from tqdm import tqdm
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
-from lookahead_reasoning.kernels import apply_cpu_linear
+from lookahead_reasoning.models.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
 from lookahead_reasoning.models.precision import (

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.theory import (
-    CostedPlay, LRSDPlay, StepModel, TokenModel, drafted_pmf, expected_accepted, expected_tokens, f_sync_batched,
+    CostedPlay, LRSDPlay, StepRates, TokenRates, drafted_pmf, expected_accepted, expected_tokens, f_sync_batched,
     f_sync_costed, h_combined, lr_cycle, predict, sd_rate, simulate_costed_lr, simulate_costed_sd, simulate_lr_sd,
     step_cycle,
 )
@@ -25,7 +25,7 @@ def linear_costs(base: float, per_row: float, per_token: float):
     return lambda r, n: base * (1 + per_row * (r - 1)) * (1 + per_token * (n - 1))
 
 
-token_models = st.builds(TokenModel, st.floats(0.0, 1.0), st.floats(0.0, 0.95), st.floats(0.0, 0.95))
+token_models = st.builds(TokenRates, st.floats(0.0, 1.0), st.floats(0.0, 0.95), st.floats(0.0, 0.95))
 cost_fns = st.builds(linear_costs, st.floats(0.05, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 0.3))
 
 
@@ -40,17 +40,17 @@ def test_sd_rate_matches_its_simulation(model, gamma, target, draft):
 @given(k=st.integers(1, 3), alpha1=st.floats(0.0, 0.95), lt=st.integers(2, 60), head=st.integers(0, 60),
        ld=st.floats(1, 60), target=cost_fns, draft=cost_fns)
 def test_lr_cycle_with_plain_rows_matches_its_simulation(k, alpha1, lt, head, ld, target, draft):
-    step = StepModel(alpha1, lt, ld, min(head, ld, lt), 0.01)
-    step = StepModel(alpha1, lt, ld, float(int(step.head_tokens)), 0.01)
-    closed = lr_cycle(k, 0, step, TokenModel.plain(0.7), target, draft).rate
-    sim = simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft, CostedPlay(cycles=4000, seed=2))
+    step = StepRates(alpha1, lt, ld, min(head, ld, lt), 0.01)
+    step = StepRates(alpha1, lt, ld, float(int(step.head_tokens)), 0.01)
+    closed = lr_cycle(k, 0, step, TokenRates.plain(0.7), target, draft).rate
+    sim = simulate_costed_lr(k, 0, step, TokenRates.plain(0.7), target, draft, CostedPlay(cycles=4000, seed=2))
     assert sim.agrees(closed), (sim, closed)
 
 
 def test_sd_inside_rows_makes_the_batch_wait_for_its_slowest_row():
     """With SD inside the rows, the joint process is slower than the mean-rows closed form, by a few %."""
     target, draft = linear_costs(0.3, 0.35, 0.05), linear_costs(0.04, 0.1, 0.3)
-    step, token = StepModel(0.5, 40, 38, 12, 0.02), TokenModel(0.8, 0.85, 0.4)
+    step, token = StepRates(0.5, 40, 38, 12, 0.02), TokenRates(0.8, 0.85, 0.4)
     closed = lr_cycle(2, 6, step, token, target, draft).rate
     sim = simulate_costed_lr(2, 6, step, token, target, draft, CostedPlay(cycles=3000, seed=3))
     assert sim.speedup < closed and sim.speedup > 0.85 * closed
@@ -59,7 +59,7 @@ def test_sd_inside_rows_makes_the_batch_wait_for_its_slowest_row():
 def test_without_a_stop_the_token_layer_is_leviathans():
     for alpha in (0.0, 0.3, 0.8):
         for gamma in (1, 4, 9):
-            assert expected_accepted(gamma, TokenModel.plain(alpha)) + 1 == pytest.approx(expected_tokens(alpha, gamma))
+            assert expected_accepted(gamma, TokenRates.plain(alpha)) + 1 == pytest.approx(expected_tokens(alpha, gamma))
 
 
 def test_drafted_counts_form_a_distribution():
@@ -89,13 +89,13 @@ def test_lr_cycle_reduces_to_f_sync_batched():
     target = lambda r, n: t11 * beta if (r > 1 or n > 1) else t11  # noqa: E731
     draft = lambda r, n: c1 * t11 if n == 1 else 0.0  # noqa: E731
     for k, a1 in ((1, 0.5), (2, 0.7), (3, 0.3)):
-        est = lr_cycle(k, 0, StepModel(a1, 40, 40, 0, 0.0), TokenModel.plain(0.5), target, draft)
+        est = lr_cycle(k, 0, StepRates(a1, 40, 40, 0, 0.0), TokenRates.plain(0.5), target, draft)
         assert est.rate == pytest.approx(f_sync_batched(k + 1, a1, c1, beta) / t11)
 
 
 def test_step_cycle_is_sd_over_one_step():
     target, draft = linear_costs(0.3, 0.3, 0.05), linear_costs(0.04, 0.1, 0.2)
-    step, token = StepModel(0.5, 40, 40), TokenModel(0.8, 0.9, 0.3)
+    step, token = StepRates(0.5, 40, 40), TokenRates(0.8, 0.9, 0.3)
     assert step_cycle(8, step, token, target, draft).rate == pytest.approx(sd_rate(8, token, target, draft))
     assert step_cycle(0, step, token, target, draft).rate == pytest.approx(1 / target(1, 1))
     assert iteration_seconds(4, token, target, draft, rows=2) > iteration_seconds(4, token, target, draft, rows=1)
@@ -103,13 +103,13 @@ def test_step_cycle_is_sd_over_one_step():
 
 def test_models_refuse_bad_numbers():
     with pytest.raises(ConfigError, match="sigma"):
-        TokenModel(1.5, 0.5, 0.5)
+        TokenRates(1.5, 0.5, 0.5)
     with pytest.raises(ConfigError, match="alpha_sure"):
-        TokenModel(0.5, 1.0, 0.5)
+        TokenRates(0.5, 1.0, 0.5)
     with pytest.raises(ConfigError, match="at least one token"):
-        StepModel(0.5, 0, 10)
+        StepRates(0.5, 0, 10)
     with pytest.raises(ConfigError, match="head start"):
-        StepModel(0.5, 40, 10, 11)
+        StepRates(0.5, 40, 10, 11)
 
 
 # ---------------------------------------------------------------------------------------- repairs
@@ -165,7 +165,7 @@ def _play_sync_requests(k, step, target, draft, load, overlap, cycles, rng):
 def test_sync_request_cycle_matches_its_simulation(k, alpha1, load, overlap, target, draft):
     import random
 
-    step = StepModel(alpha1, 40.0, 30.0, verify_s=0.01)
+    step = StepRates(alpha1, 40.0, 30.0, verify_s=0.01)
     tokens, seconds = _play_sync_requests(k, step, target, draft, load, overlap, 4000, random.Random(7))
     priced = request_cycle(k, "sync", step, target, draft, load, overlap)
     assert priced.rate == pytest.approx(tokens / seconds, rel=0.05)
@@ -175,7 +175,7 @@ def test_request_cycles_over_free_rows_and_a_free_draft_are_the_paper_ceiling():
     """Rows free (T(R, n) = T(1, n)), drafts free, no verifier cost: a cycle costs one target step and
     keeps E[m] drafted steps, so LR's speed-up over one request per step is f_sync's with c = 0:
     (1 - alpha1^(k+1)) / (1 - alpha1) steps per cycle, in either schedule."""
-    step = StepModel(0.6, 40.0, 40.0)
+    step = StepRates(0.6, 40.0, 40.0)
     for k in (1, 2, 3):
         for schedule in ("sync", "async"):
             cycle = request_cycle(k, schedule, step, lambda r, n: 0.02 * n, lambda r, n: 0.0)
@@ -184,7 +184,7 @@ def test_request_cycles_over_free_rows_and_a_free_draft_are_the_paper_ceiling():
 
 
 def test_async_request_cycles_pay_the_overlap_and_load_makes_every_plan_dearer():
-    step, target = StepModel(0.5, 40.0, 40.0), linear_costs(0.5, 0.8, 0.05)
+    step, target = StepRates(0.5, 40.0, 40.0), linear_costs(0.5, 0.8, 0.05)
     draft = linear_costs(0.2, 0.8, 0.05)
     for k in (1, 2):
         base = request_cycle(k, "async", step, target, draft)

@@ -21,7 +21,7 @@ from lookahead_reasoning.errors import ConfigError, EngineError
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.planning import CostTable, endpoints
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
-from lookahead_reasoning.theory.costed import StepModel, chunk_cycle, request_cycle
+from lookahead_reasoning.theory.costed import StepRates, chunk_cycle, request_cycle
 
 
 def budget_costs(budget: int = 4, widest: int = 8) -> CostTable:
@@ -31,10 +31,10 @@ def budget_costs(budget: int = 4, widest: int = 8) -> CostTable:
                          draft=lambda n: 0.6 * n / 40)
 
 
-STEP = StepModel(0.6, 40.0, 40.0)
+STEP = StepRates(0.6, 40.0, 40.0)
 
 
-def priced(plan: CyclePlan, costs: CostTable, load: int = 0, step: StepModel = STEP):
+def priced(plan: CyclePlan, costs: CostTable, load: int = 0, step: StepRates = STEP):
     """(tokens, seconds) of one cycle of ``plan`` on ``costs`` at ``load``."""
     if plan.k == 0:
         cycle = chunk_cycle(plan.chunk or step.target_tokens, costs.target, load)
@@ -82,7 +82,7 @@ def test_the_planner_speculates_less_as_other_requests_fill_the_batch():
 def test_under_load_a_sync_cycle_pays_the_overlap_for_its_drafts():
     """Alone, a sync cycle's drafts run while the target's endpoint is idle; with other runs' requests
     in flight they run beside those rows and pay the measured overlap, as an async cycle does."""
-    costs, step = budget_costs(), StepModel(0.9, 40.0, 40.0)
+    costs, step = budget_costs(), StepRates(0.9, 40.0, 40.0)
     sync = CyclePlan(2, 1, "sync")
     alone, busy = priced(sync, costs, 0, step)[1], priced(sync, costs, 3, step)[1]
     costs.overlap = 4.0
@@ -244,7 +244,7 @@ def test_a_sync_cycle_teaches_the_request_table_at_its_rows_plus_the_load():
 def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
     """The overlap ``ameasure`` finds (a draft and a target request at once, over the dearer alone)
     multiplies the async price: where the two servers fight for one CPU's cores, async LR must not win."""
-    costs, step = budget_costs(), StepModel(0.9, 40.0, 40.0)
+    costs, step = budget_costs(), StepRates(0.9, 40.0, 40.0)
     planner = engine_planner(costs, accepted=9, rejected=1)
     async_plan = CyclePlan(2, 1, "async")
     base = priced(async_plan, costs, 0, step)[1]

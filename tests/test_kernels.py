@@ -8,7 +8,7 @@ import torch
 from lookahead_reasoning import ConfigError
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.speculative import generate_sd
-from lookahead_reasoning.kernels import (apply_cpu_linear, onednn_linear_available, restore_linear,
+from lookahead_reasoning.models.kernels import (apply_cpu_linear, onednn_linear_available, restore_linear,
                                          use_onednn_linear, uses_onednn_linear)
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import tiny_model
@@ -117,7 +117,7 @@ def test_int8_draft_keeps_sd_and_lr_lossless():
 
 def test_int8_draft_bad_input():
     from lookahead_reasoning import LookaheadGenerator
-    from lookahead_reasoning.kernels import quantize_draft_int8
+    from lookahead_reasoning.models.kernels import quantize_draft_int8
 
     from lr_helpers import exact
 

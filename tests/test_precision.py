@@ -25,7 +25,7 @@ from lookahead_reasoning.decoding.drafters import NGramDrafter
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.kernels import apply_cpu_linear
+from lookahead_reasoning.models.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models.precision import (
     PRECISIONS, Int8WeightOnlyLinear, apply_precision, int8_kernel_available, normalize_precision, precision_of,

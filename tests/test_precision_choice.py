@@ -15,7 +15,7 @@ import lookahead_reasoning.models.precision as precision
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.models import placement
 from lookahead_reasoning.models.precision import precision_warning, resolve_precision
-from lookahead_reasoning import hardware
+from lookahead_reasoning.models import hardware
 
 AVX2_ONLY = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"}  # an AVX2 EPYC: no VNNI, no AMX, no AVX512
 AVX512_VNNI = AVX2_ONLY | {"avx512f", "avx512_vnni", "avx512_bf16"}

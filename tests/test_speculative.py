@@ -390,7 +390,7 @@ def test_real_sd_0p5b_to_1p5b_equals_ar(question, drafter):
     The reference is transformers' greedy ``generate`` on the 1.5B, which our AR loop equals
     (test_autoregressive.py::test_real_1p5b_greedy_equals_transformers), so SD == AR.
     """
-    from lookahead_reasoning.kernels import quantize_draft_int8
+    from lookahead_reasoning.models.kernels import quantize_draft_int8
     from lookahead_reasoning.runtime.lm import LM
     from lookahead_reasoning.models import load_model
 

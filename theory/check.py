@@ -33,7 +33,7 @@ from lookahead_reasoning.theory import (
     simulate_lr_sync, simulate_sd, speedup_grid,
 )
 from lookahead_reasoning.theory import (  # noqa: E402 - the costed part
-    CostedPlay, StepModel, TokenModel, f_sync_costed, lr_cycle, sd_rate, simulate_costed_lr, simulate_costed_sd,
+    CostedPlay, StepRates, TokenRates, f_sync_costed, lr_cycle, sd_rate, simulate_costed_lr, simulate_costed_sd,
 )
 
 Z = 5.0  # simulation tolerance, in standard errors
@@ -187,16 +187,16 @@ def costed() -> None:
     section("8. speeds priced by measured costs T(R, n) (theory.costed) against their simulators")
     target = lambda r, n: 0.3 * (1 + 0.35 * (r - 1)) * (1 + 0.05 * (n - 1))  # noqa: E731 - CPU-like: rows and tokens cost
     draft = lambda r, n: 0.04 * (1 + 0.1 * (r - 1)) * (1 + 0.3 * (n - 1))  # noqa: E731
-    for i, (gamma, model) in enumerate(((0, TokenModel.plain(0.7)), (4, TokenModel.plain(0.7)),
-                                        (12, TokenModel(0.8, 0.85, 0.4)), (16, TokenModel(0.6, 0.9, 0.3)))):
+    for i, (gamma, model) in enumerate(((0, TokenRates.plain(0.7)), (4, TokenRates.plain(0.7)),
+                                        (12, TokenRates(0.8, 0.85, 0.4)), (16, TokenRates(0.6, 0.9, 0.3)))):
         compare(f"sd_rate(gamma={gamma}, {model})", sd_rate(gamma, model, target, draft),
                 simulate_costed_sd(gamma, model, target, draft, iterations=CYCLES // 4, seed=800 + i))
-    step = StepModel(0.5, 40, 38, 12, 0.02)
+    step = StepRates(0.5, 40, 38, 12, 0.02)
     for i, k in enumerate((1, 2, 3)):
-        compare(f"lr_cycle(k={k}, plain rows; alpha1=.5, L_t=40, L_d=38, H=12)", lr_cycle(k, 0, step, TokenModel.plain(0.7),
-                target, draft).rate, simulate_costed_lr(k, 0, step, TokenModel.plain(0.7), target, draft,
+        compare(f"lr_cycle(k={k}, plain rows; alpha1=.5, L_t=40, L_d=38, H=12)", lr_cycle(k, 0, step, TokenRates.plain(0.7),
+                target, draft).rate, simulate_costed_lr(k, 0, step, TokenRates.plain(0.7), target, draft,
                                                         CostedPlay(cycles=CYCLES // 10, seed=850 + i)))
-    token = TokenModel(0.8, 0.85, 0.4)
+    token = TokenRates(0.8, 0.85, 0.4)
     for k, gamma in ((1, 6), (2, 6), (2, 12)):
         closed = lr_cycle(k, gamma, step, token, target, draft).rate
         joint = simulate_costed_lr(k, gamma, step, token, target, draft, CostedPlay(cycles=CYCLES // 20, seed=870))

@@ -34,7 +34,7 @@ from .engines.generator import (
     refuse_local_options,
 )
 from .errors import ConfigError, require
-from .kernels import quantize_draft_int8
+from .models.kernels import quantize_draft_int8
 from .models import LoadOptions, load_model
 from .models.precision import split_precision
 from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
@@ -127,7 +127,7 @@ class LookaheadGenerator:
             "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
             activations too, per token; see :mod:`lookahead_reasoning.models.precision`). The draft's:
             "int8-dynamic" turns a CPU draft's linear layers into dynamic int8 ones
-            (:func:`lookahead_reasoning.kernels.quantize_draft_int8`): a half to a third of the
+            (:func:`lookahead_reasoning.models.kernels.quantize_draft_int8`): a half to a third of the
             draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
             unchanged (the target checks every drafted token). "auto" (default) does it when the
             draft is a CPU model this generator loaded itself (a model object you pass in is never

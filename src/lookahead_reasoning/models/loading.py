@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import ModelLoadError, require
-from ..kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
+from .kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
 from . import offline
 from .gguf import unavailable_errors
 from .placement import device_map_device, resolve_attn_implementation, resolve_device, resolve_dtype
@@ -88,7 +88,7 @@ class LoadOptions:
         trust_remote_code: passed to ``from_pretrained`` for hub ids and local directories.
         cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
             much faster than the default BLAS for the few-token forwards speculative decoding makes
-            (see :mod:`lookahead_reasoning.kernels`); "onednn" insists, "default" keeps torch's path.
+            (see :mod:`lookahead_reasoning.models.kernels`); "onednn" insists, "default" keeps torch's path.
         precision: None keeps the weights as loaded in ``dtype``; "float32", "bf16", "int8" (weight-only
             int8 linears, batch invariant, see :mod:`lookahead_reasoning.models.precision`), "w8a8" (int8
             weights and per-token int8 activations, batch invariant too) or "auto" (what measures

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from .. import hardware
+from . import hardware
 from ..errors import ConfigError, require
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
@@ -74,7 +74,7 @@ _DTYPE_NAMES = {
 def cpu_supports_bf16() -> bool:
     """True when the CPU has native bf16 matmul instructions (x86 AVX512-BF16 or AMX-BF16).
 
-    Read from the CPU's flags (:mod:`lookahead_reasoning.hardware`), else from torch's CPU
+    Read from the CPU's flags (:mod:`lookahead_reasoning.models.hardware`), else from torch's CPU
     capability string (``AMX``). Without them torch emulates bf16 matmuls, which is slower than float32.
     """
     flags = cpu_flags()
@@ -89,7 +89,7 @@ def cpu_supports_int8_dot() -> bool:
     ``torch._int_mm`` (the ``"w8a8"`` precision's product) is fast only with them: without them it is
     either inexact (oneDNN capped at AVX2 sums pairs of products in saturating int16) or exact but
     several times slower than float32. Read from the CPU's flags
-    (:func:`lookahead_reasoning.hardware.has_int8_dot`), else from torch's CPU capability
+    (:func:`lookahead_reasoning.models.hardware.has_int8_dot`), else from torch's CPU capability
     string (``AVX512`` or ``AMX``).
     """
     known = hardware.has_int8_dot(cpu_flags())
@@ -100,7 +100,7 @@ def cpu_supports_int8_dot() -> bool:
 
 
 def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags, as :func:`lookahead_reasoning.hardware.cpu_flags` reads them
+    """The CPU's feature flags, as :func:`lookahead_reasoning.models.hardware.cpu_flags` reads them
     (the one place they are read, so that one fake of it in a test changes every answer)."""
     return hardware.cpu_flags()
 

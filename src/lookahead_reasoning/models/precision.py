@@ -32,7 +32,7 @@ The precisions (:data:`PRECISIONS`):
   in cache: 1.7 ms per layer for 1 row, 10.5 ms for 13), this one's barely does (1.2 ms, 3.0 ms),
   which is what the many-token forwards of speculation need. That speed needs int8 dot-product
   instructions (AVX512-VNNI, AVX-VNNI or AMX, read from the CPU's flags by
-  :mod:`lookahead_reasoning.hardware`); ``"auto"`` picks it only where they exist. Without
+  :mod:`lookahead_reasoning.models.hardware`); ``"auto"`` picks it only where they exist. Without
   them the product can be inexact (oneDNN capped at AVX2 saturates int16 pair sums;
   :func:`w8a8_kernel_available` checks, and ``"w8a8"`` is then refused) or exact but slow (on a
   real AVX2-only EPYC plain decoding ran at 0.74 tok/s against 2.97 in float32 and 4.67 in
@@ -76,9 +76,9 @@ from typing import Any
 
 import torch
 
-from .. import hardware
+from . import hardware
 from ..errors import require
-from ..int8_layers import (
+from .int8_layers import (
     INT8_KERNEL,
     W8A8_KERNEL,
     Int8PerTokenLinear,
@@ -91,7 +91,7 @@ from ..int8_layers import (
     reference_w8a8_linear,
     w8a8_kernel_available,
 )
-from ..kernels import quantize_draft_int8, restore_linear
+from .kernels import quantize_draft_int8, restore_linear
 from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .. import hardware
-from ..kernels import uses_onednn_linear
+from ..models import hardware
+from ..models.kernels import uses_onednn_linear
 from ..models import cache_root
 from ..runtime.lm import LM
 from . import costs

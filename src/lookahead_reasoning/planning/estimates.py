@@ -3,7 +3,7 @@
 Every rate starts from a prior (from earlier runs of the same pair when a saved book exists) and is
 updated after every SD iteration and every LR cycle:
 
-* token level (:class:`TokenBook`), the :class:`~lookahead_reasoning.theory.TokenModel` of the draft
+* token level (:class:`TokenBook`), the :class:`~lookahead_reasoning.theory.TokenRates` of the draft
   model with any confidence stop: sigma (the draft is sure of a token and drafts on), alpha_sure and
   alpha_unsure (the target accepts a sure / an unsure drafted token), from acceptance counted per band
   of the draft's confidence;
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from ..errors import require
 from ..presets import DRAFT_STOP_BELOW
-from ..theory import StepModel, TokenModel
+from ..theory import StepRates, TokenRates
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class TokenBook:
 
     ``seen[i]``: drafted tokens in confidence bin i; ``accepted[i]`` / ``rejected[i]``: those the
     target judged (tokens after the first rejection never are) and accepted / rejected. From these
-    :meth:`model` gives the :class:`~lookahead_reasoning.theory.TokenModel` of *any* confidence stop:
+    :meth:`model` gives the :class:`~lookahead_reasoning.theory.TokenRates` of *any* confidence stop:
     sigma is the share of drafted tokens at or above the stop, alpha_sure and alpha_unsure the
     acceptance above and below it. So one run, whatever stop it drafted with, prices every stop
     (positions i.i.d., as the model assumes). The priors are worth a few tokens: acceptance equal to
@@ -149,7 +149,7 @@ class TokenBook:
             elif j == accepted:
                 self.rejected[b] += 1
 
-    def model(self, draft_stop_below: float | None = None) -> TokenModel:
+    def model(self, draft_stop_below: float | None = None) -> TokenRates:
         """The token model of drafting with confidence stop ``draft_stop_below`` (None: no stop, sigma = 1)."""
         def rate(lo: int, hi: int) -> float:
             yes, no = sum(self.accepted[lo:hi]), sum(self.rejected[lo:hi])
@@ -157,11 +157,11 @@ class TokenBook:
 
         edge = 0 if draft_stop_below is None else _edge(draft_stop_below)
         if edge == 0:
-            return TokenModel.plain(rate(0, CONFIDENCE_BINS))
+            return TokenRates.plain(rate(0, CONFIDENCE_BINS))
         total = sum(self.seen)
         sigma = sum(self.seen[edge:]) / total if total > 0 else 1.0
         sure = rate(edge, CONFIDENCE_BINS) if edge < CONFIDENCE_BINS else rate(0, CONFIDENCE_BINS)
-        return TokenModel(sigma, sure, rate(0, edge))
+        return TokenRates(sigma, sure, rate(0, edge))
 
     def capped(self) -> "TokenBook":
         """A copy worth at most ``MAX_SAVED_TOKENS`` drafted and judged tokens (shares kept)."""
@@ -199,10 +199,10 @@ class StepBook:
         self.alpha1.add(accepted, not accepted)
         self.bands[self.band(agreement)].add(accepted, not accepted)
 
-    def model(self) -> StepModel:
+    def model(self) -> StepRates:
         lt, ld = max(1.0, self.target_tokens.value), max(1.0, self.draft_tokens.value)
         head = min(ld, max(0.0, self.agreement.value * ld))
-        return StepModel(min(self.alpha1.mean, 0.995), lt, ld, head, max(0.0, self.verify_s.value))
+        return StepRates(min(self.alpha1.mean, 0.995), lt, ld, head, max(0.0, self.verify_s.value))
 
 
 PLAN_KINDS = ("ar", "sd", "lr", "lr-sd")

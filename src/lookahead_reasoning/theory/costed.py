@@ -16,10 +16,10 @@ Symbols (as in :mod:`.formulas`): ``gamma`` drafted tokens per SD iteration, ``a
 acceptance, ``k`` drafted steps per LR cycle (``k1 = k + 1`` target rows), ``alpha1`` step acceptance.
 New here:
 
-- ``TokenModel``: the draft stops after a token it is unsure of (``draft_stop_below``). Each drafted
+- ``TokenRates``: the draft stops after a token it is unsure of (``draft_stop_below``). Each drafted
   token is *sure* with probability ``sigma`` (drafting goes on after it) and accepted with probability
   ``alpha_sure`` or ``alpha_unsure``; positions are i.i.d. Without a stop, ``sigma = 1``.
-- ``StepModel``: ``alpha1``, the tokens of a target step ``L_t`` and of a drafted step ``L_d``, the
+- ``StepRates``: ``alpha1``, the tokens of a target step ``L_t`` and of a drafted step ``L_d``, the
   head start ``H`` (tokens of a drafted step the target accepts token by token before its row starts),
   and the verifier's seconds per judged pair.
 
@@ -42,13 +42,13 @@ from .formulas import check_count, check_rate, f_sync_batched
 
 CostFn = Callable[[int, int], float]
 
-__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepModel", "TokenModel", "ar_rate", "chunk_cycle", "drafted_pmf",
+__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepRates", "TokenRates", "ar_rate", "chunk_cycle", "drafted_pmf",
            "expected_accepted", "kept_pmf", "request_cycle", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
            "step_cycle", "tokens_per_iteration"]
 
 
 @dataclass(frozen=True)
-class TokenModel:
+class TokenRates:
     """Per-token acceptance with the draft's confidence stop, i.i.d. over positions (see module doc)."""
 
     sigma: float
@@ -61,7 +61,7 @@ class TokenModel:
         check_rate(self.alpha_unsure, "alpha_unsure")
 
     @classmethod
-    def plain(cls, alpha: float) -> "TokenModel":
+    def plain(cls, alpha: float) -> "TokenRates":
         """No confidence stop: every position is drafted, accepted with probability ``alpha``."""
         return cls(1.0, alpha, alpha)
 
@@ -72,7 +72,7 @@ class TokenModel:
 
 
 @dataclass(frozen=True)
-class StepModel:
+class StepRates:
     """Step-level rates of a pair: see the module docstring."""
 
     alpha1: float
@@ -125,7 +125,7 @@ def max_pmf(pmf: np.ndarray, rows: int) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], cdf]))
 
 
-def expected_accepted(gamma: int, model: TokenModel) -> float:
+def expected_accepted(gamma: int, model: TokenRates) -> float:
     """``E[A] = sum_{j=1..gamma} (sigma alpha_sure)^(j-1) alpha``: drafted tokens accepted per iteration.
 
     Token j is accepted when tokens 1..j-1 were sure (so j was drafted) and accepted, and j itself is
@@ -137,12 +137,12 @@ def expected_accepted(gamma: int, model: TokenModel) -> float:
     return float(np.sum((model.sigma * model.alpha_sure) ** (j - 1) * model.alpha))
 
 
-def tokens_per_iteration(gamma: int, model: TokenModel) -> float:
+def tokens_per_iteration(gamma: int, model: TokenRates) -> float:
     """Tokens one SD iteration adds: the accepted drafts plus the target's own (correction or bonus)."""
     return expected_accepted(gamma, model) + 1.0
 
 
-def iteration_seconds(gamma: int, model: TokenModel, target: CostFn, draft: CostFn, rows: int = 1,
+def iteration_seconds(gamma: int, model: TokenRates, target: CostFn, draft: CostFn, rows: int = 1,
                       overhead: float = 0.0) -> float:
     """Expected seconds of one SD iteration over ``rows`` rows (gamma 0: one plain decoding step).
 
@@ -157,7 +157,7 @@ def iteration_seconds(gamma: int, model: TokenModel, target: CostFn, draft: Cost
     return float(verify + float(law @ d) * draft(rows, 1) + overhead)
 
 
-def sd_rate(gamma: int, model: TokenModel, target: CostFn, draft: CostFn, overhead: float = 0.0) -> float:
+def sd_rate(gamma: int, model: TokenRates, target: CostFn, draft: CostFn, overhead: float = 0.0) -> float:
     """Tokens per second of token SD with ``gamma`` (renewal-reward: tokens per iteration / its seconds)."""
     return tokens_per_iteration(gamma, model) / iteration_seconds(gamma, model, target, draft, 1, overhead)
 
@@ -169,7 +169,7 @@ def ar_rate(target: CostFn, overhead: float = 0.0) -> float:
 
 # ---------------------------------------------------------------------------------------- step level
 
-def step_cycle(gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+def step_cycle(gamma: int, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
                overhead: float = 0.0) -> CycleEstimate:
     """k = 0: the target writes one step of ``L_t`` tokens alone, with SD at ``gamma`` (0: plainly)."""
     per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
@@ -177,7 +177,7 @@ def step_cycle(gamma: int, step: StepModel, token: TokenModel, target: CostFn, d
     return CycleEstimate(step.target_tokens, iterations * iteration_seconds(gamma, token, target, draft, 1, overhead))
 
 
-def lr_cycle(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+def lr_cycle(k: int, gamma: int, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
              overhead: float = 0.0) -> CycleEstimate:
     """One synchronous LR cycle with ``k`` drafted steps and SD at ``gamma`` inside the target's rows.
 
@@ -218,7 +218,7 @@ class ScoredChain:
     need: tuple[float, ...]
 
 
-def gated_cycle(rows: int, gamma: int, step: StepModel, token: TokenModel, scored: ScoredChain, target: CostFn,
+def gated_cycle(rows: int, gamma: int, step: StepRates, token: TokenRates, scored: ScoredChain, target: CostFn,
                 draft: CostFn) -> CycleEstimate:
     """The rest of a scored cycle when only its first ``rows`` target rows run (rows - 1 judged rows,
     then a bonus row), with SD at ``gamma`` inside them.
@@ -267,7 +267,7 @@ def chunk_cycle(n: float, target: CostFn, load: int = 0) -> CycleEstimate:
     return CycleEstimate(n, target(1 + load, n))
 
 
-def request_cycle(k: int, schedule: str, step: StepModel, target: CostFn, draft: CostFn | None, load: int = 0,
+def request_cycle(k: int, schedule: str, step: StepRates, target: CostFn, draft: CostFn | None, load: int = 0,
                   overlap: float = 1.0) -> CycleEstimate:
     """One LR cycle over an engine: k drafted steps, each a draft request of ``L_d`` tokens
     (``T_d = draft(1, L_d)``; 0 without a draft's costs), and target rows, each a request of ``L_t``.

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import require
-from .costed import CostFn, StepModel, TokenModel
+from .costed import CostFn, StepRates, TokenRates
 from .formulas import check_count
 from .simulate import SimResult, _ratio, _rng
 
 __all__ = ["CostedPlay", "simulate_costed_lr", "simulate_costed_sd"]
 
 
-def _iteration(rng: np.random.Generator, gamma: int, model: TokenModel) -> tuple[int, int]:
+def _iteration(rng: np.random.Generator, gamma: int, model: TokenRates) -> tuple[int, int]:
     """One SD iteration of one row: (drafted D, accepted A)."""
     drafted, accepted, leading = 0, 0, True
     while drafted < gamma:
@@ -46,7 +46,7 @@ def _iteration(rng: np.random.Generator, gamma: int, model: TokenModel) -> tuple
     return drafted, accepted
 
 
-def simulate_costed_sd(gamma: int, model: TokenModel, target: CostFn, draft: CostFn, *,
+def simulate_costed_sd(gamma: int, model: TokenRates, target: CostFn, draft: CostFn, *,
                        iterations: int = 50_000, seed: int = 0, overhead: float = 0.0) -> SimResult:
     """Token SD priced by ``target``/``draft``: tokens per second (``SimResult.speedup``)."""
     gamma = int(check_count(gamma, "gamma", 0))
@@ -61,7 +61,7 @@ def simulate_costed_sd(gamma: int, model: TokenModel, target: CostFn, draft: Cos
 
 
 def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[bool], gamma: int,
-                model: TokenModel, target: CostFn, draft: CostFn) -> float:
+                model: TokenRates, target: CostFn, draft: CostFn) -> float:
     """Seconds of the target's batched rows: play iterations until no row is live.
 
     ``needs[j]`` tokens row j still has to write; ``verdicts[j]`` the verifier's verdict on row j's
@@ -100,7 +100,7 @@ class CostedPlay:
     overhead: float = 0.0
 
 
-def simulate_costed_lr(k: int, gamma: int, step: StepModel, token: TokenModel, target: CostFn, draft: CostFn,
+def simulate_costed_lr(k: int, gamma: int, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
                        play: CostedPlay = CostedPlay()) -> SimResult:
     """Synchronous LR cycles priced by ``target``/``draft``; the rows played jointly (module docstring),
     as ``play`` says (:class:`CostedPlay`).

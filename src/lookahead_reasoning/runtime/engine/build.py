@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...errors import EngineError
 from ...models.offline import cache_root
-from ...hardware import cpu_flags
+from ...models.hardware import cpu_flags
 from ...locks import file_lock
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .errors import require
+from ..errors import require
 
 INT8_KERNEL = "torch._weight_int8pack_mm"
 W8A8_KERNEL = "torch._int_mm"
@@ -191,7 +191,7 @@ def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool 
 
     The output layer (LM head) too unless ``include_output_layer`` is False; a head tied to the
     embedding is untied first (the embedding keeps its float weight). Other parameters keep their
-    dtype: :func:`~.models.precision.apply_precision` then casts them to the compute dtype. Returns how many layers
+    dtype: :func:`~.precision.apply_precision` then casts them to the compute dtype. Returns how many layers
     were replaced.
     """
     head = getattr(model, "get_output_embeddings", lambda: None)()

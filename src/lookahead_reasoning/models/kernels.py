@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _MARK = "_lookahead_onednn"
 CPU_LINEAR_CHOICES = ("auto", "onednn", "default")
