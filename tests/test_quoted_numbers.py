@@ -106,3 +106,20 @@ def test_the_noise_floor_table_is_what_report_prints():
     table = fidelity_table(load_results(RESULTS / "floor-llamacpp-avx512.jsonl"))
     assert table in BENCH_README
     assert "| ar-batched | 50 |" in table and "| ar-again | 50 |" in table
+
+
+def test_the_budget_split_page_quotes_where_each_split_stops_gaining():
+    """docs/03 says up to which budget M the best split keeps gaining, per schedule, and what it reaches
+    there: recomputed from the theory at the page's rates (the first M at which the best speedup over
+    M = 1..64 is reached)."""
+    from lookahead_reasoning.theory import best_split
+
+    page = (ROOT / "docs" / "03_budget_split.md").read_text(encoding="utf-8")
+    quoted = re.search(r"keeps rising until M = (\d+) in async mode \(([\d.]+)x\) and M = (\d+) in sync mode\s+"
+                       r"\(([\d.]+)x\)", page)
+    assert quoted, "docs/03 no longer quotes where the split stops gaining: update this test with the page"
+    for mode, m, speed in (("async", *quoted.group(1, 2)), ("sync", *quoted.group(3, 4))):
+        best = [best_split(0.6, 0.2, 0.7, 0.1, budget, mode).best.speedup for budget in range(1, 65)]
+        top = max(best)
+        assert int(m) == next(i + 1 for i, s in enumerate(best) if s >= top - 1e-12), (mode, m)
+        assert float(speed) == round(top, 2), (mode, speed, top)
