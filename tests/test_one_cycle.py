@@ -77,3 +77,11 @@ def test_each_runtime_refuses_by_name_the_plan_fields_it_cannot_honour():
         tools = make_tools(TARGET, DRAFT, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
         with pytest.raises(ConfigError, match=field):
             torch_cycle(start_state(TARGET, DRAFT, PROMPT, None, 8), plan, tools)
+
+
+def test_the_async_schedule_with_a_model_of_this_process_is_refused_before_anything_loads():
+    """The name would fail to load: the schedule is refused first, by name."""
+    with pytest.raises(ConfigError, match="schedule 'async' runs over engines only"):
+        LookaheadGenerator(target="no-such-org/no-such-model", schedule="async")
+    with pytest.raises(ConfigError, match="schedule 'async' runs over engines only"):
+        LookaheadGenerator(target=TARGET, draft=DRAFT, mode="lr").generate(PROMPT, max_new_tokens=4, schedule="async")

@@ -191,7 +191,7 @@ def test_async_event_loop_matches_schedule(runs, k1, c1):
 @sims
 @given(sim_rates, st.integers(0, 12), st.floats(0.0, 1.0))
 def test_sd_matches_simulation(alpha, gamma, c):
-    sim = simulate_sd(alpha, gamma, c, cycles=20_000, seed=1)
+    sim = simulate_sd(alpha, gamma, c, iterations=20_000, seed=1)
     assert sim.agrees(sd_speedup(alpha, gamma, c)), (sim, sd_speedup(alpha, gamma, c))
 
 
@@ -368,7 +368,7 @@ def test_predict_missing_and_odd_fields():
     (lambda: best_split(0.5, 0.1, 0.5, 0.1, 0), "M"),
     (lambda: best_split(0.5, 0.1, 0.5, 0.1, 16, mode="batched"), "mode"),
     (lambda: simulate_lr_async(0, 0.5, 0.1), "k1"),
-    (lambda: simulate_sd(0.5, 3, 0.1, cycles=0), "cycles"),
+    (lambda: simulate_sd(0.5, 3, 0.1, iterations=0), "iterations"),
     (lambda: expected_ceil(0.5, 0), "g"),
 ])
 def test_bad_input_raises_config_error(call, match):

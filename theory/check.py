@@ -158,7 +158,7 @@ def compare(name: str, closed: float, sim) -> None:
 def simulations() -> None:
     section(f"5. closed form vs Monte Carlo ({CYCLES} cycles each, pass within {Z:g} standard errors)")
     for i, (a, g, c) in enumerate(((0.8, 4, 0.05), (0.6, 2, 0.2), (0.9, 12, 0.02), (0.3, 6, 0.5))):
-        compare(f"token SD S(alpha={a}, gamma={g}, c={c})", sd_speedup(a, g, c), simulate_sd(a, g, c, cycles=CYCLES, seed=100 + i))
+        compare(f"token SD S(alpha={a}, gamma={g}, c={c})", sd_speedup(a, g, c), simulate_sd(a, g, c, iterations=CYCLES, seed=100 + i))
     for i, (k, a, c) in enumerate(((4, 0.5, 0.1), (6, 0.8, 0.2), (2, 0.9, 0.4))):
         compare(f"sync LR f_sync(k1={k}; alpha1={a}, c1={c})", f_sync(k, a, c),
                 simulate_lr_sync(k, a, c, cycles=CYCLES, seed=200 + i))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import make_drafter
-from .decoding.driver import DraftPrompt, generate_lr
+from .decoding.driver import DraftPrompt, generate_lr, local_settings
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .engines.generator import (
@@ -169,6 +169,7 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
+        local_settings(self.settings)  # the async schedule is for engines: refused before any model loads
         target_precision, draft_precision = split_precision(precision)
         pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                           if target_precision is not None else {})),

@@ -85,11 +85,12 @@ def _sync_cycles(alpha: float, drafts: int, draft_cost: float, cycles: int, seed
     return _ratio(accepted + 1, time)
 
 
-def simulate_sd(alpha: float, gamma: int, c: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
-    """Token SD: per iteration the draft writes ``gamma`` tokens (time ``gamma c``), the target scores
-    them in one pass (time 1); the leading accepted drafts are kept plus one target token."""
+def simulate_sd(alpha: float, gamma: int, c: float, *, iterations: int = 100_000, seed: int = 0) -> SimResult:
+    """Token SD over ``iterations`` iterations: per iteration the draft writes ``gamma`` tokens (time
+    ``gamma c``), the target scores them in one pass (time 1); the leading accepted drafts are kept plus
+    one target token."""
     a, n, cost = float(check_rate(alpha, "alpha")), int(check_count(gamma, "gamma", 0)), float(check_cost(c, "c"))
-    return _sync_cycles(a, n, cost, int(check_count(cycles, "cycles")), seed)
+    return _sync_cycles(a, n, cost, int(check_count(iterations, "iterations")), seed)
 
 
 def simulate_lr_sync(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0,
@@ -223,7 +224,7 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
         require(lengths.size > 0 and (lengths >= 1).all(), f"step_tokens must be >= 1, got {step_tokens!r}")
         return _joint_lr_sd(k1, k2, rates, n, seed, lengths)
     s_tok, s_step = np.random.SeedSequence(seed).spawn(2)
-    token = simulate_sd(alpha2, k2 - 1, c2, cycles=n, seed=s_tok)
+    token = simulate_sd(alpha2, k2 - 1, c2, iterations=n, seed=s_tok)
     run = simulate_lr_sync if mode == "sync" else simulate_lr_async
     step = run(k1, alpha1, c1, cycles=n, seed=s_step)
     require(token.speedup > 0, "token layer produced nothing")
