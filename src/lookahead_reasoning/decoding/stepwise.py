@@ -151,10 +151,12 @@ class StepRows:
         return m + (rescued is not None), appended
 
     def close(self) -> None:
-        """Cancel the requests the cycle no longer waits for."""
+        """Cancel the requests the cycle no longer waits for (a finished one's error, if any, is of no use either)."""
         for task in list(self.row_tasks.values()) + list(self.score_tasks.values()):
             if not task.done():
                 task.cancel()
+            elif not task.cancelled():
+                task.exception()  # read, so that an unused failed row is not reported as never retrieved
 
 
 async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
