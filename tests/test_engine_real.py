@@ -221,12 +221,17 @@ def test_a_pair_of_the_bank_is_continued_to_an_answer_on_both_branches(pair):
 
     from lookahead_reasoning.bench.flips import Flipper, engine_finish, read_bank
     from lookahead_reasoning.bench.grading import answers_match, extract_answer
+    from lookahead_reasoning.engines.generator import EngineRuntime
 
     pairs, problems = read_bank(Path(__file__).parents[1] / "benchmarks" / "results" / "pairs-gsm8k.jsonl")
     chosen = next(p for p in pairs if (p["problem_id"], p["mode"]) == ("train-312", "step-5"))
     assert not chosen["same_numbers"] and chosen["draft_end"] != "eos" and chosen["target_end"] != "eos"
     budget = chosen["prefix_tokens"] + len(chosen["target_ids"]) + 400
-    record = Flipper(engine_finish(pair, budget), pair.target.name).flip(chosen, problems["train-312"])
+    runtime = EngineRuntime(pair.target.client.endpoint.url, None, pair.settings, None, {})  # as `flips` runs it
+    try:
+        record = Flipper(engine_finish(runtime, budget), pair.target.name).flip(chosen, problems["train-312"])
+    finally:
+        runtime.close()
     assert not record["target_reused"]
     for branch in ("draft", "target"):
         head = chosen["prefix"] + chosen[branch]

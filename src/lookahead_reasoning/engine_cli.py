@@ -30,7 +30,6 @@ from .bench.engine_pairs import run_engine_pairs
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
 from .bench.grading import grade
 from .bench.pairs import PairsConfig
-from .engines import runs
 from .engines.generator import EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .presets import (
@@ -225,17 +224,19 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
 
 
 def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
-    """``generate --target-url``: plain decoding by the engine (one completion request), printed with
-    the local command's summary line."""
+    """``generate --target-url``: plain decoding by the engine (one completion request, through
+    :class:`.generator.EngineRuntime` as ``LookaheadGenerator`` runs it), printed with the local
+    command's summary line."""
 
-    pair = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
-                      template=args.template)
+    settings = engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens)
+    runtime = EngineRuntime(args.target_url, None, settings, None,
+                            {"target_model": args.target_model, "template": args.template})
     try:
-        result = runs.ar(pair, prompt, args.max_new_tokens, on_text=lambda text: print(text, end="", flush=True))
+        result = runtime.generate(prompt, "ar", settings, raw=True, on_text=lambda text: print(text, end="", flush=True))
     finally:
-        pair.close()
+        runtime.close()
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
-          f"engine {pair.target.client.endpoint.url}, stop: {result.stop_reason}]")
+          f"engine {runtime.pair.target.client.endpoint.url}, stop: {result.stop_reason}]")
     return 0
 
 
@@ -276,13 +277,13 @@ def cmd_flips(args: argparse.Namespace) -> int:
             "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
     config = FlipsConfig(tuple(args.pairs), args.out, args.sample, args.seed, args.max_new_tokens)
     read_bank(config.pairs)  # a bad file fails before any connection
-    engines = EnginePair(args.target_url, target_model=args.target_model, settings=engine_settings(args),
-                         template=args.template)
+    runtime = EngineRuntime(args.target_url, None, engine_settings(args), None,
+                            {"target_model": args.target_model, "template": args.template})
     try:
-        finish = engine_finish(engines, config.max_new_tokens)
-        path = run_flips(config, Flipper(finish, engines.target.client.model_name()))
+        finish = engine_finish(runtime, config.max_new_tokens)
+        path = run_flips(config, Flipper(finish, runtime.pair.target.client.model_name()))
     finally:
-        engines.close()
+        runtime.close()
     print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(config.pairs)} --flips {path}` adds each verifier's "
           "flip rate to the ablation)")
     return 0

@@ -34,7 +34,6 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..engines import runs
 from ..errors import ConfigError, require
 from ..prompts import math_messages
 from ..steps import COMPLETE_ENDS
@@ -121,16 +120,19 @@ def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> l
 Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (the continuation, its tokens)
 
 
-def engine_finish(engines: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
-    """Continue a text greedily with the target of ``engines`` (an EnginePair) to EOS or ``max_new_tokens``
+def engine_finish(runtime: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
+    """Continue a text greedily with the target of ``runtime`` (what ``LookaheadGenerator`` runs over an
+    engine URL, :class:`~lookahead_reasoning.engines.generator.EngineRuntime`) to EOS or ``max_new_tokens``
     in all (the text so far counts): one completion request."""
+    pair = runtime.pair
+
     def finish(question: str, head: str) -> tuple[str, int]:
-        ids = engines.prompt_ids(math_messages(question))
-        written = engines.target.encode(head) if head else []
+        ids = pair.prompt_ids(math_messages(question))
+        written = pair.target.encode(head) if head else []
         budget = max_new_tokens - len(written)
         if budget <= 0:
             return "", 0
-        done = runs.ar(engines, ids + written, budget)
+        done = runtime.generate(ids + written, "ar", pair.settings.with_overrides(max_new_tokens=budget))
         return done.text, len(done.token_ids)
 
     return finish
