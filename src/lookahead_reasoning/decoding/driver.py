@@ -130,9 +130,10 @@ class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
     ``state``'s sessions with ``tools`` (:class:`~.torch_rows.TorchRows`). Each trace also carries what
     the cycle measured: the forward seconds of both models, every timed forward, and the SD iterations
-    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). ``pads`` (target's, draft's): the n each
-    model runs a forward of n new tokens per row at (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`;
-    None: as asked; one LM in both roles pads as the target)."""
+    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). ``pads`` (target's,
+    draft's): the n each model runs a forward of n new tokens per row at
+    (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM in both roles pads as the
+    target)."""
 
     def __init__(self, state: LRState, tools: CycleTools, stats: LRStats,
                  pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)):

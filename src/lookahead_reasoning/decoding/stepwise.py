@@ -142,7 +142,8 @@ class StepRows:
         return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, drafted[:len(contexts)])
 
     async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
-        return list(await asyncio.gather(*(self.target_model.ascore(tuple(written.rows[m]), a.ids) for a in candidates)))
+        context = tuple(written.rows[m])
+        return list(await asyncio.gather(*(self.target_model.ascore(context, a.ids) for a in candidates)))
 
     def accept(self, written: TargetPass, m: int, rescued: Step | None) -> tuple[int, bool]:
         appended = m < len(written.rows) and rescued is None
@@ -265,4 +266,5 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise", "run_cycle_over"]
+__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise",
+           "run_cycle_over"]

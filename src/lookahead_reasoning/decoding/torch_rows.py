@@ -211,7 +211,8 @@ class EarlyJudge:
         return [] if useful else list(range(row + 1, self.branches.batch_size))
 
 
-def score_alternatives(written: TargetPass, m: int, candidates: list[Step], translator: Translator) -> list[TokenScores]:
+def score_alternatives(written: TargetPass, m: int, candidates: list[Step],
+                       translator: Translator) -> list[TokenScores]:
     """The target's scores of alternative drafts at position m (not in the scored chain): one forward
     of copies of row m's cache, one row per alternative."""
     own = [translator.to_target(a) for a in candidates]
