@@ -13,6 +13,21 @@ from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.sampling import SamplingConfig
 
 
+class QuietJSONHandler(BaseHTTPRequestHandler):
+    """What the tests' loopback servers share: JSON answers, and no request log on stderr."""
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class ModelEngine:
     """``/v1/completions`` (token ids in, llama.cpp's ``__verbose`` out: why it stopped, the ids),
     ``/tokenize``, ``/detokenize``, ``/health`` and ``/v1/models`` over ``lm``; one completion at a time."""
@@ -22,18 +37,7 @@ class ModelEngine:
         self.lock = threading.Lock()
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietJSONHandler):
             def do_GET(self):
                 self._send({"status": "ok", "data": [{"id": engine.lm.name, "owned_by": "llamacpp"}]})
 
@@ -56,11 +60,9 @@ class ModelEngine:
             self.completions += 1
             done = generate(self.lm, body["prompt"], max_new_tokens=int(body["max_tokens"]), sampling=sampling,
                             stop_strings=stops, seed=body.get("seed", 0))
-        text = self.lm.decode(done.token_ids, skip_special_tokens=False)
-        word = next((s for s in stops if text.endswith(s)), "") if done.stop_reason == "stop_string" else ""
         kind = {"stop_string": "word", "eos": "eos"}.get(done.stop_reason, "limit")
-        if kind == "eos":
-            text = self.lm.decode(done.token_ids)
+        text = self.lm.decode(done.token_ids, skip_special_tokens=kind == "eos")  # llama.cpp leaves EOS out
+        word = next((s for s in stops if text.endswith(s)), "") if kind == "word" else ""
         return {"choices": [{"text": text[:len(text) - len(word)], "index": 0,
                              "finish_reason": "length" if kind == "limit" else "stop"}],
                 "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(done.token_ids)},

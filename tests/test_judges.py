@@ -13,6 +13,7 @@ import threading
 
 import pytest
 import torch
+from model_engine import QuietJSONHandler
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -235,18 +236,7 @@ class ModelServer(http.server.ThreadingHTTPServer):
         return {"object": "text_completion", "model": body["model"], "choices": choices}
 
 
-class _ModelHandler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _send(self, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class _ModelHandler(QuietJSONHandler):
     def do_GET(self):
         self._send({"object": "list", "data": [{"id": "tiny-judge", "object": "model"}]})
 

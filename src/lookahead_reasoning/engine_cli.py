@@ -55,9 +55,11 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     (``engine_options``) so that :func:`refuse_engine_options` can tell which were given."""
     g = p.add_argument_group("serving engines (OpenAI-compatible: llama.cpp's llama-server, vLLM, SGLang)")
     g.add_argument("--target-url", help="run over the engine at this URL instead of this process's PyTorch loops")
-    only = [g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")]
+    only = [g.add_argument("--target-model",
+                           help="the model name the target's engine serves (servers of several models)")]
     if uses != "generate":
-        only.append(g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)"))
+        only.append(g.add_argument("--draft-url",
+                                   help="the draft's engine (default: --draft-model on the target's engine)"))
         only.append(g.add_argument("--draft-model", help="the draft's model name on its engine"))
     only.append(g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), "
                                "for chat prompts to an engine that applies no chat template itself (default: the "
@@ -70,7 +72,8 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
                                    "or an engine URL that does (vLLM)"))
         only.append(g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD "
                                    "(modes sd, lr-sd)"))
-        only.append(g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)"))
+        only.append(g.add_argument("--ngram-url",
+                                   help="bench: a target engine started with its own n-gram SD (mode ngram)"))
         only.append(g.add_argument("--concurrency", type=int, default=1,
                                    help="bench: problems run at once against the engine"))
         only.append(g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
@@ -223,16 +226,23 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def target_runtime(args: argparse.Namespace, settings: Settings) -> EngineRuntime:
+    """The target's engine alone (no draft, no verifier), as ``LookaheadGenerator`` runs a URL target:
+    plain decoding for ``generate`` and ``flips``."""
+    return EngineRuntime(args.target_url, None, settings, None,
+                         {"target_model": args.target_model, "template": args.template})
+
+
 def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
     """``generate --target-url``: plain decoding by the engine (one completion request, through
     :class:`.generator.EngineRuntime` as ``LookaheadGenerator`` runs it), printed with the local
     command's summary line."""
 
     settings = engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens)
-    runtime = EngineRuntime(args.target_url, None, settings, None,
-                            {"target_model": args.target_model, "template": args.template})
+    runtime = target_runtime(args, settings)
     try:
-        result = runtime.generate(prompt, "ar", settings, raw=True, on_text=lambda text: print(text, end="", flush=True))
+        result = runtime.generate(prompt, "ar", settings, raw=True,
+                                  on_text=lambda text: print(text, end="", flush=True))
     finally:
         runtime.close()
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
@@ -277,8 +287,7 @@ def cmd_flips(args: argparse.Namespace) -> int:
             "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
     config = FlipsConfig(tuple(args.pairs), args.out, args.sample, args.seed, args.max_new_tokens)
     read_bank(config.pairs)  # a bad file fails before any connection
-    runtime = EngineRuntime(args.target_url, None, engine_settings(args), None,
-                            {"target_model": args.target_model, "template": args.template})
+    runtime = target_runtime(args, engine_settings(args))
     try:
         finish = engine_finish(runtime, config.max_new_tokens)
         path = run_flips(config, Flipper(finish, runtime.pair.target.client.model_name()))
@@ -291,4 +300,4 @@ def cmd_flips(args: argparse.Namespace) -> int:
 
 __all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings",
            "refuse_engine_options", "run_bench_over_engine", "run_generate_over_engine", "run_lr_over_engine",
-           "run_pairs_over_engine", "verifier_over_engines"]
+           "run_pairs_over_engine", "target_runtime", "verifier_over_engines"]

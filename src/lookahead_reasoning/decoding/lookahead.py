@@ -134,8 +134,9 @@ def row_contexts(x: Sequence[int], remaining: int, drafted: list[Step],
 class Judge:
     """Judges row j's step against drafted step j as soon as row j is finished (step 2's early verdicts).
 
-    Call it with the row, the target's text on it and, for a likelihood verifier, the drafted step's
-    scores; it answers whether the rows after j are still of use (False after a rejection)."""
+    Call it for a row it :meth:`wants`, with the target's text on it and, for a likelihood verifier, the
+    drafted step's scores; it answers whether the rows after j are still of use (False after a
+    rejection). A row is judged once: a second call answers from its verdict."""
 
     def __init__(self, drafted: list[Step], verifier: Verifier):
         self.drafted, self.verifier = drafted, verifier
@@ -151,8 +152,8 @@ class Judge:
         return any(not v.accepted for r, v in self.verdicts.items() if r < row)
 
     def __call__(self, row: int, target_text: str, scores: TokenScores | None = None) -> bool:
-        if not self.wants(row):
-            return not self.rejected_before(row)
+        if row in self.verdicts:
+            return self.verdicts[row].accepted
         with Laps() as lap:
             [verdict] = verify_pairs(self.verifier, [(self.drafted[row].text, target_text)],
                                      [scores] if scores is not None else None)

@@ -84,9 +84,7 @@ class StepRows:
             scores = self.score_tasks.get(j)
             if scores is not None and not scores.done():
                 break
-            if j not in self.judge.verdicts:
-                self.judge(j, self.row_tasks[j].result().text, scores.result() if scores is not None else None)
-            if not self.judge.verdicts[j].accepted:
+            if not self.judge(j, self.row_tasks[j].result().text, scores.result() if scores is not None else None):
                 return True
             j += 1
         return False
@@ -131,12 +129,9 @@ class StepRows:
         steps: list[Step] = []
         for j in range(len(contexts)):  # in row order: a rejection makes the later rows useless
             steps.append(await self.row_tasks[j])
-            if self.judge.wants(j):
-                scores = self.score_tasks.get(j)
-                if j not in self.judge.verdicts:
-                    self.judge(j, steps[j].text, (await scores) if scores is not None else None)
-                if self.judge.verdicts[j].accepted:
-                    continue
+            scores = self.score_tasks.get(j)
+            if self.judge.wants(j) and self.judge(j, steps[j].text, (await scores) if scores is not None else None):
+                continue
             break
         self.close()
         return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, drafted[:len(contexts)])
