@@ -227,9 +227,9 @@ def test_a_draft_with_another_tokenizer_is_refused():
         probe = "x"
         target.tokens[probe] = [1, 2]
         draft.tokens[probe] = [1, 3]
-        from lookahead_reasoning.runtime.engine.steps import check_same_tokenizer
+        from lookahead_reasoning.runtime.vocab import ENGINE_LR_NEEDS, check_same_tokenizer
         with pytest.raises(TokenizerMismatchError, match="tokenize text differently"):
-            check_same_tokenizer(EngineSteps(_client(target.url)), EngineSteps(_client(draft.url)), probe)
+            check_same_tokenizer(EngineSteps(_client(draft.url)), EngineSteps(_client(target.url)), ENGINE_LR_NEEDS, probe)
 
 
 def test_endpoint_and_request_are_checked():

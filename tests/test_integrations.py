@@ -129,7 +129,7 @@ def test_an_option_the_loops_cannot_honour_is_refused_by_name(models, option, me
 def test_a_draft_of_another_vocabulary_is_refused_for_token_sd(models):
     model, tok, draft, inputs, _, _ = models
     other = tiny_tokenizer()  # byte-level BPE: another vocabulary than the models' characters
-    with pytest.raises(TokenizerMismatchError, match="different tokenizers"):
+    with pytest.raises(TokenizerMismatchError, match="tokenize text differently"):
         model.generate(**inputs, max_new_tokens=8, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
                        assistant_model=draft, tokenizer=tok, assistant_tokenizer=other, mode="sd")
     with pytest.raises(ConfigError, match="needs a draft model"):

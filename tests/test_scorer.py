@@ -14,7 +14,7 @@ from lookahead_reasoning import LookaheadGenerator
 from lookahead_reasoning.cli import main
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.errors import ConfigError, TokenizerMismatchError
-from lookahead_reasoning.runtime.engine.steps import PROBE
+from lookahead_reasoning.runtime.vocab import PROBE
 from lookahead_reasoning.runtime.scorer import SessionScorer
 from lookahead_reasoning.steps import TokenScores
 

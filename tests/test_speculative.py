@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.drafters import ModelDrafter, NGramDrafter
-from lookahead_reasoning.runtime.pair import check_same_vocabulary
+from lookahead_reasoning.runtime.vocab import check_same_tokenizer
 from lookahead_reasoning.decoding.results import SDStats
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
@@ -354,8 +354,8 @@ def test_mismatched_tokenizers_raise():
         generate_sd(target, [1, 2], other, max_new_tokens=4)
     assert "step-level" in str(info.value).lower()
     with pytest.raises(TokenizerMismatchError):
-        check_same_vocabulary(other, target)
-    check_same_vocabulary(tiny_lm("llama"), target)  # same tokenizer, other architecture: fine
+        check_same_tokenizer(other, target)
+    check_same_tokenizer(tiny_lm("llama"), target)  # same tokenizer, other architecture: fine
 
 
 @pytest.mark.parametrize("kwargs", [{"max_n": 1, "min_n": 2}, {"min_n": 0}, {"max_n": 2.0}])

@@ -52,7 +52,8 @@ from .presets import (
 from .prompts import math_messages
 from .runtime.compiled import check_fast_path, default_backend
 from .runtime.lm import LM
-from .runtime.pair import check_same_vocabulary, model_pair
+from .runtime.pair import model_pair
+from .runtime.vocab import check_same_tokenizer
 from .settings import Settings, TokenSD
 from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
 from .verifiers.likelihood import TokenScores, verify_pairs
@@ -314,7 +315,7 @@ class LookaheadGenerator:
                                sampling=settings.sampling, seed=settings.seed, on_text=on_text)
         if mode in ("sd", "sd-ngram"):
             if mode == "sd" and not self.same_vocab:
-                check_same_vocabulary(self.draft, self.target)  # raises with the explanation
+                check_same_tokenizer(self.draft, self.target)  # raises with the explanation
             token_sd = settings.token_sd
             drafter = self.draft if mode == "sd" else make_drafter("ngram", max_n=token_sd.ngram_max,
                                                                    min_n=token_sd.ngram_min)

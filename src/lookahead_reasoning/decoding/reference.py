@@ -54,7 +54,7 @@ from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .autoregressive import decode_rows
-from ..runtime.pair import check_same_vocabulary
+from ..runtime.vocab import check_same_tokenizer
 from .results import CycleTrace, GenerationResult, LRStats
 from ..settings import Settings
 from ..steps import Step, StepConfig, StepModel, StepRequest
@@ -185,7 +185,7 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
     settings = settings or Settings()
     k, max_new_tokens = settings.drafted_steps, settings.max_new_tokens
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
-    check_same_vocabulary(draft_lm, target_lm)
+    check_same_tokenizer(draft_lm, target_lm)
     generator = make_generator(settings.seed)
     target, draft = (LocalSteps(lm, settings.steps, settings.sampling, generator=generator)
                      for lm in (target_lm, draft_lm))

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import require
 from ..runtime.lm import LM
-from ..runtime.pair import check_same_vocabulary
+from ..runtime.vocab import check_same_tokenizer
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, probs_from_logits
 from ..stopping import StopChecker, StopCondition, StopHit
@@ -147,7 +147,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     gamma, sampling = settings.token_gamma, settings.sampling
     generator = make_generator(settings.seed)
     if isinstance(drafter, LM):
-        check_same_vocabulary(drafter, target)
+        check_same_tokenizer(drafter, target)
         drafter = ModelDrafter(drafter, sampling, generator, draft_stop_below=settings.draft_stop_below)
     draft_lm = getattr(drafter, "lm", None)
     checker = StopChecker(StopCondition(target.eos_ids, tuple(stop_strings), settings.max_new_tokens), target.decode)

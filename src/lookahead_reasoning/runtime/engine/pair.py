@@ -21,14 +21,15 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ...errors import ModelLoadError, PromptError, TokenizerMismatchError, require
+from ...errors import ModelLoadError, PromptError, require
 from ...models import load_model
 from ...models.loading import load_tokenizer
 from ...settings import Settings
 from ..lm import LM
 from ..scorer import SessionScorer
+from ..vocab import ENGINE_LR_NEEDS, SCORER_NEEDS, check_same_tokenizer
 from .client import Endpoint, EngineClient
-from .steps import PROBE, EngineSteps, check_same_tokenizer
+from .steps import EngineSteps
 
 Messages = Sequence[dict[str, str]]
 
@@ -55,10 +56,7 @@ class EnginePair:
         self.check()
         if scorer is not None:  # the likelihood verifiers' scores, where the target's engine gives none
             self.target.scorer = scorer if hasattr(scorer, "ascore") else make_scorer(scorer, s)
-            mine, theirs = self.target.scorer.encode(PROBE), self.target.encode(PROBE)
-            require(mine == theirs, f"the scorer {scorer!r} and the target at {target_url} tokenize text differently "
-                    f"({len(mine)} vs {len(theirs)} ids for a probe sentence): a scorer must be the target's model",
-                    TokenizerMismatchError)
+            check_same_tokenizer(self.target.scorer, self.target, SCORER_NEEDS, roles=("the scorer", "the target"))
 
     def use(self, settings: Settings) -> None:
         """Run the next requests with ``settings``' steps, sampling, seed and ``alt_temperature``; the
@@ -78,7 +76,7 @@ class EnginePair:
             if steps is not None and not steps.client.healthy():
                 steps.client.model_name()  # raises the endpoint's own error (connection, HTTP status)
         if self.draft is not None:
-            check_same_tokenizer(self.target, self.draft)
+            check_same_tokenizer(self.draft, self.target, ENGINE_LR_NEEDS)
 
     def warm(self, tokens: int = 16, draft: bool = True, prompt: str | Messages | Sequence[int] | None = None) -> None:
         """One short completion from the target's endpoint (and the draft's, with ``draft``): a server

@@ -18,13 +18,11 @@ import asyncio
 import itertools
 from typing import Sequence
 
-from ...errors import EngineError, TokenizerMismatchError
+from ...errors import EngineError
 from ...presets import ALT_TEMPERATURE
 from ...sampling import SamplingConfig
 from ...steps import Step, StepConfig, StepRequest, TokenScores
 from .client import Completion, EngineClient, Sampling
-
-PROBE = "Natalia sold clips to 48 of her friends.\n\nThen she sold half as many in May: 48 / 2 = 24.\n\n"
 
 
 class EngineSteps:
@@ -140,16 +138,4 @@ class EngineSteps:
         await self.client.aclose()
 
 
-def check_same_tokenizer(target: EngineSteps, draft: EngineSteps, probe: str = PROBE) -> None:
-    """TokenizerMismatchError unless both endpoints cut ``probe`` into the same ids: the cycle passes
-    one prefix of ids to both models, which needs one vocabulary."""
-    mine, theirs = draft.encode(probe), target.encode(probe)
-    if mine != theirs:
-        raise TokenizerMismatchError(
-            f"the draft at {draft.client.endpoint.url} and the target at {target.client.endpoint.url} tokenize text "
-            f"differently ({len(mine)} vs {len(theirs)} ids for a probe sentence; first difference at id "
-            f"{next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))}): "
-            f"Lookahead Reasoning over engines needs a draft and a target with one tokenizer")
-
-
-__all__ = ["EngineSteps", "check_same_tokenizer"]
+__all__ = ["EngineSteps"]
