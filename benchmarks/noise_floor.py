@@ -96,7 +96,7 @@ class EngineRows:
         self.label = label
 
     def _one(self, slot: int, question: str, budget: int) -> tuple[str, int, str, float]:
-        from lookahead_reasoning.engines.runs import ar
+        from lookahead_reasoning.engine_runtime import ar
         from lookahead_reasoning.prompts import math_messages
 
         r = ar(self.pairs[slot], math_messages(question), budget)

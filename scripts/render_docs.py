@@ -243,7 +243,7 @@ SYNC_NOTE = """\
 The local loops in this library (and so every notebook) run **synchronous** Lookahead Reasoning: a
 cycle drafts its k steps, then the target's rows run, then the verifier judges. The asynchronous
 variant, in which a target step starts as soon as its drafted prefix exists while drafting goes on,
-runs over serving engines (module `lookahead_reasoning.engines`), not in these loops.
+runs over serving engines (module `lookahead_reasoning.engine_runtime`), not in these loops.
 """
 
 FIGURES = """\

@@ -161,7 +161,7 @@ def test_index_gives_the_reading_order_and_says_where_asynchronous_lr_runs():
     wanted = [n for n in render_docs.READING_ORDER if any(nb.name.startswith(n) for nb in NOTEBOOKS)]
     assert links == wanted, f"reading order {links}, expected {wanted}"
     assert all(render_docs.READING_ORDER.get(n) for n in links), "a notebook without its one-line summary"
-    assert "synchronous" in index and "lookahead_reasoning.engines" in index
+    assert "synchronous" in index and "lookahead_reasoning.engine_runtime" in index
 
 
 def test_every_results_figure_is_linked_from_where_a_reader_looks():

@@ -15,7 +15,7 @@ import pytest
 from lr_helpers import at, engine_planner, engine_policy, request_table
 from test_engine_client import FakeEngine
 
-from lookahead_reasoning.bench import engine as engine_bench
+from lookahead_reasoning import engine_runtime
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.errors import ConfigError, EngineError
 from lookahead_reasoning.plan import CyclePlan
@@ -132,7 +132,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
         client = target.client
         return engine_planner(budget_costs(), accepted=1, rejected=30, load=lambda: client.in_flight)
 
-    monkeypatch.setattr(engine_bench, "ameasured_planner", fake_planner)
+    monkeypatch.setattr(engine_runtime, "ameasured_planner", fake_planner)
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
                             for i in range(3)))

@@ -11,6 +11,7 @@ then agree up to a first difference where the engine's own top-2 log probabiliti
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 
@@ -19,11 +20,17 @@ from conftest import USER_CACHE, unavailable
 
 from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.decoding.driver import FixedK
-from lookahead_reasoning.engines import runs
+from lookahead_reasoning import engine_runtime as runs
+from lookahead_reasoning.steps import closing
 from lookahead_reasoning.errors import EngineError
 from lookahead_reasoning.presets import MAX_STEP_TOKENS
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.verifiers.registry import make_verifier
+
+
+def lr_over(pair, prompt, verifier, policy, tokens):
+    """Lookahead Reasoning over ``pair`` on an event loop of its own, its connections closed at the end."""
+    return asyncio.run(closing(runs.alr(pair, prompt, verifier, policy, tokens), pair))
 
 pytestmark = [pytest.mark.engine, pytest.mark.real]
 
@@ -116,7 +123,7 @@ def check_lr_writes_the_engines_greedy_text(pair, problems, tokens: int = TOKENS
     for problem in problems:
         messages = math_messages(problem.question)
         reference, logprobs = _engine_greedy(pair, messages, tokens)
-        lr = runs.lr(pair, messages, exact, FixedK(2), tokens)
+        lr = lr_over(pair, messages, exact, FixedK(2), tokens)
         assert_engine_text(lr.token_ids, reference, logprobs)
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
 
@@ -125,8 +132,8 @@ def check_async_and_sync_agree(pair, problem, tokens: int = TOKENS) -> None:
     exact = make_verifier("exact")
     messages = math_messages(problem.question)
     reference, logprobs = _engine_greedy(pair, messages, tokens)
-    asyn = runs.lr(pair, messages, exact, FixedK(2, schedule="async"), tokens)
-    sync = runs.lr(pair, messages, exact, FixedK(2), tokens)
+    asyn = lr_over(pair, messages, exact, FixedK(2, schedule="async"), tokens)
+    sync = lr_over(pair, messages, exact, FixedK(2), tokens)
     assert_engine_text(asyn.token_ids, reference, logprobs)
     assert_engine_text(sync.token_ids, reference, logprobs)
     assert any(c.target_rows > 1 for c in asyn.stats.cycles)
@@ -221,13 +228,12 @@ def test_a_pair_of_the_bank_is_continued_to_an_answer_on_both_branches(pair):
 
     from lookahead_reasoning.bench.flips import Flipper, engine_finish, read_bank
     from lookahead_reasoning.bench.grading import answers_match, extract_answer
-    from lookahead_reasoning.engines.generator import EngineRuntime
 
     pairs, problems = read_bank(Path(__file__).parents[1] / "benchmarks" / "results" / "pairs-gsm8k.jsonl")
     chosen = next(p for p in pairs if (p["problem_id"], p["mode"]) == ("train-312", "step-5"))
     assert not chosen["same_numbers"] and chosen["draft_end"] != "eos" and chosen["target_end"] != "eos"
     budget = chosen["prefix_tokens"] + len(chosen["target_ids"]) + 400
-    runtime = EngineRuntime(pair.target.client.endpoint.url, None, pair.settings, None, {})  # as `flips` runs it
+    runtime = runs.EngineRuntime(pair.target.client.endpoint.url, None, pair.settings, None, {})  # as `flips` runs it
     try:
         record = Flipper(engine_finish(runtime, budget), pair.target.name).flip(chosen, problems["train-312"])
     finally:
@@ -274,7 +280,7 @@ def test_the_target_loaded_here_scores_llama_cpp_steps_for_the_likelihood_verifi
         own, _ = _engine_greedy(scored, messages, 48)
         view = scored.target.score(scored.prompt_ids(messages), own)
         assert sum(r == 0 for r in view.ranks) >= 0.9 * len(own) and min(view.probs) > 0
-        lr = runs.lr(scored, messages, make_verifier("likelihood"), FixedK(2), TOKENS)
+        lr = lr_over(scored, messages, make_verifier("likelihood"), FixedK(2), TOKENS)
         judged = [v for c in lr.stats.cycles for v in c.verdicts if v.verifier.startswith("likelihood")]
         assert judged and all(v.score is not None for v in judged)
         assert scorer.calls >= len(judged)

@@ -9,7 +9,7 @@
   ``score-pairs``: the target's probabilities for a bank written over engines; ``flips``: which accepted pairs change the final answer (both branches continued over an engine).
 * ``serve-engine``: build llama.cpp's server and serve the offline models on loopback; ``generate``,
   ``lr``, ``bench`` and ``pairs`` with ``--target-url`` run over any OpenAI-compatible engine
-  (:mod:`lookahead_reasoning.engines`).
+  (:mod:`lookahead_reasoning.engine_runtime`).
 
 Every option is checked before any model loads: a bad number, name, path or dataset index fails in
 a second, naming the option.
@@ -92,7 +92,7 @@ def _stream(text: str) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
 
     _check_prompt_args(args)
-    if args.target_url:  # the engine's own decoding (lookahead_reasoning.engines)
+    if args.target_url:  # the engine's own decoding (lookahead_reasoning.engine_runtime)
 
         return run_generate_over_engine(args, _question(args)[0])
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
@@ -110,7 +110,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_lr(args: argparse.Namespace) -> int:
 
-    if args.target_url:  # over serving engines (lookahead_reasoning.engines)
+    if args.target_url:  # over serving engines (lookahead_reasoning.engine_runtime)
 
         _check_prompt_args(args)
         return run_lr_over_engine(args, *_question(args))

@@ -30,7 +30,7 @@ from .bench.engine_pairs import run_engine_pairs
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
 from .bench.grading import grade
 from .bench.pairs import PairsConfig
-from .engines.generator import EngineRuntime, engine_verifier
+from .engine_runtime import EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .presets import (
     DEFAULT_DRAFT,
@@ -104,7 +104,7 @@ def engine_settings(args: argparse.Namespace) -> Settings:
 
 
 def verifier_over_engines(args: argparse.Namespace):
-    """The verifier the options name, for a run over engines (:func:`~.engines.generator.engine_verifier`)."""
+    """The verifier the options name, for a run over engines (:func:`~.engine_runtime.engine_verifier`)."""
     return engine_verifier(verifier_settings_from_args(args))
 
 

@@ -26,7 +26,7 @@ from .decoding.drafters import make_drafter
 from .decoding.driver import DraftPrompt, generate_lr, local_settings
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
-from .engines.generator import (
+from .engine_runtime import (
     ENGINE_NAMES,
     EngineRuntime,
     engine_verifier,
@@ -88,7 +88,7 @@ class LookaheadGenerator:
         target, draft: model names (offline short names, hub ids, local dirs, .gguf files),
             LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
             A URL of an OpenAI-compatible engine (``http://...``) for the target (and the draft)
-            runs over the engines (:mod:`lookahead_reasoning.engines.generator`): the same
+            runs over the engines (:mod:`lookahead_reasoning.engine_runtime`): the same
             ``generate``, modes auto, lr and ar; ``template``, ``target_model``, ``draft_model`` and
             ``scorer`` are for that case (a local tokenizer whose chat template to use; the served
             models' names; what scores drafted tokens for a likelihood verifier where the target's

@@ -23,23 +23,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..decoding.driver import FixedK
 from ..decoding.results import GenerationResult
-from ..engines import runs
+from ..engine_runtime import EngineRuntime, ar_windows, engine_verifier
 from ..errors import ConfigError, require
-from ..planning.endpoints import ameasured_planner
-from ..planning.planner import Planner
-from ..planning.policy import AutoPolicy
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
-from ..runtime.engine.pair import EnginePair
 from ..settings import Settings
 from ..verifiers.base import verifier_fields
-from ..verifiers.registry import make_verifier
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .results import append_record, check_writable, done_pairs, read_records
@@ -115,77 +109,63 @@ class EngineBench:
 
 @dataclass(frozen=True)
 class Prepared:
-    """One (problem, mode) ready to be timed: the pair it runs on and the prompt's ids."""
+    """One (problem, mode) ready to be timed: the runtime it runs on and the prompt's ids."""
 
     problem: Problem
     mode: str
-    pair: EnginePair
+    runtime: EngineRuntime
     ids: list[int]
 
 
 class EngineRunner:
-    """The pairs a benchmark's modes need, the planner ``auto`` keeps across problems, one run each."""
+    """The engine runtimes a benchmark's modes need (the generator's own, :class:`~..engine_runtime.EngineRuntime`:
+    the plain target, and the targets started with the engine's SD), one run each; ``auto``'s runs share
+    the plain runtime's planner across problems."""
 
     def __init__(self, bench: EngineBench):
         self.bench, urls = bench, bench.urls
-        self.verifier = make_verifier(bench.verifier) if isinstance(bench.verifier, str) else bench.verifier
-        self.pairs: dict[str, EnginePair] = {}
-        self.pairs["plain"] = EnginePair(urls.target, urls.draft, settings=bench.settings, template=urls.template,
-                                         scorer=urls.scorer)
-        template = self.pairs["plain"].template  # loaded once, if named
+        self.verifier = engine_verifier(bench.verifier)
+        self.runtimes: dict[str, EngineRuntime] = {}
+        plain = EngineRuntime(urls.target, urls.draft, bench.settings, self.verifier,
+                              {"template": urls.template, "scorer": urls.scorer})
+        self.runtimes["plain"], template = plain, plain.pair.template  # loaded once, if named
         if urls.sd:
-            self.pairs["sd"] = EnginePair(urls.sd, urls.draft, settings=bench.settings, template=template)
+            self.runtimes["sd"] = EngineRuntime(urls.sd, urls.draft, bench.settings, self.verifier, {"template": template})
         if urls.ngram:
-            self.pairs["ngram"] = EnginePair(urls.ngram, settings=bench.settings, template=template)
-        self.planner: Planner | None = None
-        self._measuring = asyncio.Lock()
-        self.models = {"target": self.pairs["plain"].target.client.model_name(),
-                       "draft": self.pairs["plain"].draft.client.model_name() if urls.draft else None}
-
-    async def _planner(self, prompt: list[int]) -> Planner:
-        """The planner every ``auto`` run forks: the endpoints are measured once, by the first run to
-        ask (the others wait, so nothing else is in flight while it measures), and it reads the load
-        from the target's client."""
-        async with self._measuring:
-            if self.planner is None:
-                pair = self.pairs["plain"]
-                self.planner = await ameasured_planner(pair.target, pair.draft, prompt)
-        return self.planner
+            self.runtimes["ngram"] = EngineRuntime(urls.ngram, None, bench.settings, self.verifier, {"template": template})
+        self.models = {"target": plain.pair.target.client.model_name(),
+                       "draft": plain.pair.draft.client.model_name() if urls.draft else None}
 
     async def prepare(self, problem: Problem, mode: str) -> Prepared:
         """What one (problem, mode) needs before its timed part: the prompt's ids (tokenized once, for
         every request) and its endpoints hot with the prompt cached (every mode then finds it so)."""
         base, _, _ = parse_engine_mode(mode)
         plain = base in ("ar", "sd", "ngram")
-        pair = self.pairs[("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")]
-        ids = await asyncio.to_thread(pair.prompt_ids, math_messages(problem.question))
-        await asyncio.to_thread(pair.warm, 4, not plain, ids)
-        return Prepared(problem, mode, pair, ids)
+        runtime = self.runtimes[("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")]
+        ids = await asyncio.to_thread(runtime.prompt_ids, math_messages(problem.question))
+        await asyncio.to_thread(runtime.pair.warm, 4, not plain, ids)
+        return Prepared(problem, mode, runtime, ids)
 
     async def run(self, ready: Prepared) -> tuple[GenerationResult, dict[str, Any]]:
         """The timed part of one prepared (problem, mode): the result and what its record adds
         (``plans`` of ``auto``; with a ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
         base, k, schedule = parse_engine_mode(ready.mode)
-        n, window, pair, ids = self.bench.max_new_tokens, self.bench.window, ready.pair, ready.ids
-        if base in ("ar", "sd", "ngram"):
-            if window:
-                result, timeline = await asyncio.to_thread(runs.ar_windows, pair, ids, n, window)
-                return result, {"timeline": timeline}
-            return await asyncio.to_thread(runs.ar, pair, ids, n), {}
-        timeline = []
-        if base == "auto":  # one planner per run, sharing what every run learns (rates, costs, calibration)
-            planner = AutoPolicy((await self._planner(ids)).fork(), self.bench.settings.steps.delimiters,
-                                 mode="engine-auto")
-        else:
-            planner = FixedK(k, schedule=schedule)
-        start = time.perf_counter()
+        bench, runtime, ids = self.bench, ready.runtime, ready.ids
+        settings = replace(bench.settings, max_new_tokens=bench.max_new_tokens, schedule=schedule)
+        if base in ("ar", "sd", "ngram") and bench.window:
+            result, timeline = await asyncio.to_thread(ar_windows, runtime.pair, ids, bench.max_new_tokens, bench.window)
+            return result, {"timeline": timeline}
+        timeline, start = [], time.perf_counter()
 
         def each(trace, run) -> None:
             done = (timeline[-1][0] if timeline else 0) + trace.tokens
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
-        result = await runs.alr(pair, ids, self.verifier, planner, n, each)
-        extra: dict[str, Any] = {**cycle_records(result), **({"timeline": timeline} if window else {})}
+        mode = "ar" if base in ("ar", "sd", "ngram") else "auto" if base == "auto" else "lr"
+        result = await runtime.agenerate(ids, mode, settings, k=k, on_cycle=each)
+        if mode == "ar":
+            return result, {}
+        extra: dict[str, Any] = {**cycle_records(result), **({"timeline": timeline} if bench.window else {})}
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],
@@ -223,11 +203,12 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     done = done_pairs(path)
     batches = batch_order(problems, bench.modes, bench.concurrency, done)
     if batches:  # no timed run pays a cold server's first forward
-        for pair in runner.pairs.values():
-            await asyncio.to_thread(pair.warm)
+        for runtime in runner.runtimes.values():
+            await asyncio.to_thread(runtime.warm)
     first_auto = next((p for batch in batches for p, m in batch if parse_engine_mode(m)[0] == "auto"), None)
     if first_auto is not None:  # nor a batch's wall time the one measurement of the endpoints
-        await runner._planner(runner.pairs["plain"].prompt_ids(math_messages(first_auto.question)))
+        plain = runner.runtimes["plain"]
+        await plain.aplanner(plain.prompt_ids(math_messages(first_auto.question)))
     bar = tqdm(total=sum(map(len, batches)), disable=not progress, desc="engine bench")
     try:
         for batch in batches:
@@ -254,8 +235,8 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
                 raise failed[0]
     finally:  # the runs share this loop's connections: closed once, when none is left
         bar.close()
-        for pair in runner.pairs.values():
-            await pair.aclose()
+        for runtime in runner.runtimes.values():
+            await runtime.pair.aclose()
     return path
 
 

@@ -122,7 +122,7 @@ Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (th
 
 def engine_finish(runtime: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
     """Continue a text greedily with the target of ``runtime`` (what ``LookaheadGenerator`` runs over an
-    engine URL, :class:`~lookahead_reasoning.engines.generator.EngineRuntime`) to EOS or ``max_new_tokens``
+    engine URL, :class:`~lookahead_reasoning.engine_runtime.EngineRuntime`) to EOS or ``max_new_tokens``
     in all (the text so far counts): one completion request."""
     pair = runtime.pair
 

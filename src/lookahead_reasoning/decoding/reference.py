@@ -3,7 +3,7 @@
 This is the slow oracle that the one cycle, :func:`.lookahead.run_cycle`, is checked against on every
 runtime. It talks to the models only through the step-writer seam (:class:`~..steps.StepModel`):
 :class:`LocalSteps` is this library's PyTorch implementation of it (a fresh session per step), and an engine's
-(``lookahead_reasoning.engines.EngineSteps``) plugs in the same way. From an accepted prefix x
+(``lookahead_reasoning.runtime.engine.steps.EngineSteps``) plugs in the same way. From an accepted prefix x
 (token ids, prompt included), with the target p and the draft q sharing one tokenizer:
 
   1. draft:  q writes k steps one after another, s^_1 from x, s^_2 from x + s^_1, ...;

@@ -3,7 +3,7 @@
 :class:`EnginePair` connects to one or two OpenAI-compatible endpoints (the draft may be a second
 endpoint or, with ``draft_model``, a second model of the target's endpoint), checks that they share
 one tokenizer, turns prompts into token ids and warms the servers. What runs over it (plain
-decoding, Lookahead Reasoning) is :mod:`lookahead_reasoning.engines.runs`.
+decoding, Lookahead Reasoning) is :mod:`lookahead_reasoning.engine_runtime`.
 
 Prompts are chat messages, text or token ids. Messages get the served model's chat template: from
 ``template`` where one is given (a tokenizer, or the offline name, directory or hub id of one), else

@@ -1,0 +1,204 @@
+"""What :class:`~lookahead_reasoning.LookaheadGenerator` runs when its target is an engine's URL.
+
+    gen = LookaheadGenerator(target="http://127.0.0.1:8080", draft="http://127.0.0.1:8081")
+    result = gen.generate("A bakery sells muffins ...", max_new_tokens=512)          # mode auto
+    same = gen.generate("A bakery sells muffins ...", mode="lr", k=2, schedule="async")
+    base = gen.generate("A bakery sells muffins ...", mode="ar")                     # the engine alone
+
+The generator stays one class with one ``generate``; over engines it hands each call to an
+:class:`EngineRuntime`, which honours the settings an engine can honour (sampling, seed, steps, k,
+width, schedule, max_new_tokens, timeouts) and refuses the rest by name: modes ``sd``, ``sd-ngram``
+and ``lr-sd`` run token SD in this process (an engine does its own: start it with its SD and use
+``ar``), and the loading options (dtype, device, precision, ...) belong to models this process loads.
+The benchmark over engines runs its problems through the same runtime (:meth:`EngineRuntime.agenerate`,
+many runs on one event loop sharing one planner).
+
+Under the runtime, over an :class:`~lookahead_reasoning.runtime.engine.pair.EnginePair`:
+
+* :func:`ar`   plain decoding: one completion request for the whole answer (the engine's own speed,
+               with the engine's own token-level speculation if it was started with it);
+* :func:`alr`  Lookahead Reasoning, every cycle planned by a policy (fixed k, or mode ``auto``'s planner),
+               the rows sent as concurrent requests (``sync`` or ``async`` schedule), by the one cycle
+               (:func:`lookahead_reasoning.decoding.lookahead.run_cycle`) on the step-model runtime of
+               :mod:`lookahead_reasoning.decoding.stepwise`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+from .decoding.driver import CyclePolicy, FixedK
+from .decoding.results import GenerationResult
+from .decoding.stepwise import agenerate_stepwise
+from .errors import ConfigError, EngineError, require
+from .planning.endpoints import ameasured_planner
+from .planning.planner import Planner
+from .planning.policy import AutoPolicy
+from .presets import DEFAULT_MAX_NEW_TOKENS, check_max_k, mode_k
+from .prompts import math_messages
+from .runtime.engine.client import Sampling
+from .runtime.engine.pair import EnginePair, Messages
+from .settings import Settings
+from .steps import closing
+from .verifiers.options import VerifierSettings, build_verifier
+from .verifiers.registry import make_verifier
+
+ENGINE_MODES = ("auto", "lr", "ar")
+ENGINE_NAMES = ("template", "target_model", "draft_model", "scorer")  # options that only an engine target takes
+Prompt = str | Messages | Sequence[int]
+
+
+def is_url(model: Any) -> bool:
+    return isinstance(model, str) and model.startswith(("http://", "https://"))
+
+
+def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:
+    """The verifier object for a run over engines: a judge over HTTP works; a verifier that reads the
+    target's weights (``target-score``) cannot, since an engine shares none."""
+    name = verifier.name if isinstance(verifier, VerifierSettings) else verifier if isinstance(verifier, str) else None
+    require(name is None or "target-score" not in name, "the target-score verifier reads the target's weights, "
+            "which an engine does not share: pick another verifier over engines")
+    if isinstance(verifier, str):
+        return make_verifier(verifier, **(verifier_kwargs or {}))
+    if isinstance(verifier, VerifierSettings):
+        return build_verifier(verifier)
+    return verifier
+
+
+class EngineRuntime:
+    """Target and draft endpoints, and mode ``auto``'s planner for them (measured on first use, once for
+    every run that shares the runtime)."""
+
+    def __init__(self, target: str, draft: Any, settings: Settings, verifier: Any, names: dict[str, Any]):
+        require(draft is None or is_url(draft), f"with an engine target the draft must be an engine URL too (or "
+                f"None, or draft_model= on the target's engine), got {type(draft).__name__} {draft!r}")
+        self.pair = EnginePair(target, draft, target_model=names.get("target_model"),
+                               draft_model=names.get("draft_model"), settings=settings, template=names.get("template"),
+                               scorer=names.get("scorer"))
+        self.planner: Planner | None = None
+        self.verifier = verifier
+        self._measuring = asyncio.Lock()
+
+    def generate(self, prompt: str | Sequence, mode: str, settings: Settings, *,
+                 k: int | None = None, learn: bool = True, raw: bool = False,
+                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
+        """One answer in ``mode`` with ``settings`` (a question string is wrapped as a math problem
+        unless ``raw``); ``k``: mode lr's drafted steps, mode auto's cap on them; ``on_text`` receives
+        the kept text as each cycle ends (mode ar: the whole answer at its end)."""
+        ids = self.prompt_ids(prompt, raw)
+
+        def each(trace, run) -> None:
+            for step in trace.kept_steps if on_text else ():
+                on_text(step.text)
+
+        result = asyncio.run(closing(self.agenerate(ids, mode, settings, k=k, learn=learn, on_cycle=each), self.pair))
+        if mode == "ar" and on_text is not None:
+            on_text(result.text)
+        return result
+
+    async def agenerate(self, ids: list[int], mode: str, settings: Settings, *, k: int | None = None,
+                        learn: bool = True, on_cycle: Callable | None = None) -> GenerationResult:
+        """:meth:`generate` for asyncio, from the prompt's token ids; ``on_cycle(trace, run)`` each cycle.
+        Runs on one event loop may share the runtime (their connections are closed by whoever runs the
+        loop); mode ``auto``'s runs then fork one planner, measured by the first to ask."""
+        require(mode in ENGINE_MODES, f"mode {mode} runs token-level SD in this process; over an engine the modes "
+                f"are {', '.join(ENGINE_MODES)} (for the engine's own token SD, start it with its SD and use ar)")
+        require(settings.gamma is None, "gamma is not used over engines (the engine drafts its own tokens, if "
+                                        "started with SD): leave it unset")
+        self.pair.use(settings)
+        if mode == "ar":
+            return await asyncio.to_thread(ar, self.pair, ids, settings.max_new_tokens)
+        if mode == "lr":
+            policy = FixedK(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
+        else:
+            require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
+            policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
+        result = await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
+        result.mode = f"engine-{mode}"
+        return result
+
+    async def aplanner(self, ids: list[int], k: int | None = None, learn: bool = True) -> Planner:
+        """A planner for one run: the endpoints are measured once, after the prompt ``ids``, by the first
+        run to ask (the others wait, so nothing else is in flight while it measures); its cost table and
+        book are the runtime's, or copies when nothing is to be learned; ``k`` caps the drafted steps."""
+        async with self._measuring:
+            if self.planner is None:
+                self.planner = await ameasured_planner(self.pair.target, self.pair.draft, ids)
+        planner = self.planner.fork()
+        if not learn:
+            planner.costs, planner.book = copy.deepcopy(planner.costs), copy.deepcopy(planner.book)
+        if check_max_k(k) is not None:
+            planner.config = replace(planner.config, max_k=k)
+        return planner
+
+    def prompt_ids(self, prompt: Prompt, raw: bool = False) -> list[int]:
+        """The prompt's token ids (a question string is wrapped as a math problem unless ``raw``)."""
+        return self.pair.prompt_ids(prompt if raw or not isinstance(prompt, str) else math_messages(prompt))
+
+    def warm(self) -> None:
+        self.pair.warm()
+
+    def close(self) -> None:
+        self.pair.close()
+
+
+def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
+    """Plain decoding by the target's engine: one completion request, no stop string."""
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
+            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    ids, s = pair.prompt_ids(prompt), pair.settings
+    seed = s.seed if not s.sampling.greedy else None
+    start = time.perf_counter()
+    done = pair.target.client.complete(ids, max_new_tokens, (), Sampling(s.sampling.temperature, s.sampling.top_p, seed))
+    wall = time.perf_counter() - start
+    new = done.token_ids if done.token_ids is not None else pair.target.encode(done.text)
+    return GenerationResult(list(new), done.text, ids, "eos" if done.end != "budget" else "budget", 0, wall,
+                            mode="engine-ar")
+
+
+def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
+               window: int) -> tuple[GenerationResult, list[tuple[int, float]]]:
+    """Plain decoding in requests of ``window`` tokens, each continuing the ids so far (the engine's
+    prefix cache holds them, so a request costs its new tokens): the result and, after each request,
+    (tokens so far, seconds since the start): the cost of decoding at each position of a long answer."""
+    require(isinstance(window, int) and window >= 1, f"window must be an integer >= 1, got {window!r}")
+    ids, new, text, timeline = pair.prompt_ids(prompt), [], "", []
+    start, end = time.perf_counter(), "budget"
+    while len(new) < max_new_tokens and end == "budget":
+        part = ar(pair, ids + new, min(window, max_new_tokens - len(new)))
+        new, text, end = new + part.token_ids, text + part.text, part.stop_reason
+        timeline.append((len(new), round(time.perf_counter() - start, 4)))
+    wall = time.perf_counter() - start
+    return GenerationResult(new, text, ids, end, 0, wall, mode="engine-ar"), timeline
+
+
+async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,
+              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
+    """Lookahead Reasoning over the engines, for asyncio (default plan: sync, mode lr's k); the caller
+    that runs the event loop closes the pair's connections on it (other runs may share them)."""
+    require(pair.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
+            EngineError)
+    ids = pair.prompt_ids(prompt)
+    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy or FixedK(mode_k("lr")),
+                                      max_new_tokens, on_cycle)
+    result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
+    result.mode = "engine-lr"
+    return result
+
+
+def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
+    """ConfigError naming the loading options given with an engine target (the engine loads its models)."""
+    given = sorted(name for name, value in options.items() if value is not None)
+    if precision is not None:
+        given.append("precision")
+    if given:
+        raise ConfigError(f"{', '.join(given)}: loading options apply to models this process loads; an engine "
+                          f"target loads its own (set them where the engine starts)")
+
+
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "EngineRuntime", "alr", "ar", "ar_windows", "engine_verifier", "is_url",
+           "refuse_local_options"]
