@@ -28,7 +28,7 @@ SETTINGS = {
 
 def run(settings: dict) -> dict[str, dict[str, list[int]]]:
     from lookahead_reasoning import LookaheadGenerator
-    from lookahead_reasoning.decoding.cycle import TokenSD
+    from lookahead_reasoning.settings import TokenSD
     from lookahead_reasoning.prompts import math_messages
 
     gen = LookaheadGenerator(

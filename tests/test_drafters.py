@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.cycle import ToolOptions, make_tools
+from lookahead_reasoning.decoding.tools import ToolOptions, make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
 from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats

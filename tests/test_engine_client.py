@@ -22,7 +22,6 @@ from lookahead_reasoning.errors import ConfigError, EngineError, TokenizerMismat
 from lookahead_reasoning.runtime.engine.client import (
     Endpoint,
     EngineClient,
-    Sampling,
     parse_completion,
     request_body,
 )
@@ -238,7 +237,7 @@ def test_endpoint_and_request_are_checked():
     with pytest.raises(ConfigError, match="timeout"):
         Endpoint("http://127.0.0.1:1", timeout_s=0)
     with pytest.raises(ConfigError, match="max_tokens"):
-        request_body(Endpoint("http://127.0.0.1:1"), [1], 0, (), Sampling())
+        request_body([1], 0, ())
     assert Endpoint("http://127.0.0.1:8080/v1/").url == "http://127.0.0.1:8080"
 
 

@@ -15,7 +15,8 @@ from test_engine_client import FakeEngine
 from lookahead_reasoning.errors import EngineError, PromptError
 from lookahead_reasoning.models.placement import cpu_supports_bf16
 from lookahead_reasoning.prompts import math_messages
-from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, Sampling, request_body
+from lookahead_reasoning.sampling import SamplingConfig
+from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, request_body
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS, probe_dialect
 from lookahead_reasoning.runtime.engine.pair import EnginePair
 from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer, served_model
@@ -36,9 +37,21 @@ def test_the_dialect_is_read_from_the_owner_of_the_served_model():
 
 def test_llama_cpp_fields_go_to_llama_cpp_only():
     for name, dialect in DIALECTS.items():
-        body = request_body(Endpoint("http://127.0.0.1:1"), [1, 2], 8, ("\n\n",), Sampling(), 2, dialect)
+        body = request_body([1, 2], 8, ("\n\n",), SamplingConfig(), None, 2, dialect)
         assert body["logprobs"] == 2 and body["prompt"] == [1, 2]
         assert bool(set(body) & LLAMA_CPP_ONLY) == (name == "llama.cpp"), name
+
+
+def test_sampling_reaches_every_engine_with_one_meaning():
+    """temperature, top_p and top_k go into every body; an unset top_k cuts no token on any engine
+    (llama.cpp's server would keep its 40 likeliest if the field were left out); the seed goes where given."""
+    sampled = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9)
+    for name, dialect in DIALECTS.items():
+        body = request_body([1], 8, (), sampled, 11, 0, dialect)
+        assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (0.7, 0.9, 5, 11), name
+        plain = request_body([1], 8, (), SamplingConfig(), None, 0, dialect)
+        assert plain["temperature"] == 0 and "seed" not in plain, name
+        assert plain.get("top_k", 0) == 0 and ("top_k" in plain) == (name == "llama.cpp"), name
 
 
 @pytest.mark.parametrize("flavour, route", [("llama.cpp", "/apply-template"), ("vllm", "/tokenize")])

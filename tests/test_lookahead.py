@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.cycle import CycleTools, LRState
+from lookahead_reasoning.decoding.tools import CycleTools, LRState
 from lookahead_reasoning.decoding.torch_rows import target
 from lookahead_reasoning.decoding.writers import StepWriter, Translator
 from lookahead_reasoning.runtime.session import Session

@@ -10,7 +10,7 @@ from model_engine import ModelEngine
 
 from lookahead_reasoning import LookaheadGenerator, Settings, StepConfig
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.results import LRStats

@@ -18,7 +18,7 @@ from lookahead_reasoning.runtime.lm import ForwardTiming
 from lookahead_reasoning.presets import LR_SD_TOKEN_SD
 from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.plan import CyclePlan
-from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig, Prefill,
+from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig,
                                           load_or_profile)
 from lookahead_reasoning.planning import cost_cache as cache_mod
 from lookahead_reasoning.planning import costs as costs_mod
@@ -303,7 +303,7 @@ def test_the_first_cycle_pays_for_the_prompt_and_the_draft_only_when_it_drafts()
     draft's prompt only for a plan that drafts."""
     costs = table(_linear(0.3, 0.35, 0.05), _linear(0.04, 0.1, 0.2))
     planner = Planner(costs, _book(0.9, 0.9, 0.4, 0.6, 40, 0.5), PlannerConfig(margin=0.0), draft_stop_below=0.4)
-    prefill = Prefill(target=120, draft=118)
+    prefill = (120, 118)  # (target, draft)
     t_pre, d_pre = costs.target(1, 120, 0), costs.draft(1, 118, 0)
     assert t_pre > costs.target(1, 96, 0) > 0 and d_pre > 0  # past the grid: extrapolated, still growing
     for plan, paid in ((CyclePlan(0, gamma=0), t_pre), (CyclePlan(0, gamma=12, draft_stop_below=0.4), t_pre + d_pre), (CyclePlan(1, gamma=0), t_pre + d_pre),
@@ -469,7 +469,7 @@ def test_auto_refuses_what_its_planner_cannot_price_by_name_before_loading(tmp_p
 def test_auto_drafts_with_the_stop_of_each_cycles_plan(tmp_path, monkeypatch):
     """The stop in a plan's label is the stop its drafter used, and every drafted token's confidence
     reached the book (a different draft: tokens get rejected, so SD plans with stops run)."""
-    from lookahead_reasoning.decoding.cycle import ModelRows
+    from lookahead_reasoning.decoding.tools import ModelRows
 
     used = []
     built = ModelRows.__call__
@@ -546,7 +546,7 @@ def test_auto_prices_the_prompt_on_its_first_cycle_only(regime, tmp_path, monkey
     seen = []
     choose = Planner.choose
 
-    def spy(self, context, prefill=Prefill()):
+    def spy(self, context, prefill=(0, 0)):
         seen.append((context, prefill))
         return choose(self, context, prefill)
 
@@ -560,14 +560,14 @@ def test_auto_prices_the_prompt_on_its_first_cycle_only(regime, tmp_path, monkey
     result = gen.generate(prompt, max_new_tokens=60)
     cycles = result.stats.cycles
     assert len(seen) == len(cycles) >= 2
-    assert seen[0] == (len(prompt), Prefill(target=len(prompt), draft=len(prompt)))
-    assert all(p.target == 0 for _, p in seen[1:])
+    assert seen[0] == (len(prompt), (len(prompt), len(prompt)))
+    assert all(target == 0 for _, (target, _) in seen[1:])  # prefill = (target, draft)
     ran = [bool(c.draft_forwards) for c in cycles]  # whether the cycle fed the draft model anything
     assert all(c.plan.plan.partition("@")[0] != "ar" for c, r in zip(cycles, ran) if r), \
         [(c.plan.plan, len(c.draft_forwards)) for c in cycles]  # only a plan that drafts runs the draft
     first = ran.index(True) if any(ran) else len(cycles)  # the first cycle that ran the draft
-    assert [p.draft for _, p in seen[:first + 1]] == [context for context, _ in seen[:first + 1]]
-    assert all(p.draft == 0 for _, p in seen[first + 1:])
+    assert [draft for _, (_, draft) in seen[:first + 1]] == [context for context, _ in seen[:first + 1]]
+    assert all(draft == 0 for _, (_, draft) in seen[first + 1:])
 
 
 def test_calibration_learns_what_the_formulas_miss():

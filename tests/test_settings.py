@@ -9,7 +9,7 @@ import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
-from lookahead_reasoning.decoding.cycle import make_tools
+from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.results import LRStats

@@ -40,7 +40,6 @@ from .planning.planner import Planner
 from .planning.policy import AutoPolicy
 from .presets import DEFAULT_MAX_NEW_TOKENS, check_max_k, mode_k
 from .prompts import math_messages
-from .runtime.engine.client import Sampling
 from .runtime.engine.pair import EnginePair, Messages
 from .settings import Settings
 from .steps import closing
@@ -153,7 +152,7 @@ def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_T
     ids, s = pair.prompt_ids(prompt), pair.settings
     seed = s.seed if not s.sampling.greedy else None
     start = time.perf_counter()
-    done = pair.target.client.complete(ids, max_new_tokens, (), Sampling(s.sampling.temperature, s.sampling.top_p, seed))
+    done = pair.target.client.complete(ids, max_new_tokens, (), s.sampling, seed)
     wall = time.perf_counter() - start
     new = done.token_ids if done.token_ids is not None else pair.target.encode(done.text)
     return GenerationResult(list(new), done.text, ids, "eos" if done.end != "budget" else "budget", 0, wall,

@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import make_drafter
-from .decoding.driver import DraftPrompt, generate_lr, local_settings
+from .decoding.driver import generate_lr, local_settings
+from .decoding.tools import ToolOptions
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .engine_runtime import (
@@ -324,7 +325,7 @@ class LookaheadGenerator:
         token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None
         return generate_lr(self.target, self.draft, target_ids, self.verifier,
                            settings.with_overrides(k=k, token_sd=token_sd),
-                           draft_prompt=DraftPrompt(draft_ids, self.same_vocab), on_text=on_text)
+                           options=ToolOptions(draft_ids, self.same_vocab), on_text=on_text)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:
@@ -337,7 +338,9 @@ class LookaheadGenerator:
         if not learn:
             config = dataclasses.replace(config, learn=False, refine=False)
             planning = copy.deepcopy(planning)
+        if max_k is not None:
+            config = dataclasses.replace(config, max_k=max_k)
         target_ids, draft_ids = self._prompts(prompt, raw)
-        options = AutoOptions(config, planning, max_k, DraftPrompt(draft_ids, self.same_vocab))
+        options = AutoOptions(config, planning, ToolOptions(draft_ids, self.same_vocab))
         return generate_auto(self.target, self.draft, target_ids, self.verifier, settings, options=options,
                              on_text=on_text)

@@ -1,7 +1,7 @@
 """What a generation runs with, in one frozen object: :class:`Settings` (and :class:`TokenSD`, token-level
 SD inside steps).
 
-The generator, the step-level driver, :func:`~.decoding.cycle.make_tools` and the token-level loops all
+The generator, the step-level driver, :func:`~.decoding.tools.make_tools` and the token-level loops all
 read their knobs from a ``Settings``; it is checked once, when it is made, and its defaults are the ones
 in :mod:`lookahead_reasoning.presets`. Single knobs (``k=3``, ``max_new_tokens=64``, ...) change one with
 :meth:`Settings.with_overrides`; the front doors that take them as keywords (``LookaheadGenerator.generate``,

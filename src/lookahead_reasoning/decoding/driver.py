@@ -33,7 +33,7 @@ from ..runtime.lm import LM, ForwardTiming, PadPolicy
 from ..sampling import make_generator
 from ..settings import Settings
 from ..verifiers.base import Verifier
-from .cycle import CycleTools, LRState, ToolOptions, make_tools
+from .tools import CycleTools, LRState, ToolOptions, make_tools
 from .lookahead import run_cycle, run_sync
 from .torch_rows import TorchRows
 from .results import CycleTrace, GenerationResult, LRStats
@@ -63,7 +63,7 @@ class CyclePolicy(Protocol):
     def plan(self, position: Position) -> CyclePlan: ...
 
     def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
-        """How many target rows to run (>= 1), once the drafted tokens are scored (see :data:`~.cycle.Gate`)."""
+        """How many target rows to run (>= 1), once the drafted tokens are scored (see :data:`~.tools.Gate`)."""
         ...
 
     def learn(self, trace: CycleTrace) -> None: ...
@@ -199,16 +199,6 @@ def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_pr
                    len(draft_ids), max_new_tokens)
 
 
-@dataclass(frozen=True)
-class DraftPrompt:
-    """The prompt as the draft reads it: ``ids`` in the draft's tokenizer (None: the target's
-    ``prompt_ids``, for a shared vocabulary), and ``same_vocab`` (the pair shares one tokenizer: see
-    :class:`~.cycle.ToolOptions`)."""
-
-    ids: Sequence[int] | None = None
-    same_vocab: bool = True
-
-
 def local_settings(settings: Settings | None) -> Settings:
     """``settings`` (None: ``Settings()``) for a loop of this process. Those loops run a cycle's rows in
     one batched forward, so they refuse the async schedule (it would only reorder work)."""
@@ -220,25 +210,25 @@ def local_settings(settings: Settings | None) -> Settings:
 
 def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
                 settings: Settings | None = None, *, on_text: OnText | None = None,
-                draft_prompt: DraftPrompt = DraftPrompt()) -> GenerationResult:
+                options: ToolOptions = ToolOptions()) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 
     ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps, sampling,
     ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
     ``settings.with_overrides(k=3, ...)``). ``settings.token_sd`` turns on token-level SD inside steps
-    (mode "lr-sd"). ``draft_prompt``: the prompt in the draft's tokenizer and whether the pair shares
-    one (:class:`DraftPrompt`; default: ``prompt_ids``, one shared vocabulary). ``on_text`` hears the
+    (mode "lr-sd"). ``options``: the prompt in the draft's tokenizer and whether the pair shares
+    one (:class:`~.tools.ToolOptions`; default: ``prompt_ids``, one shared vocabulary). ``on_text`` hears the
     accepted text as it grows.
     """
     settings = local_settings(settings)
     stats = LRStats(k=settings.drafted_steps)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       options=ToolOptions(same_vocab=draft_prompt.same_vocab))
-    state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
+                       options=options)
+    state = start_state(target_lm, draft_lm, prompt_ids, options.draft_ids, settings.max_new_tokens)
     policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr",
                     width=settings.width)
     return run_lr(state, tools, policy, stats, on_text)
 
 
-__all__ = ["CyclePolicy", "Cycles", "DraftPrompt", "FixedK", "Position", "TorchCycles", "drive", "generate_lr",
+__all__ = ["CyclePolicy", "Cycles", "FixedK", "Position", "TorchCycles", "drive", "generate_lr",
            "local_settings", "run_lr", "run_sync", "start_state"]

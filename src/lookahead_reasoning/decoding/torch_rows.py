@@ -30,7 +30,7 @@ from ..runtime.session import Session
 from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
-from .cycle import CycleTools, Gate, LRState
+from .tools import CycleTools, Gate, LRState
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
 from .rejection import greedy_accept, speculative_accept
 from .results import CycleTrace

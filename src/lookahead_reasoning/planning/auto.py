@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..decoding.cycle import ToolOptions, make_tools
-from ..decoding.driver import DraftPrompt, local_settings, run_lr, start_state
+from ..decoding.tools import ToolOptions, make_tools
+from ..decoding.driver import local_settings, run_lr, start_state
 from ..decoding.results import GenerationResult, LRStats
 from ..errors import require
 from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
@@ -99,16 +99,14 @@ class Planning:
 
 @dataclass(frozen=True)
 class AutoOptions:
-    """What :func:`generate_auto` runs with beyond its settings: ``config`` (:class:`PlannerConfig`;
-    None: the defaults), ``planning`` (the cost table and book, carried across calls; None: loaded, or
-    measured), ``max_k`` (caps the drafted steps of a plan; None: ``config.max_k``), ``draft_prompt``
-    (the prompt in the draft's tokenizer and whether the pair shares one:
-    :class:`~..decoding.driver.DraftPrompt`)."""
+    """What :func:`generate_auto` runs with beyond its settings: ``config`` (:class:`PlannerConfig`, whose
+    ``max_k`` caps the drafted steps of a plan; None: the defaults), ``planning`` (the cost table and book,
+    carried across calls; None: loaded, or measured), ``tools`` (the prompt in the draft's tokenizer and
+    whether the pair shares one: :class:`~..decoding.tools.ToolOptions`)."""
 
     config: PlannerConfig | None = None
     planning: Planning | None = None
-    max_k: int | None = None
-    draft_prompt: DraftPrompt = DraftPrompt()
+    tools: ToolOptions = ToolOptions()
 
 
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
@@ -137,19 +135,17 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     step per position (``width`` 1; a larger width is refused). ``settings.token_sd`` limits the search where
     it is given (:func:`auto_token_sd`); the gammas are the planner's (``PlannerConfig.gammas``).
     """
-    settings, draft_prompt = local_settings(settings or Settings.preset()), options.draft_prompt
+    settings = local_settings(settings or Settings.preset())
     require(settings.width == 1, f"width {settings.width}: mode auto prices one draft per position (width 1); "
             "use mode lr or lr-sd for several drafts per position")
     config = options.config or PlannerConfig()
-    if options.max_k is not None:
-        config = replace(config, max_k=options.max_k)
     planning = options.planning or Planning.load(target_lm, draft_lm,
                                                  getattr(verifier, "name", type(verifier).__name__), config)
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
     stats = LRStats(k=config.max_k)
     tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       options=ToolOptions(same_vocab=draft_prompt.same_vocab, share_single=True, confidence=True))
-    state = start_state(target_lm, draft_lm, prompt_ids, draft_prompt.ids, settings.max_new_tokens)
+                       options=replace(options.tools, share_single=True, confidence=True))
+    state = start_state(target_lm, draft_lm, prompt_ids, options.tools.draft_ids, settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
     grids = (planning.costs.target, planning.costs.draft)

@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 
-from ..runtime.engine.client import Sampling
 from ..runtime.engine.steps import EngineSteps
 from ..presets import PRESETS
 from .costs import CostGrid, CostTable
@@ -35,7 +34,7 @@ PROBE_TOKENS = (8, 40)  # the two lengths ameasure() times per row count
 async def _timed(steps: EngineSteps, context: list[int], rows: int, n: int) -> tuple[int, float]:
     """(tokens of the longest row, seconds) of ``rows`` concurrent greedy requests of ``n`` tokens."""
     start = time.perf_counter()
-    done = await asyncio.gather(*(steps.client.acomplete(context, n, (), Sampling()) for _ in range(rows)))
+    done = await asyncio.gather(*(steps.client.acomplete(context, n, ()) for _ in range(rows)))
     return max(d.completion_tokens or n for d in done), time.perf_counter() - start
 
 

@@ -44,6 +44,14 @@ from .costs import CostTable
 from .estimates import Book
 
 
+Prefill = tuple[int, int]
+"""Tokens the target and the draft have never been fed when a cycle starts (the prompt, before the first
+cycle). The first forward of each model feeds them along with the cycle's own tokens, so the first cycle
+pays ``T(1, prompt)`` for the target and, when the plan drafts, ``draft(1, prompt)`` for the draft: a
+fixed cost for every plan, priced so that the first cycle's predicted speed is the one it can realise
+(and what it realises does not teach the calibration a wrong lesson)."""
+
+
 @dataclass(frozen=True)
 class PlannerConfig:
     """Settings of mode ``auto``.
@@ -102,20 +110,6 @@ class PlannerConfig:
         require(bool(self.schedules) and set(self.schedules) <= set(SCHEDULES),
                 f"planner schedules must be among {SCHEDULES}, got {self.schedules!r}")
         require(isinstance(self.chunk, int) and self.chunk >= 0, f"planner chunk must be an integer >= 0, got {self.chunk!r}")
-
-
-@dataclass(frozen=True)
-class Prefill:
-    """Tokens a model has never been fed when a cycle starts (the prompt, before the first cycle).
-
-    The first forward of each model feeds them along with the cycle's own tokens, so the first cycle
-    pays ``T(1, prompt)`` for the target and, when the plan drafts, ``draft(1, prompt)`` for the draft:
-    a fixed cost for every plan, priced so that the first cycle's predicted speed is the one it can
-    realise (and what it realises does not teach the calibration a wrong lesson).
-    """
-
-    target: int = 0
-    draft: int = 0
 
 
 @dataclass
@@ -186,7 +180,7 @@ class Planner:
                       for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
         return plans
 
-    def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = Prefill()) -> CycleEstimate:
+    def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = (0, 0)) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
@@ -198,7 +192,7 @@ class Planner:
             cycle = step_cycle(plan.gamma, step, token, target, draft, overhead)
         else:
             cycle = lr_cycle(plan.k, plan.gamma, step, token, target, draft, self.book.step.cycle_overhead.value)
-        if prefill.target or prefill.draft:
+        if any(prefill):
             cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
         return cycle
 
@@ -214,18 +208,18 @@ class Planner:
     def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
         (read from the tables at an empty cache, once per choice)."""
-        target, draft = self._costs_at(0)
-        seconds = target(1, prefill.target) if prefill.target > 0 else 0.0
-        if prefill.draft > 0 and (plan.k > 0 or plan.gamma > 0):
-            seconds += draft(1, prefill.draft)
+        (target, draft), (to_target, to_draft) = self._costs_at(0), prefill
+        seconds = target(1, to_target) if to_target > 0 else 0.0
+        if to_draft > 0 and (plan.k > 0 or plan.gamma > 0):
+            seconds += draft(1, to_draft)
         return seconds
 
-    def rate(self, plan: CyclePlan, context: int, prefill: Prefill = Prefill()) -> float:
+    def rate(self, plan: CyclePlan, context: int, prefill: Prefill = (0, 0)) -> float:
         """Predicted tokens per second of ``plan``: the formula's, times what this kind of plan has
         realised against it so far (``Book.factor``)."""
         return self.estimate(plan, context, prefill).rate * self.book.factor(plan.label)
 
-    def choose(self, context: int, prefill: Prefill = Prefill()) -> Choice:
+    def choose(self, context: int, prefill: Prefill = (0, 0)) -> Choice:
         """The plan for the next cycle: the fastest predicted, unless the current one is within the margin."""
         self._memo.clear()  # the table may have learned from the last cycle's forwards
         self.busy = max(0, int(self.load())) if self.load is not None else 0
@@ -236,7 +230,7 @@ class Planner:
         self.current = best
         return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
 
-    def best_alone(self, context: int, prefill: Prefill = Prefill()) -> tuple[CyclePlan, float]:
+    def best_alone(self, context: int, prefill: Prefill = (0, 0)) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),
         and its speed: what runs mid-step when LR wins, and the rate a dropped row is measured against."""
         alone = dict.fromkeys(replace(plan, chunk=0) for plan in self.candidates() if plan.k == 0)

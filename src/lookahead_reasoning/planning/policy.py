@@ -26,7 +26,7 @@ from ..decoding.results import CycleTrace, PlanNote
 from ..plan import CyclePlan
 from ..runtime.lm import ForwardTiming
 from .estimates import Book
-from .planner import Planner, Prefill
+from .planner import Planner
 
 
 class AutoPolicy:
@@ -43,7 +43,7 @@ class AutoPolicy:
     def plan(self, position: Position) -> CyclePlan:
         """The fastest plan priced at this position; mid-step, where LR cannot start, the fastest that
         writes one step alone (to the next boundary) when an LR plan won."""
-        prefill = Prefill(*position.prefill)
+        prefill = position.prefill
         choice = self.planner.choose(position.context, prefill)
         plan, rate = choice.plan, choice.rate
         if plan.k > 0 and not position.at_boundary:

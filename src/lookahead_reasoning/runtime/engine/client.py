@@ -22,10 +22,11 @@ from typing import Any, Sequence
 import httpx
 
 from ...errors import EngineError
+from ...sampling import SamplingConfig
 from .dialects import Dialect, dialect_named, probe_dialect, token_list
 from .faults import HTTPStatus, pause, retry_after, retryable
 from .load import InFlight
-from .wire import ENDS, Completion, Endpoint, RequestSpan, Sampling, TokenLogprob, parse_completion, request_body
+from .wire import ENDS, Completion, Endpoint, RequestSpan, TokenLogprob, parse_completion, request_body
 
 
 def _length(prompt: str | Sequence[int]) -> int:
@@ -118,9 +119,10 @@ class EngineClient:
 
     # ------------------------------------------------------------------------------- the protocol
     def complete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
-                 sampling: Sampling = Sampling(), logprobs: int = 0) -> Completion:
-        """One completion of ``prompt`` (text, or token ids in the engine's tokenizer)."""
-        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs, self.dialect)
+                 sampling: SamplingConfig = SamplingConfig(), seed: int | None = None, logprobs: int = 0) -> Completion:
+        """One completion of ``prompt`` (text, or token ids in the engine's tokenizer); greedy unless
+        ``sampling`` has a temperature, ``seed`` for a sampled one to be repeated."""
+        body = self._body(request_body(prompt, max_tokens, stop, sampling, seed, logprobs, self.dialect))
         start = time.perf_counter()
         with self.load.request():
             done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
@@ -129,9 +131,10 @@ class EngineClient:
         return done
 
     async def acomplete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
-                        sampling: Sampling = Sampling(), logprobs: int = 0) -> Completion:
+                        sampling: SamplingConfig = SamplingConfig(), seed: int | None = None,
+                        logprobs: int = 0) -> Completion:
         """:meth:`complete` for asyncio: gather several to have the engine batch them."""
-        body = request_body(self.endpoint, prompt, max_tokens, stop, sampling, logprobs, await self.adialect())
+        body = self._body(request_body(prompt, max_tokens, stop, sampling, seed, logprobs, await self.adialect()))
         start = time.perf_counter()
         try:
             with self.load.request():
@@ -144,11 +147,12 @@ class EngineClient:
         self._span(start, prompt, max_tokens, done)
         return done
 
+    def _body(self, body: dict) -> dict:
+        """``body`` naming the endpoint's model, where one is set."""
+        return body if self.endpoint.model is None else {**body, "model": self.endpoint.model}
+
     def _score_body(self, ids: Sequence[int], dialect: Dialect) -> dict:
-        body = dialect.score_body(ids)
-        if self.endpoint.model is not None:
-            body["model"] = self.endpoint.model
-        return body
+        return self._body(dialect.score_body(ids))
 
     def score(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
         """The model's probability and rank (0: its most likely token) of each of ``ids[start:]`` after
@@ -229,5 +233,5 @@ class EngineClient:
             self._sync = None
 
 
-__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "RequestSpan", "Sampling", "TokenLogprob", "parse_completion",
+__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "RequestSpan", "TokenLogprob", "parse_completion",
            "request_body"]

@@ -19,6 +19,7 @@ import math
 from typing import Any, Protocol, Sequence
 
 from ...errors import EngineError
+from ...sampling import SamplingConfig
 
 Messages = Sequence[dict[str, str]]
 
@@ -57,6 +58,16 @@ class Dialect:
     def completion_fields(self, logprobs: int) -> dict[str, Any]:
         """Extension fields of a ``/v1/completions`` body (``logprobs``: top-N asked for)."""
         return {"return_token_ids": True}
+
+    def sampling_fields(self, sampling: SamplingConfig, seed: int | None) -> dict[str, Any]:
+        """How a completion picks its tokens: temperature and top-p, top-k where it is set (an extension
+        the engines read; unset, they cut none), and the seed where one is given."""
+        fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+        if sampling.top_k:
+            fields["top_k"] = sampling.top_k
+        if seed is not None:
+            fields["seed"] = seed
+        return fields
 
     def tokenize_body(self, text: str) -> dict[str, Any]:
         return {"prompt": text, "add_special_tokens": False}
@@ -119,6 +130,10 @@ class LlamaCpp(Dialect):
         if logprobs:
             fields["n_probs"] = logprobs
         return fields
+
+    def sampling_fields(self, sampling: SamplingConfig, seed: int | None) -> dict[str, Any]:
+        # unset, llama.cpp's server keeps its 40 likeliest tokens; top_k 0 tells it to cut none
+        return {**super().sampling_fields(sampling, seed), "top_k": sampling.top_k or 0}
 
     def tokenize_body(self, text: str) -> dict[str, Any]:
         return {"content": text, "add_special": False}

@@ -22,7 +22,7 @@ from ...errors import EngineError
 from ...presets import ALT_TEMPERATURE
 from ...sampling import SamplingConfig
 from ...steps import Step, StepConfig, StepRequest, TokenScores
-from .client import Completion, EngineClient, Sampling
+from .client import Completion, EngineClient
 
 
 class EngineSteps:
@@ -55,11 +55,13 @@ class EngineSteps:
         return text
 
     # ------------------------------------------------------------------------------- requests
-    def _sampling(self, request: StepRequest) -> Sampling:
+    def _sampling(self, request: StepRequest) -> tuple[SamplingConfig, int | None]:
+        """How one request samples, and its seed: the run's sampling, or for an alternative draft of a
+        greedy run, ``alt_temperature`` (as the local loops' alternative writer)."""
         alternative = request.alternative > 0
-        temperature = self.alt_temperature if alternative and self.sampling.greedy else self.sampling.temperature
+        sampling = SamplingConfig(self.alt_temperature) if alternative and self.sampling.greedy else self.sampling
         seed = None if self.seed is None else self.seed * 1_000_003 + next(self._counter)
-        return Sampling(temperature, self.sampling.top_p if temperature > 0 else 1.0, seed if temperature > 0 else None)
+        return sampling, seed if not sampling.greedy else None
 
     def _budget(self, request: StepRequest) -> int:
         return max(1, request.budget if request.free else min(self.steps.max_step_tokens, request.budget))
@@ -86,7 +88,7 @@ class EngineSteps:
         of the engine's ids (``/detokenize``, a short request): where the stop string sat inside a
         token, the token's whole text counts; where the ids say something else, the text is tokenized."""
         done = await self.client.acomplete(list(request.context), self._budget(request),
-                                           () if request.free else self.steps.delimiters, self._sampling(request))
+                                           () if request.free else self.steps.delimiters, *self._sampling(request))
         end, text = self._end_and_text(done)
         ids = done.token_ids
         if ids is not None and end == "stop_string":

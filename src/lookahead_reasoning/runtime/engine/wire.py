@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from ...errors import EngineError, require
 from ...presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
+from ...sampling import SamplingConfig
 from .dialects import DIALECTS, Dialect, dialect_named
 
 
@@ -84,30 +85,19 @@ class Completion:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """The sampling fields of a request: temperature 0 is greedy."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-
-
-def request_body(endpoint: Endpoint, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str],
-                 sampling: Sampling, logprobs: int = 0, dialect: Dialect = DIALECTS["openai"]) -> dict[str, Any]:
-    """The JSON body of one ``/v1/completions`` request, with ``dialect``'s extension fields."""
+def request_body(prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str],
+                 sampling: SamplingConfig = SamplingConfig(), seed: int | None = None, logprobs: int = 0,
+                 dialect: Dialect = DIALECTS["openai"]) -> dict[str, Any]:
+    """The JSON body of one ``/v1/completions`` request (temperature 0 is greedy), with ``dialect``'s
+    extension fields; the client adds the endpoint's model name."""
     require(isinstance(max_tokens, int) and max_tokens >= 1, f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     body: dict[str, Any] = {
         "prompt": prompt if isinstance(prompt, str) else [int(t) for t in prompt],
-        "max_tokens": max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p, "stream": False,
+        "max_tokens": max_tokens, "stream": False, **dialect.sampling_fields(sampling, seed),
         **dialect.completion_fields(logprobs),
     }
-    if endpoint.model is not None:
-        body["model"] = endpoint.model
     if stop:
         body["stop"] = list(stop)
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed
     if logprobs:
         body["logprobs"] = logprobs
     return body
@@ -179,4 +169,4 @@ class RequestSpan:
     cancelled: bool = False
 
 
-__all__ = ["ENDS", "Completion", "Endpoint", "RequestSpan", "Sampling", "TokenLogprob", "parse_completion", "request_body"]
+__all__ = ["ENDS", "Completion", "Endpoint", "RequestSpan", "TokenLogprob", "parse_completion", "request_body"]

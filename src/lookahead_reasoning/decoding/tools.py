@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -75,14 +75,16 @@ class CycleTools:
 
 @dataclass(frozen=True)
 class ToolOptions:
-    """How :func:`make_tools` wires a generation beyond its settings.
+    """How a generation is wired beyond its settings (:func:`make_tools`, and the draft's start).
 
-    ``same_vocab``: the pair shares one tokenizer (drafted steps cross as ids; token-level SD with the
-    draft model is possible); ``share_single``: one target row drafts on the draft's own session;
-    ``confidence``: the row drafter reports each drafted token's top probability (what mode auto
-    learns the best confidence stop from, off each SD iteration the run's counters log).
+    ``draft_ids``: the prompt in the draft's tokenizer (None: the target's prompt ids, for a shared
+    vocabulary); ``same_vocab``: the pair shares one tokenizer (drafted steps cross as ids; token-level
+    SD with the draft model is possible); ``share_single``: one target row drafts on the draft's own
+    session; ``confidence``: the row drafter reports each drafted token's top probability (what mode
+    auto learns the best confidence stop from, off each SD iteration the run's counters log).
     """
 
+    draft_ids: Sequence[int] | None = None
     same_vocab: bool = True
     share_single: bool = False
     confidence: bool = False
