@@ -100,12 +100,19 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
     again, batched = (_agreement(["floor-llamacpp-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
     assert (f"run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; beside a second request: "
             f"{batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
+    bf16 = _agreement(["floor-pytorch-bf16-avx512.jsonl"], "ar-batched")
+    assert f"bf16, as one row of a batch of two: answer {bf16[0]}/{bf16[2]}, text {bf16[1]}/{bf16[2]}" in ar_row
+    assert (f"`ar` itself, decoded as one row of a batch of two, kept its own answer on {bf16[0]} of {bf16[2]} "
+            f"problems and its text on {bf16[1]}") in modes
 
 
-def test_the_noise_floor_table_is_what_report_prints():
-    table = fidelity_table(load_results(RESULTS / "floor-llamacpp-avx512.jsonl"))
-    assert table in BENCH_README
-    assert "| ar-batched | 50 |" in table and "| ar-again | 50 |" in table
+@pytest.mark.parametrize("name, modes", [("floor-llamacpp-avx512.jsonl", ("ar-again", "ar-batched")),
+                                         ("floor-pytorch-bf16-avx512.jsonl", ("ar-batched",))])
+def test_the_noise_floor_tables_are_what_report_prints(name, modes):
+    table = fidelity_table(load_results(RESULTS / name))
+    assert table in BENCH_README, f"benchmarks/README.md quotes another floor table for {name}"
+    for mode in modes:
+        assert f"| {mode} | 50 |" in table
 
 
 def test_the_budget_split_page_quotes_where_each_split_stops_gaining():
