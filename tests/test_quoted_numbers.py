@@ -130,3 +130,12 @@ def test_the_budget_split_page_quotes_where_each_split_stops_gaining():
         top = max(best)
         assert int(m) == next(i + 1 for i, s in enumerate(best) if s >= top - 1e-12), (mode, m)
         assert float(speed) == round(top, 2), (mode, speed, top)
+
+
+def test_the_verifiers_end_to_end_table_gives_the_floor_rows_of_its_runtime():
+    """The end-to-end verifier table of the run log sets llama.cpp's own floor beside its rows."""
+    records = load_results(RESULTS / "floor-llamacpp-avx512.jsonl")
+    for mode, label in (("ar-again", "`ar` run again"), ("ar-batched", "`ar` beside a second request")):
+        answers, _, n = _agreement(["floor-llamacpp-avx512.jsonl"], mode)
+        correct = sum(r["correct"] for r in records if r["mode"] == mode)
+        assert f"| floor: {label} | {answers}/{n} | {correct}/{n} |" in BENCH_README, mode
