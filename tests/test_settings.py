@@ -136,3 +136,20 @@ def test_a_draft_stop_of_zero_runs_in_a_cycle_as_it_does_in_token_sd():
     prompt = target.prompt_ids("Ann has 3 apples and buys 4 more. How many?")
     assert (gen.generate(prompt, mode="lr-sd", max_new_tokens=32).token_ids
             == gen.generate(prompt, mode="ar", max_new_tokens=32).token_ids)
+
+
+def test_a_seed_given_to_the_generator_is_the_seed_of_every_call():
+    """generate() used seed 0 whenever a call named none, over a seed the generator was built with."""
+    from lookahead_reasoning.runtime.lm import LM
+    from lookahead_reasoning.sampling import SamplingConfig
+    from lookahead_reasoning.testing import tiny_model
+
+    target = LM.from_loaded(tiny_model("qwen2", seed=0))
+    sampled = SamplingConfig(temperature=1.5)
+    prompt = target.prompt_ids("Ann has 3 apples and buys 4 more. How many?")
+    gen = LookaheadGenerator(target=target, mode="ar", sampling=sampled, seed=5)
+    texts = {seed: gen.generate(prompt, max_new_tokens=24, seed=seed).token_ids for seed in (0, 5)}
+    assert texts[0] != texts[5]  # the seed matters to this sampled run
+    assert gen.generate(prompt, max_new_tokens=24).token_ids == texts[5]
+    assert LookaheadGenerator(target=target, mode="ar", sampling=sampled).generate(
+        prompt, max_new_tokens=24).token_ids == texts[0]  # no seed given anywhere: 0, as before

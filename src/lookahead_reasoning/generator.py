@@ -291,7 +291,8 @@ class LookaheadGenerator:
 
         ``mode`` defaults to the generator's. ``raw=True`` uses a text prompt as it is, without the
         chat template. ``overrides`` change the settings for this call: ``max_new_tokens`` (default
-        :data:`~lookahead_reasoning.presets.DEFAULT_MAX_NEW_TOKENS`), ``seed`` (0), and ``gamma`` and
+        :data:`~lookahead_reasoning.presets.DEFAULT_MAX_NEW_TOKENS`), ``seed`` (the generator's: 0 unless it was
+        given one; None: unseeded), and ``gamma`` and
         ``k``, the drafted tokens per iteration and drafted steps per cycle (a benchmark sweeps them
         with the models loaded once); in mode ``auto``, ``k`` caps the drafted steps of a plan and
         gamma is the planner's to choose. ``learn=False`` (mode ``auto``): plan with what is known,
@@ -302,7 +303,7 @@ class LookaheadGenerator:
                 "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
-        settings = self.settings.with_overrides(**{"seed": 0, **overrides})
+        settings = self.settings.with_overrides(**overrides)
         if self.engine is not None:
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
