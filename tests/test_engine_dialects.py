@@ -49,8 +49,8 @@ def test_sampling_reaches_every_engine_with_one_meaning():
     for name, dialect in DIALECTS.items():
         body = request_body([1], 8, (), sampled, 11, 0, dialect)
         assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (0.7, 0.9, 5, 11), name
-        plain = request_body([1], 8, (), SamplingConfig(), None, 0, dialect)
-        assert plain["temperature"] == 0 and "seed" not in plain, name
+        plain = request_body([1], 8, (), SamplingConfig(), 11, 0, dialect)
+        assert plain["temperature"] == 0 and "seed" not in plain, name  # a greedy request needs none
         assert plain.get("top_k", 0) == 0 and ("top_k" in plain) == (name == "llama.cpp"), name
 
 

@@ -118,9 +118,9 @@ class Prepared:
 
 
 class EngineRunner:
-    """The engine runtimes a benchmark's modes need (the generator's own, :class:`~..engine_runtime.EngineRuntime`:
-    the plain target, and the targets started with the engine's SD), one run each; ``auto``'s runs share
-    the plain runtime's planner across problems."""
+    """The engine runtimes a benchmark's modes need (the generator's own,
+    :class:`~..engine_runtime.EngineRuntime`: the plain target, and the targets started with the engine's
+    SD), one run each; ``auto``'s runs share the plain runtime's planner across problems."""
 
     def __init__(self, bench: EngineBench):
         self.bench, urls = bench, bench.urls
@@ -130,9 +130,11 @@ class EngineRunner:
                               {"template": urls.template, "scorer": urls.scorer})
         self.runtimes["plain"], template = plain, plain.pair.template  # loaded once, if named
         if urls.sd:
-            self.runtimes["sd"] = EngineRuntime(urls.sd, urls.draft, bench.settings, self.verifier, {"template": template})
+            self.runtimes["sd"] = EngineRuntime(urls.sd, urls.draft, bench.settings, self.verifier,
+                                                {"template": template})
         if urls.ngram:
-            self.runtimes["ngram"] = EngineRuntime(urls.ngram, None, bench.settings, self.verifier, {"template": template})
+            self.runtimes["ngram"] = EngineRuntime(urls.ngram, None, bench.settings, self.verifier,
+                                                   {"template": template})
         self.models = {"target": plain.pair.target.client.model_name(),
                        "draft": plain.pair.draft.client.model_name() if urls.draft else None}
 
@@ -141,7 +143,8 @@ class EngineRunner:
         every request) and its endpoints hot with the prompt cached (every mode then finds it so)."""
         base, _, _ = parse_engine_mode(mode)
         plain = base in ("ar", "sd", "ngram")
-        runtime = self.runtimes[("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")]
+        key = ("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")
+        runtime = self.runtimes[key]
         ids = await asyncio.to_thread(runtime.prompt_ids, math_messages(problem.question))
         await asyncio.to_thread(runtime.pair.warm, 4, not plain, ids)
         return Prepared(problem, mode, runtime, ids)
@@ -153,7 +156,8 @@ class EngineRunner:
         bench, runtime, ids = self.bench, ready.runtime, ready.ids
         settings = replace(bench.settings, max_new_tokens=bench.max_new_tokens, schedule=schedule)
         if base in ("ar", "sd", "ngram") and bench.window:
-            result, timeline = await asyncio.to_thread(ar_windows, runtime.pair, ids, bench.max_new_tokens, bench.window)
+            result, timeline = await asyncio.to_thread(ar_windows, runtime.pair, ids, bench.max_new_tokens,
+                                                       bench.window)
             return result, {"timeline": timeline}
         timeline, start = [], time.perf_counter()
 

@@ -61,11 +61,12 @@ class Dialect:
 
     def sampling_fields(self, sampling: SamplingConfig, seed: int | None) -> dict[str, Any]:
         """How a completion picks its tokens: temperature and top-p, top-k where it is set (an extension
-        the engines read; unset, they cut none), and the seed where one is given."""
+        the engines read; unset, they cut none), and the seed where one is given to a sampled request (a
+        greedy one has no use for it)."""
         fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
         if sampling.top_k:
             fields["top_k"] = sampling.top_k
-        if seed is not None:
+        if seed is not None and not sampling.greedy:
             fields["seed"] = seed
         return fields
 

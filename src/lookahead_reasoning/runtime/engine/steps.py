@@ -61,7 +61,7 @@ class EngineSteps:
         alternative = request.alternative > 0
         sampling = SamplingConfig(self.alt_temperature) if alternative and self.sampling.greedy else self.sampling
         seed = None if self.seed is None else self.seed * 1_000_003 + next(self._counter)
-        return sampling, seed if not sampling.greedy else None
+        return sampling, seed
 
     def _budget(self, request: StepRequest) -> int:
         return max(1, request.budget if request.free else min(self.steps.max_step_tokens, request.budget))
