@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from lookahead_reasoning.runtime.session import Session
-from lookahead_reasoning.generator import as_lm
+from lookahead_reasoning.runtime.pair import as_lm
 from lookahead_reasoning.planning.costs import forward_seconds
 from lookahead_reasoning.theory import lookahead_pays
 

@@ -53,7 +53,7 @@ class PyTorchRows:
     """The target in this process: one row alone, or two rows in every forward."""
 
     def __init__(self, dtype: str):
-        from lookahead_reasoning.generator import as_lm
+        from lookahead_reasoning.runtime.pair import as_lm
 
         self.lm = as_lm(TARGET, dtype=dtype)
         self.label = {"runtime": "pytorch", "dtype": dtype, "engine": False}

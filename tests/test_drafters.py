@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.tools import ToolOptions, make_tools
+from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
 from lookahead_reasoning.decoding.driver import FixedK, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats
@@ -24,6 +24,7 @@ from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd,
 from lookahead_reasoning.sampling import SamplingConfig, make_generator
 from lookahead_reasoning.stopping import StopChecker, StopCondition
 from lookahead_reasoning.verifiers import ExactMatchVerifier
+from lookahead_reasoning.runtime.pair import model_pair
 
 from conftest import ORDINARY_IDS, perturbed_lm, set_eos, tiny_lm
 
@@ -113,13 +114,13 @@ def test_each_lr_trace_carries_its_cycle_s_token_outcomes_in_row_order():
     target, draft, prompt = tiny_lm("qwen2"), tiny_lm("qwen2", seed=1), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
     stats = LRStats(k=2)
-    tools = make_tools(target, draft, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats,
-                       options=ToolOptions(confidence=True))
-    result = run_lr(start_state(target, draft, prompt, None, settings.max_new_tokens), tools, FixedK(2), stats)
+    pair = model_pair(target, draft)
+    tools = make_tools(pair, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats)
+    result = run_lr(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedK(2), stats)
     cycles = result.stats.cycles
     assert [o for c in cycles for o in c.token_outcomes] == stats.target_sd.log
     assert len(stats.target_sd.log) > len(cycles) and all(c.sd_iterations == len(c.token_outcomes) for c in cycles)
-    assert all(entry[3] is not None for entry in stats.target_sd.log)  # the confidences the tools asked for
+    assert all(entry[3] is not None for entry in stats.target_sd.log)  # the draft's confidence of every token
     assert all(c.target_forwards and c.draft_forwards for c in cycles)
     assert sum(t.seconds for c in cycles for t in c.target_forwards + c.draft_forwards) == pytest.approx(
         sum(c.forward_s for c in cycles))

@@ -15,7 +15,7 @@ from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismat
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.tools import CycleTools, LRState
 from lookahead_reasoning.decoding.torch_rows import target
-from lookahead_reasoning.decoding.writers import StepWriter, Translator
+from lookahead_reasoning.decoding.tools import StepWriter, Translator
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step, split_steps
 from lookahead_reasoning.render import render_html, render_terminal

@@ -20,6 +20,7 @@ from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.plan import CyclePlan
 from lookahead_reasoning.sampling import make_generator
 from lookahead_reasoning.testing import perturbed_copy
+from lookahead_reasoning.runtime.pair import model_pair
 
 TARGET = tiny_lm(0)
 DRAFT = perturbed_copy(TARGET, 0.3, seed=1)
@@ -74,9 +75,10 @@ def test_each_runtime_refuses_by_name_the_plan_fields_it_cannot_honour():
         generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=sd_rows,
                           max_new_tokens=8)
     for plan, field in ((CyclePlan(0, chunk=8), "no chunk"), (CyclePlan(1, schedule="async"), "sync schedule")):
-        tools = make_tools(TARGET, DRAFT, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+        pair = model_pair(TARGET, DRAFT)
+        tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
         with pytest.raises(ConfigError, match=field):
-            torch_cycle(start_state(TARGET, DRAFT, PROMPT, None, 8), plan, tools)
+            torch_cycle(start_state(pair, PROMPT, None, 8), plan, tools)
 
 
 def test_the_async_schedule_with_a_model_of_this_process_is_refused_before_anything_loads():

@@ -25,6 +25,7 @@ from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
 from lookahead_reasoning.planning.estimates import CONFIDENCE_BINS, TokenBook, load_book, save_book
 from lookahead_reasoning.theory import lr_cycle, step_cycle
+from lookahead_reasoning.runtime.pair import model_pair
 
 from lr_helpers import exact, frequent_char, tiny_lm
 
@@ -461,7 +462,7 @@ def test_auto_refuses_what_its_planner_cannot_price_by_name_before_loading(tmp_p
     with pytest.raises(ConfigError, match="width > 1 is not supported by mode auto"):
         LookaheadGenerator(target="no-such-model", mode="auto", width=2)
     with pytest.raises(ConfigError, match="width 2: mode auto prices one draft per position"):
-        generate_auto(TARGET, TARGET, [1, 2, 3], exact(), Settings(width=2))
+        generate_auto(model_pair(TARGET), [1, 2, 3], exact(), Settings(width=2))
     with pytest.raises(ConfigError, match="planner=: over engines mode auto plans from the endpoints"):
         LookaheadGenerator(target="http://127.0.0.1:9", planner=PlannerConfig())  # refused before any request
 
@@ -655,22 +656,22 @@ def test_a_new_cost_regime_starts_from_the_rates_the_pair_learned_in_another(tmp
 
     monkeypatch.setattr(auto_mod, "load_or_profile", fake_profile)
     config = PlannerConfig(progress=False, cache_dir=str(tmp_path))
-    first = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    first = auto_mod.Planning.load(model_pair(TARGET, tiny_lm(1)), "exact", config)
     assert first.book.token.accepted == Book().token.accepted  # nothing learned anywhere yet: the priors
     first.book = _learned_book()
     first.save()
 
     regime["dtype"] = "float32"  # same pair and verifier, another cost regime
-    second = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    second = auto_mod.Planning.load(model_pair(TARGET, tiny_lm(1)), "exact", config)
     assert second.paths[2] != first.paths[2]
     assert second.book.token.accepted == first.book.token.accepted
     assert second.book.factor("sd@g12") == 1.0  # the other regime's calibration is not carried over
     assert second.book.token.iteration_overhead == Book().token.iteration_overhead
 
     regime["dtype"] = "bf16"  # back in the first regime: its own book, calibration and all
-    again = auto_mod.Planning.load(TARGET, tiny_lm(1), "exact", config)
+    again = auto_mod.Planning.load(model_pair(TARGET, tiny_lm(1)), "exact", config)
     assert again.book.factor("sd@g12") == pytest.approx(first.book.factor("sd@g12"))
-    other_verifier = auto_mod.Planning.load(TARGET, tiny_lm(1), "embedding", config)
+    other_verifier = auto_mod.Planning.load(model_pair(TARGET, tiny_lm(1)), "embedding", config)
     assert other_verifier.paths[3] != first.paths[3]  # step rates are per verifier
     assert other_verifier.book.step.bands == Book().step.bands  # the new verifier's: the priors
     assert other_verifier.book.token.accepted == first.book.token.accepted  # token rates are the pair's

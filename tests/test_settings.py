@@ -15,6 +15,7 @@ from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.results import LRStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
 from lookahead_reasoning.sampling import make_generator
+from lookahead_reasoning.runtime.pair import model_pair
 
 from conftest import tiny_lm
 from lr_helpers import exact
@@ -45,18 +46,18 @@ def test_k_has_one_rule_checked_before_any_model_loads():
         with pytest.raises(ConfigError, match=f"k=0 drafts no step: mode {mode} needs k >= 1"):
             LookaheadGenerator(target="no-such-model", mode=mode, k=0)
     with pytest.raises(ConfigError, match="k=0 drafts no step: mode lr"):
-        generate_lr(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1), [5, 6], exact(), Settings(k=0))
+        generate_lr(model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6], exact(), Settings(k=0))
     with pytest.raises(ModelLoadError):  # k=0 passes for auto: what stops this one is the model's name
         LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
 def test_run_lr_with_fixed_k_is_generate_lr():
-    target, draft, prompt = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1), [5, 6, 7, 8]
+    pair, prompt = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=24)
-    expected = generate_lr(target, draft, prompt, exact(), settings)
+    expected = generate_lr(pair, prompt, exact(), settings)
     stats = LRStats(k=2)
-    tools = make_tools(target, draft, exact(), settings, generator=make_generator(0), stats=stats)
-    state = start_state(target, draft, prompt, None, settings.max_new_tokens)
+    tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=stats)
+    state = start_state(pair, prompt, None, settings.max_new_tokens)
     result = run_lr(state, tools, FixedK(2), stats)
     assert result.token_ids == expected.token_ids and result.mode == "lr"
     assert len(result.stats.cycles) == len(expected.stats.cycles)
@@ -64,22 +65,23 @@ def test_run_lr_with_fixed_k_is_generate_lr():
 
 def test_the_lr_loop_takes_its_knobs_in_settings_only():
     """generate_lr names every argument it takes: single knobs change a Settings (``with_overrides``)."""
-    target, draft, prompt = tiny_lm("qwen2", 0), tiny_lm("qwen2", 0), [9, 8, 7]
+    target, prompt = tiny_lm("qwen2", 0), [9, 8, 7]
+    pair = model_pair(target, tiny_lm("qwen2", 0))
     ar = generate(target, prompt, max_new_tokens=20).token_ids
-    by_overrides = generate_lr(target, draft, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
-    by_settings = generate_lr(target, draft, prompt, exact(), Settings(k=3, max_new_tokens=20))
+    by_overrides = generate_lr(pair, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
+    by_settings = generate_lr(pair, prompt, exact(), Settings(k=3, max_new_tokens=20))
     assert by_overrides.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
     with pytest.raises(TypeError):
-        generate_lr(target, draft, prompt, exact(), k=3)
+        generate_lr(pair, prompt, exact(), k=3)
 
 
 def test_a_cycle_plan_carries_the_drafts_stop():
     """The stop of a plan reaches the drafter the cycle builds; the tools themselves are not changed."""
-    target, draft = tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)
+    pair = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1))
     settings = Settings(token_sd=TokenSD(target="draft"), draft_stop_below=0.3)
-    tools = make_tools(target, draft, exact(), settings, generator=make_generator(0), stats=LRStats(k=1))
+    tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=LRStats(k=1))
     assert tools.plan(1) == CyclePlan(1, draft_stop_below=0.3)
-    state = start_state(target, draft, [5, 6, 7], None, 16)
+    state = start_state(pair, [5, 6, 7], None, 16)
     assert tools.row_drafter(state, 1, 0.6).draft_stop_below == 0.6
     assert tools.row_drafter(state, 1, None).draft_stop_below is None
 

@@ -41,7 +41,7 @@ BAG_FORWARDERS = {
     "bench/datasets.py:load_dataset",  # load_jsonl or load_hf, whichever the spec names
     "decoding/drafters.py:make_drafter",  # the registered drafter's constructor (NGramDrafter, ModelDrafter)
     "decoding/speculative.py:generate_sd",  # Settings.with_overrides
-    "generator.py:as_lm",  # models.load_model
+    "runtime/pair.py:as_lm",  # models.load_model
     "generator.py:LookaheadGenerator.__init__",  # models.load_model (after the Settings fields it documents)
     "generator.py:LookaheadGenerator.generate",  # Settings.with_overrides
     "models/gguf.py:load_gguf",  # transformers' from_pretrained

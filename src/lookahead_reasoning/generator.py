@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import make_drafter
 from .decoding.driver import generate_lr, local_settings
-from .decoding.tools import ToolOptions
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .engine_runtime import (
@@ -34,11 +33,11 @@ from .engine_runtime import (
     is_url,
     refuse_local_options,
 )
-from .errors import ConfigError, require
+from .errors import require
 from .models.kernels import quantize_draft_int8
-from .models import LoadOptions, load_model
+from .models import LoadOptions
 from .models.precision import split_precision
-from .planning import AutoOptions, PlannerConfig, Planning, generate_auto
+from .planning import PlannerConfig, Planning, generate_auto
 from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
@@ -53,7 +52,7 @@ from .presets import (
 from .prompts import math_messages
 from .runtime.compiled import check_fast_path, default_backend
 from .runtime.lm import LM
-from .runtime.pair import model_pair
+from .runtime.pair import as_lm, model_pair
 from .runtime.vocab import check_same_tokenizer
 from .settings import Settings, TokenSD
 from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
@@ -65,21 +64,6 @@ log = logging.getLogger(__name__)
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(Settings))
 LOAD_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(LoadOptions))
 _OWN_OPTIONS = ("verifier_kwargs", "planner", "fast_path", *ENGINE_NAMES)
-
-
-def as_lm(model: Any, **load_kwargs: Any) -> LM:
-    """An LM from a name/path (loaded with :func:`lookahead_reasoning.models.load_model`), a
-    LoadedModel, an LM, or a ``(model, tokenizer)`` pair."""
-    if isinstance(model, LM):
-        return model
-    if isinstance(model, str):
-        return LM.from_loaded(load_model(model, **load_kwargs))
-    if isinstance(model, tuple) and len(model) == 2:
-        return LM(model[0], model[1])
-    if hasattr(model, "model") and hasattr(model, "tokenizer"):
-        return LM.from_loaded(model)
-    raise ConfigError(f"cannot use {type(model).__name__} as a model: give a name, a path, a LoadedModel, "
-                      "an LM or a (model, tokenizer) pair")
 
 
 class LookaheadGenerator:
@@ -164,8 +148,7 @@ class LookaheadGenerator:
                     "with one); a PlannerConfig is for models this process loads")
             refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
                                  precision)
-            self.target = self.draft = self.draft_quantize = None
-            self.same_vocab = True
+            self.pair, self.draft_quantize = None, None
             self.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
             self.engine = EngineRuntime(target, draft, self.settings, self.verifier, own)
             return
@@ -173,10 +156,9 @@ class LookaheadGenerator:
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
         local_settings(self.settings)  # the async schedule is for engines: refused before any model loads
         target_precision, draft_precision = split_precision(precision)
-        pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
-                                                          if target_precision is not None else {})),
-                          None if draft is None else as_lm(draft, **load_kwargs))
-        self.target, self.draft, self.same_vocab = pair.target, pair.draft, pair.same_vocab
+        self.pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
+                                                               if target_precision is not None else {})),
+                               None if draft is None else as_lm(draft, **load_kwargs))
         self.draft_quantize = self._quantize_draft(draft_precision, owned=isinstance(draft, str))
         for lm in {id(self.target): self.target, id(self.draft): self.draft}.values():
             if self.fast_path != "auto" or (lm.fast is None and default_backend(lm.device) is not None):
@@ -185,6 +167,22 @@ class LookaheadGenerator:
             log.warning("draft and target tokenizers differ: steps are passed as text, and token-level "
                         "SD with the draft model is off for this pair (n-gram SD still works)")
         self.verifier = self._build_verifier(verifier, own.get("verifier_kwargs"), load_kwargs.get("device"))
+
+    # ------------------------------------------------------------------ the pair, read as attributes
+    @property
+    def target(self) -> LM | None:
+        """The target p of this process (None where it is served by an engine)."""
+        return None if self.pair is None else self.pair.target
+
+    @property
+    def draft(self) -> LM | None:
+        """The draft q of this process (the target again, in an LM of its own, where none was given)."""
+        return None if self.pair is None else self.pair.draft
+
+    @property
+    def same_vocab(self) -> bool:
+        """Whether the pair shares one vocabulary (an engine pair must: it is checked on its first call)."""
+        return True if self.pair is None else self.pair.same_vocab
 
     # ------------------------------------------------------------------ settings, read as attributes
     def __getattr__(self, name: str) -> Any:
@@ -242,7 +240,7 @@ class LookaheadGenerator:
         require(self.engine is None, "over engines mode auto's planner measures the endpoints on its first call "
                                      "(gen.engine.planner); there is no PyTorch cost table")
         if self._planning is None:
-            self._planning = Planning.load(self.target, self.draft, getattr(self.verifier, "name", "verifier"),
+            self._planning = Planning.load(self.pair, getattr(self.verifier, "name", "verifier"),
                                            self.planner or PlannerConfig())
         return self._planning
 
@@ -324,9 +322,8 @@ class LookaheadGenerator:
             return generate_sd(self.target, target_ids, drafter, settings.with_overrides(gamma=gamma),
                                on_text=on_text)
         token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None
-        return generate_lr(self.target, self.draft, target_ids, self.verifier,
-                           settings.with_overrides(k=k, token_sd=token_sd),
-                           options=ToolOptions(draft_ids, self.same_vocab), on_text=on_text)
+        return generate_lr(self.pair, target_ids, self.verifier, settings.with_overrides(k=k, token_sd=token_sd),
+                           on_text=on_text, draft_ids=draft_ids)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:
@@ -334,14 +331,12 @@ class LookaheadGenerator:
         of them when ``learn`` is False)."""
         require(self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
         check_max_k(max_k)
-        config = self.planner or PlannerConfig()
-        planning = self.planning()
+        config, planning = self.planner or PlannerConfig(), self.planning()
         if not learn:
             config = dataclasses.replace(config, learn=False, refine=False)
             planning = copy.deepcopy(planning)
         if max_k is not None:
             config = dataclasses.replace(config, max_k=max_k)
         target_ids, draft_ids = self._prompts(prompt, raw)
-        options = AutoOptions(config, planning, ToolOptions(draft_ids, self.same_vocab))
-        return generate_auto(self.target, self.draft, target_ids, self.verifier, settings, options=options,
-                             on_text=on_text)
+        return generate_auto(self.pair, target_ids, self.verifier, settings, on_text=on_text,
+                             planning=dataclasses.replace(planning, config=config), draft_ids=draft_ids)

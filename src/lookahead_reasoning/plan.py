@@ -11,16 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import require
-
-
-def check_draft_stop_below(draft_stop_below: float | None) -> None:
-    """Raise ConfigError unless ``draft_stop_below`` (the draft confidence to keep drafting) is None or in
-    [0, 1) (0 and None never stop early): one rule for Settings and for every plan."""
-    require(draft_stop_below is None or (isinstance(draft_stop_below, (int, float)) and not isinstance(draft_stop_below, bool)
-                                         and 0.0 <= draft_stop_below < 1.0),
-            f"draft_stop_below (draft confidence to keep drafting) must be in [0, 1) or None, got {draft_stop_below!r}")
-
-SCHEDULES = ("sync", "async")
+from .presets import SCHEDULES, check_draft_stop_below
 
 
 @dataclass(frozen=True)
@@ -67,4 +58,4 @@ class CyclePlan:
         return head + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
 
 
-__all__ = ["CyclePlan", "SCHEDULES"]
+__all__ = ["CyclePlan"]

@@ -15,7 +15,9 @@ sd-ngram   token-level speculative decoding with prompt lookup (no draft model)
 =========  =================================================================================
 
 The fixed modes' defaults are the best measured settings on this project's CPUs (see
-benchmarks/README.md); ``auto`` needs none, it measures.
+benchmarks/README.md); ``auto`` needs none, it measures. The rules of the settings a mode reads (``k``,
+gamma, the draft's confidence stop) are here too, each written once: ``Settings``, every plan and the
+command line check with them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ALT_TEMPERATURE = 0.7  # width > 1 under greedy decoding: the alternative drafts
 TOKEN_GAMMA = 4  # drafted tokens per SD iteration where a mode has no gamma of its own
 LR_SD_TOKEN_SD = {"target": "draft", "draft": "ngram"}  # lr-sd: q drafts tokens for p's rows, prompt lookup for q's steps
 NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup matches the last 3 tokens down to the last 1
+SCHEDULES = ("sync", "async")  # how a cycle orders its work (Settings.schedule, CyclePlan.schedule)
 SCHEDULE = "sync"  # an LR cycle drafts every step, then runs the target's rows ("async": a row starts with its prefix)
 ENGINE_TIMEOUT_S = 300.0  # one request to a serving engine may take this long (a long answer in one request)
 ENGINE_RETRIES = 2  # a request an engine refused to connect is tried this many more times
@@ -66,6 +69,14 @@ NGRAM_GAMMA = 6  # prompt lookup proposes runs of at most this many tokens
 def check_mode(mode: str) -> str:
     require(mode in MODES, f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     return mode
+
+
+def check_draft_stop_below(draft_stop_below: float | None) -> None:
+    """Raise ConfigError unless ``draft_stop_below`` (the draft confidence to keep drafting) is None or in
+    [0, 1) (0 and None never stop early): one rule for Settings and for every plan."""
+    require(draft_stop_below is None or (isinstance(draft_stop_below, (int, float)) and not isinstance(draft_stop_below, bool)
+                                         and 0.0 <= draft_stop_below < 1.0),
+            f"draft_stop_below (draft confidence to keep drafting) must be in [0, 1) or None, got {draft_stop_below!r}")
 
 
 def check_k(k: int | None, mode: str | None = None) -> int | None:
@@ -104,5 +115,6 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
            "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA", "check_k", "check_max_k", "check_mode",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
+           "check_draft_stop_below", "check_k", "check_max_k", "check_mode",
            "mode_gamma", "mode_k"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import require
-from .plan import SCHEDULES, check_draft_stop_below
 from .presets import (
     ALT_TEMPERATURE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -24,7 +23,9 @@ from .presets import (
     NGRAM_MAX,
     NGRAM_MIN,
     SCHEDULE,
+    SCHEDULES,
     TOKEN_GAMMA,
+    check_draft_stop_below,
     check_k,
     mode_k,
 )

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 import torch
 
 from ..decoding.drafters import make_drafter
-from ..decoding.writers import StepWriter, Translator
+from ..decoding.tools import StepWriter, Translator
 from ..errors import LookaheadError, require
 from ..models import load_model
 from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS

@@ -25,7 +25,7 @@ from ..presets import NGRAM_MAX, NGRAM_MIN
 from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
-from ..settings import check_draft_stop_below
+from ..presets import check_draft_stop_below
 
 
 @dataclass

@@ -29,11 +29,12 @@ from typing import Callable, Protocol, Sequence
 
 from ..errors import require
 from ..plan import CyclePlan
-from ..runtime.lm import LM, ForwardTiming, PadPolicy
+from ..runtime.lm import ForwardTiming, PadPolicy
+from ..runtime.pair import ModelPair
 from ..sampling import make_generator
 from ..settings import Settings
 from ..verifiers.base import Verifier
-from .tools import CycleTools, LRState, ToolOptions, make_tools
+from .tools import CycleTools, LRState, make_tools
 from .lookahead import run_cycle, run_sync
 from .torch_rows import TorchRows
 from .results import CycleTrace, GenerationResult, LRStats
@@ -190,12 +191,14 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
                             t_used.calls, wall.total(), mode=policy.mode, stats=stats)
 
 
-def start_state(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], draft_prompt_ids: Sequence[int] | None,
+def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
                 max_new_tokens: int) -> LRState:
-    """Both sessions at the prompt (``draft_prompt_ids``: the prompt in the draft's tokenizer; None:
-    ``prompt_ids``, for a shared vocabulary)."""
-    draft_ids = list(prompt_ids if draft_prompt_ids is None else draft_prompt_ids)
-    return LRState(target_lm.session([list(prompt_ids)]), draft_lm.session([draft_ids]), len(prompt_ids),
+    """Both sessions at the prompt. ``draft_ids``: the prompt in the draft's tokenizer; None: ``prompt_ids``
+    where the pair shares one vocabulary, else the target's prompt text cut by the draft's tokenizer."""
+    if draft_ids is None:
+        draft_ids = prompt_ids if pair.same_vocab else pair.draft.encode(
+            pair.target.decode(list(prompt_ids), skip_special_tokens=False))
+    return LRState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
                    len(draft_ids), max_new_tokens)
 
 
@@ -208,23 +211,21 @@ def local_settings(settings: Settings | None) -> Settings:
     return settings
 
 
-def generate_lr(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
-                settings: Settings | None = None, *, on_text: OnText | None = None,
-                options: ToolOptions = ToolOptions()) -> GenerationResult:
+def generate_lr(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None, *,
+                on_text: OnText | None = None, draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
 
-    ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps, sampling,
-    ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
+    ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`), which knows whether they share
+    one vocabulary. ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps,
+    sampling, ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
     ``settings.with_overrides(k=3, ...)``). ``settings.token_sd`` turns on token-level SD inside steps
-    (mode "lr-sd"). ``options``: the prompt in the draft's tokenizer and whether the pair shares
-    one (:class:`~.tools.ToolOptions`; default: ``prompt_ids``, one shared vocabulary). ``on_text`` hears the
-    accepted text as it grows.
+    (mode "lr-sd"). ``draft_ids``: the prompt in the draft's tokenizer (:func:`start_state`). ``on_text``
+    hears the accepted text as it grows.
     """
     settings = local_settings(settings)
     stats = LRStats(k=settings.drafted_steps)
-    tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       options=options)
-    state = start_state(target_lm, draft_lm, prompt_ids, options.draft_ids, settings.max_new_tokens)
+    tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
+    state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
     policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr",
                     width=settings.width)
     return run_lr(state, tools, policy, stats, on_text)

@@ -1,5 +1,8 @@
 """What a Lookahead Reasoning generation carries from cycle to cycle: where it stands (:class:`LRState`)
-and the collaborators every cycle works with (:class:`CycleTools`, wired by :func:`make_tools`)."""
+and the collaborators every cycle works with (:class:`CycleTools`, wired by :func:`make_tools`): who writes
+a step (:class:`StepWriter`: one model, plain decoding or token SD inside the step), how step text moves
+between two tokenizers (:class:`Translator`), and who drafts tokens for the target's rows
+(:class:`ModelRows`)."""
 
 from __future__ import annotations
 
@@ -9,17 +12,74 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..plan import CyclePlan
+from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
+from ..runtime.pair import ModelPair
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
+from ..settings import Settings, TokenSD
+from ..steps import Step, StepConfig
+from ..stopping import StopChecker
 from ..verifiers.base import Verifier
-from ..plan import CyclePlan
+from .autoregressive import decode_rows
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .results import LRStats, SDStats
-from ..settings import Settings, TokenSD
-from .writers import StepWriter, Translator
+from .speculative import TokenSDRun, decode_rows_sd
 
 log = logging.getLogger(__name__)
+
+
+class Translator:
+    """Moves step text between the draft's and the target's tokenizers (ids pass through when equal)."""
+
+    def __init__(self, target: LM, draft: LM, same_vocab: bool):
+        self.target, self.draft, self.same_vocab = target, draft, same_vocab
+
+    def to_target(self, step: Step) -> list[int]:
+        """Target ids of a drafted step."""
+        if self.same_vocab:
+            return step.ids
+        if step.ids_other is None:
+            step.ids_other = self.target.encode(step.text)
+        return step.ids_other
+
+    def to_draft(self, target_generated: list[int]) -> list[int]:
+        """Draft ids of the target's generated text."""
+        if self.same_vocab:
+            return list(target_generated)
+        return self.draft.encode(self.target.decode(target_generated, skip_special_tokens=False))
+
+
+class StepWriter:
+    """Writes steps for one model: plain AR, or token-level SD inside the step."""
+
+    def __init__(self, lm: LM, steps: StepConfig, sampling: SamplingConfig, generator: torch.Generator,
+                 sd_drafter: Drafter | None = None, gamma: int = TOKEN_GAMMA, sd_stats: SDStats | None = None):
+        self.lm, self.steps, self.sampling, self.generator = lm, steps, sampling, generator
+        self.sd_drafter, self.gamma, self.sd_stats = sd_drafter, gamma, sd_stats
+
+    def write(self, session: Session, budgets: Sequence[int], drafter: Drafter | None = None,
+              starts: Sequence[int] | None = None, on_done=None, gamma: int | None = None,
+              overshoot: bool = False) -> list[Step]:
+        """Extend every row of ``session`` by one step (each within its own token budget).
+
+        ``starts[b]`` is where row b's step begins (default: its current end; tokens already after it
+        count as the step's first tokens). ``on_done`` is passed to the decoding loop. ``drafter``
+        and ``gamma`` override the writer's own token-level SD for this call; ``overshoot`` lets an
+        SD iteration keep the tokens it accepted past the step's delimiter (the step then ends with
+        ``end="overshoot"``, mid-step).
+        """
+        starts = [len(r) for r in session.rows] if starts is None else list(starts)
+        checkers = [StopChecker(self.steps.stop_condition(self.lm.eos_ids, b), self.lm.decode) for b in budgets]
+        drafter = drafter or self.sd_drafter
+        if drafter is None:
+            hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_done=on_done)
+        else:
+            run = TokenSDRun(self.sampling, drafter, gamma or self.gamma, self.generator, self.sd_stats, overshoot)
+            hits = decode_rows_sd(session, starts, checkers, run, on_done=on_done)
+        return [Step(session.rows[b][starts[b]:], self.lm.decode(session.rows[b][starts[b]:]), hit.reason)
+                for b, hit in enumerate(hits)]
 
 
 @dataclass
@@ -73,29 +133,16 @@ class CycleTools:
         return CyclePlan(k, draft_stop_below=self.draft_stop_below)
 
 
-@dataclass(frozen=True)
-class ToolOptions:
-    """How a generation is wired beyond its settings (:func:`make_tools`, and the draft's start).
-
-    ``draft_ids``: the prompt in the draft's tokenizer (None: the target's prompt ids, for a shared
-    vocabulary); ``same_vocab``: the pair shares one tokenizer (drafted steps cross as ids; token-level
-    SD with the draft model is possible); ``share_single``: one target row drafts on the draft's own
-    session; ``confidence``: the row drafter reports each drafted token's top probability (what mode
-    auto learns the best confidence stop from, off each SD iteration the run's counters log).
-    """
-
-    draft_ids: Sequence[int] | None = None
-    same_vocab: bool = True
-    share_single: bool = False
-    confidence: bool = False
-
-
-def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settings | None = None, *,
-               generator: torch.Generator, stats: LRStats, options: ToolOptions = ToolOptions()) -> CycleTools:
-    """Wire the writers, drafters and translator of one generation.
+def make_tools(pair: ModelPair, verifier: Verifier, settings: Settings | None = None, *,
+               generator: torch.Generator, stats: LRStats) -> CycleTools:
+    """Wire the writers, drafters and translator of one generation over ``pair`` (the target p, the draft q,
+    and whether they share one vocabulary: drafted steps then cross as ids, and token-level SD with the
+    draft model is possible).
 
     ``settings`` (default ``Settings()``; change fields with :meth:`~..settings.Settings.with_overrides`):
-    ``settings.token_sd`` None: no SD in steps. ``options``: :class:`ToolOptions`.
+    ``settings.token_sd`` None: no SD in steps. The draft model drafting for the target's rows reports each
+    drafted token's top probability (what mode auto learns its confidence stop from), and a single row
+    drafts on the draft's own session instead of a copy of it.
     """
     settings = settings or Settings()
     token_sd, sampling = settings.token_sd, settings.sampling
@@ -107,35 +154,33 @@ def make_tools(target_lm: LM, draft_lm: LM, verifier: Verifier, settings: Settin
         draft_drafter = ngram if token_sd.draft == "ngram" else None
         if token_sd.target == "ngram":
             target_drafter = ngram
-        elif token_sd.target == "draft" and options.same_vocab:
-            row_drafter = ModelRows(draft_lm, sampling, generator, options.share_single, options.confidence)
+        elif token_sd.target == "draft" and pair.same_vocab:
+            row_drafter = ModelRows(pair.draft, sampling, generator)
         elif token_sd.target == "draft":
             log.warning("token-level SD with the draft model needs one vocabulary: off for this pair")
     # alternatives (plans of width > 1) must differ from the main draft: they are sampled
     alt_sampling = sampling if not sampling.greedy else SamplingConfig(temperature=settings.alt_temperature)
-    alt_writer = StepWriter(draft_lm, settings.steps, alt_sampling, generator, draft_drafter, gamma)
+    alt_writer = StepWriter(pair.draft, settings.steps, alt_sampling, generator, draft_drafter, gamma)
     return CycleTools(
-        draft_writer=StepWriter(draft_lm, settings.steps, sampling, generator, draft_drafter, gamma, stats.draft_sd),
-        target_writer=StepWriter(target_lm, settings.steps, sampling, generator, target_drafter, gamma,
+        draft_writer=StepWriter(pair.draft, settings.steps, sampling, generator, draft_drafter, gamma, stats.draft_sd),
+        target_writer=StepWriter(pair.target, settings.steps, sampling, generator, target_drafter, gamma,
                                  stats.target_sd),
-        verifier=verifier, translator=Translator(target_lm, draft_lm, options.same_vocab), row_drafter=row_drafter,
+        verifier=verifier, translator=Translator(pair.target, pair.draft, pair.same_vocab), row_drafter=row_drafter,
         alt_writer=alt_writer, draft_stop_below=settings.draft_stop_below)
 
 
 class ModelRows:
     """Token-level drafting for the target's R rows with the draft model, forked from the draft's
-    own cache of x + the drafted steps (so the draft re-reads nothing it has already seen).
-    ``share_single``: one row drafts on the draft's own session instead of a copy of it. Each cycle
-    builds its drafter with the stop of its plan."""
+    own cache of x + the drafted steps (so the draft re-reads nothing it has already seen); a single row
+    drafts on the draft's own session instead of a copy of it. Each cycle builds its drafter with the stop
+    of its plan; the drafter reports each drafted token's top probability."""
 
-    def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator,
-                 share_single: bool = False, confidence: bool = False):
+    def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator):
         self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
-        self.share_single, self.confidence = share_single, confidence
 
     def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
         drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, draft_stop_below=draft_stop_below,
-                               confidence=self.confidence)
-        drafter.attach(state.draft if self.share_single and n_rows == 1 else state.draft.fork(n_rows))
+                               confidence=True)
+        drafter.attach(state.draft if n_rows == 1 else state.draft.fork(n_rows))
         return drafter
 

@@ -17,7 +17,7 @@ What this runtime adds (none of it changes the text, :mod:`.reference` says why)
 * *the row gate*: a policy may keep only the first R rows once the drafted tokens are scored (:data:`Gate`);
 * *token SD inside steps* (``TokenSD``): for the draft's steps with an n-gram drafter, for the target's
   rows with an n-gram drafter or with the draft model (forked from the draft's own cache of the
-  drafted steps); drafts with another tokenizer cross as text (:class:`~.writers.Translator`).
+  drafted steps); drafts with another tokenizer cross as text (:class:`~.tools.Translator`).
 
 The runtime never suspends the cycle's coroutine: :func:`torch_cycle` runs it without an event loop.
 """
@@ -30,12 +30,10 @@ from ..runtime.session import Session
 from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
-from .tools import CycleTools, Gate, LRState
+from .tools import CycleTools, Gate, LRState, StepWriter, Translator
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
 from .rejection import greedy_accept, speculative_accept
 from .results import CycleTrace
-from .timing import Laps
-from .writers import StepWriter, Translator
 
 
 class TorchRows:

@@ -13,7 +13,7 @@ process or over an engine.
 * :mod:`.auto`       ``generate_auto``: mode ``auto`` over this process's models.
 """
 
-from .auto import AutoOptions, Planning, generate_auto
+from .auto import Planning, generate_auto
 from .cost_cache import load_or_profile
 from .costs import CostGrid, CostTable, profile
 from .endpoints import ameasure
@@ -21,5 +21,5 @@ from .estimates import Beta, Book, StepBook, TokenBook
 from .planner import Choice, Planner, PlannerConfig, Prefill
 from .policy import AutoPolicy
 
-__all__ = ["AutoOptions", "AutoPolicy", "Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig",
+__all__ = ["AutoPolicy", "Beta", "Book", "Choice", "CostGrid", "CostTable", "Planner", "PlannerConfig",
            "Planning", "Prefill", "StepBook", "TokenBook", "ameasure", "generate_auto", "load_or_profile", "profile"]

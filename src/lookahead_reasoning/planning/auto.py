@@ -28,16 +28,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..decoding.tools import ToolOptions, make_tools
+from ..decoding.tools import make_tools
 from ..decoding.driver import local_settings, run_lr, start_state
 from ..decoding.results import GenerationResult, LRStats
 from ..errors import require
 from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
-from ..runtime.lm import LM
+from ..runtime.pair import ModelPair
 from ..sampling import make_generator
 from ..settings import Settings, TokenSD
 from ..verifiers.base import Verifier
@@ -52,21 +52,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Planning:
-    """What ``auto`` keeps between generations of one pair: the cost table and the book, and where
-    they are saved."""
+    """What ``auto`` plans with for one pair: what it searches and how it learns (``config``), the cost
+    table and the book it keeps between generations, and where they are saved. Change the search of one
+    call with ``dataclasses.replace(planning, config=...)``: the table and the book stay shared."""
 
     costs: CostTable
     book: Book
     # target table, draft table, book, the pair's rates with this verifier in any regime, and with any verifier
     paths: tuple[Path, Path, Path, Path, Path]
+    config: PlannerConfig = field(default_factory=PlannerConfig)
 
     @classmethod
-    def load(cls, target_lm: LM, draft_lm: LM, verifier_name: str, config: PlannerConfig) -> "Planning":
+    def load(cls, pair: ModelPair, verifier_name: str, config: PlannerConfig | None = None) -> "Planning":
         """Read (or measure) both cost tables and the book of this pair in this cost regime. A regime
         the pair has not run in yet starts from the acceptance rates it learned in the last regime it
         ran in with this verifier (:meth:`Book.rates_only`); a verifier new to the pair starts from the
         token rates it learned with the last verifier (:meth:`Book.token_rates_only`: token acceptance
-        is the draft's, step acceptance the verifier's); else the priors."""
+        is the draft's, step acceptance the verifier's); else the priors. ``config`` None: the defaults."""
+        config = config or PlannerConfig()
+        target_lm, draft_lm = pair.target, pair.draft
         t_grid, t_path = load_or_profile(target_lm, TARGET_GRID, reprofile=config.reprofile, progress=config.progress,
                                          label=f"target {target_lm.name}", root=config.cache_dir)
         d_grid, d_path = load_or_profile(draft_lm, DRAFT_GRID, reprofile=config.reprofile, progress=config.progress,
@@ -88,25 +92,13 @@ class Planning:
             book = load_book(token_path).token_rates_only()
         else:
             book = Book()
-        return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path))
+        return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path), config)
 
     def save(self) -> None:
         save(self.costs.target, self.paths[0])
         save(self.costs.draft, self.paths[1])
         for path in self.paths[2:]:
             save_book(self.book, path)
-
-
-@dataclass(frozen=True)
-class AutoOptions:
-    """What :func:`generate_auto` runs with beyond its settings: ``config`` (:class:`PlannerConfig`, whose
-    ``max_k`` caps the drafted steps of a plan; None: the defaults), ``planning`` (the cost table and book,
-    carried across calls; None: loaded, or measured), ``tools`` (the prompt in the draft's tokenizer and
-    whether the pair shares one: :class:`~..decoding.tools.ToolOptions`)."""
-
-    config: PlannerConfig | None = None
-    planning: Planning | None = None
-    tools: ToolOptions = ToolOptions()
 
 
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
@@ -125,27 +117,29 @@ def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
                    gamma=max(config.gammas, default=TOKEN_GAMMA))
 
 
-def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifier: Verifier,
-                  settings: Settings | None = None, *, on_text: Callable[[str], None] | None = None,
-                  options: AutoOptions = AutoOptions()) -> GenerationResult:
+def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
+                  *, on_text: Callable[[str], None] | None = None, planning: Planning | None = None,
+                  draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.run_lr`.
 
-    ``settings``: default ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``);
-    ``options``: :class:`AutoOptions`; ``on_text`` hears the accepted text as it grows. The plans draft one
-    step per position (``width`` 1; a larger width is refused). ``settings.token_sd`` limits the search where
-    it is given (:func:`auto_token_sd`); the gammas are the planner's (``PlannerConfig.gammas``).
+    ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`). ``settings``: default
+    ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``); ``planning``: the cost table,
+    the book and the planner's config (:class:`Planning`, whose ``config.max_k`` caps the drafted steps of a
+    plan), carried across calls (None: loaded, or measured, with the default config); ``draft_ids``: the
+    prompt in the draft's tokenizer (:func:`~..decoding.driver.start_state`); ``on_text`` hears the accepted
+    text as it grows. The plans draft one step per position (``width`` 1; a larger width is refused).
+    ``settings.token_sd`` limits the search where it is given (:func:`auto_token_sd`); the gammas are the
+    planner's (``PlannerConfig.gammas``).
     """
     settings = local_settings(settings or Settings.preset())
     require(settings.width == 1, f"width {settings.width}: mode auto prices one draft per position (width 1); "
             "use mode lr or lr-sd for several drafts per position")
-    config = options.config or PlannerConfig()
-    planning = options.planning or Planning.load(target_lm, draft_lm,
-                                                 getattr(verifier, "name", type(verifier).__name__), config)
+    planning = planning or Planning.load(pair, getattr(verifier, "name", type(verifier).__name__))
+    config = planning.config
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
     stats = LRStats(k=config.max_k)
-    tools = make_tools(target_lm, draft_lm, verifier, settings, generator=make_generator(settings.seed), stats=stats,
-                       options=replace(options.tools, share_single=True, confidence=True))
-    state = start_state(target_lm, draft_lm, prompt_ids, options.tools.draft_ids, settings.max_new_tokens)
+    tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
+    state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
     planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
                       draft_stop_below=settings.draft_stop_below)
     grids = (planning.costs.target, planning.costs.draft)
@@ -156,4 +150,4 @@ def generate_auto(target_lm: LM, draft_lm: LM, prompt_ids: Sequence[int], verifi
     return run_lr(state, tools, policy, stats, on_text, pads)
 
 
-__all__ = ["AutoOptions", "Planning", "auto_token_sd", "generate_auto"]
+__all__ = ["Planning", "auto_token_sd", "generate_auto"]

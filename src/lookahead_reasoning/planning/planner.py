@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import require
-from ..plan import SCHEDULES, CyclePlan
-from ..presets import PRESETS
+from ..plan import CyclePlan
+from ..presets import PRESETS, SCHEDULES
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book

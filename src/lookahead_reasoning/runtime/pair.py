@@ -1,4 +1,5 @@
-"""A target and a draft set up to run together: :func:`model_pair`.
+"""A target and a draft set up to run together: :func:`model_pair` (and :func:`as_lm`, one model as an
+:class:`~.lm.LM`).
 
 Both become :class:`~.lm.LM` objects with counters of their own (a draft that is the target gets a
 second LM over the same model, so the two roles are timed apart), and the pair knows whether the two
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TokenizerMismatchError
+from ..errors import ConfigError, TokenizerMismatchError
+from ..models import load_model
 from .lm import LM
 from .vocab import check_same_tokenizer
 
@@ -23,6 +25,21 @@ class ModelPair:
     target: LM
     draft: LM
     same_vocab: bool
+
+
+def as_lm(model: Any, **load_kwargs: Any) -> LM:
+    """An LM from a name/path (loaded with :func:`lookahead_reasoning.models.load_model`), a
+    LoadedModel, an LM, or a ``(model, tokenizer)`` pair."""
+    if isinstance(model, LM):
+        return model
+    if isinstance(model, str):
+        return LM.from_loaded(load_model(model, **load_kwargs))
+    if isinstance(model, tuple) and len(model) == 2:
+        return LM(model[0], model[1])
+    if hasattr(model, "model") and hasattr(model, "tokenizer"):
+        return LM.from_loaded(model)
+    raise ConfigError(f"cannot use {type(model).__name__} as a model: give a name, a path, a LoadedModel, "
+                      "an LM or a (model, tokenizer) pair")
 
 
 def model_pair(target: Any, draft: Any = None) -> ModelPair:
@@ -40,4 +57,4 @@ def model_pair(target: Any, draft: Any = None) -> ModelPair:
     return ModelPair(target, draft, same)
 
 
-__all__ = ["ModelPair", "model_pair"]
+__all__ = ["ModelPair", "as_lm", "model_pair"]
