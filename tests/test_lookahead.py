@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.tools import CycleTools, LRState
+from lookahead_reasoning.decoding.tools import CycleTools, LRState, StepWriter, Translator
 from lookahead_reasoning.decoding.torch_rows import target
-from lookahead_reasoning.decoding.tools import StepWriter, Translator
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step, split_steps
 from lookahead_reasoning.render import render_html, render_terminal
@@ -223,6 +222,24 @@ def test_draft_with_another_tokenizer_works_at_step_level():
     assert lr.token_ids == ar.token_ids
     with pytest.raises(TokenizerMismatchError, match="(?i)step-level speculation"):
         gen.generate(prompt_text, mode="sd", max_new_tokens=5)
+
+
+def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_tokenizer():
+    """generate_lr given only the target's prompt ids: the pair knows its draft reads other ids, so the
+    draft starts from the prompt's text in its own tokenizer (not from the target's ids), and the output
+    is AR's with exact matching."""
+    from lookahead_reasoning import Settings
+    from lookahead_reasoning.decoding import generate_lr
+    from lookahead_reasoning.decoding.driver import start_state
+    from lookahead_reasoning.runtime.pair import model_pair
+
+    pair = model_pair(TARGET, tiny_lm(0, tokenizer=char_tokenizer(shift=17)))
+    prompt = TARGET.encode("Q: 2+2?")
+    assert not pair.same_vocab
+    state = start_state(pair, prompt, None, 8)
+    assert state.draft.rows[0] == pair.draft.encode("Q: 2+2?") != prompt
+    lr = generate_lr(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
+    assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
 
 
 def test_trace_and_rendering_show_every_step():
