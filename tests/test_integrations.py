@@ -192,6 +192,22 @@ def test_the_harness_refuses_a_model_arg_it_does_not_know(harness):
         module.LookaheadLM(target=str(folder), temperature=0.5)
 
 
+def test_the_harness_takes_the_command_line_s_options_and_refuses_a_bad_one_by_its_model_arg(harness):
+    """model_args are the options of ``lookahead-reasoning lr`` by name: they reach the generator's spec (the
+    likelihood verifier with its threshold, k, width, the step cap), and a bad value is refused by its model_arg
+    before any model loads."""
+    module, _ = harness
+    spec = module.harness_spec({"target": "t", "draft": "none", "mode": "lr", "k": 3, "width": 2, "verifier": "likelihood",
+                                "threshold": 0.3, "max_step_tokens": 40, "delimiter": "\n"})
+    assert (spec.mode, spec.draft, spec.verifier.name, spec.verifier.threshold) == ("lr", None, "likelihood", 0.3)
+    assert (spec.settings.k, spec.settings.width, spec.settings.steps) == (3, 2, StepConfig(("\n",), 40))
+    assert module.harness_spec({}).mode == "auto"
+    for args, name in (({"k": -1}, "k"), ({"max_step_tokens": 0}, "max_step_tokens"), ({"mode": "fast"}, "mode"),
+                       ({"verifier": "likelihood", "threshold": 2}, "threshold")):
+        with pytest.raises(ConfigError, match=f"^{name} "):
+            module.harness_spec(args)
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_the_offline_pair_through_generate_writes_greedy_generates_tokens():

@@ -55,7 +55,7 @@ BAG_FORWARDERS = {
     "integrations/hf_generate.py:generate",  # GenerationConfig.update (what generate was given), after LookaheadOptions' names
     "integrations/hf_generate.py:decoding",  # LookaheadOptions (its fields)
     "integrations/hf_generate.py:decoding.lookahead_decoding",  # the model kwargs generate prepared: only attention_mask is read
-    "integrations/harness.py:LookaheadLM.__init__",  # HarnessArgs (its fields: the harness's model_args)
+    "integrations/harness.py:LookaheadLM.__init__",  # harness_spec (the harness's model_args: the command line's option names)
     "verifiers/registry.py:check_verifier_spec",  # the registered verifier's constructor (names checked only)
     "verifiers/registry.py:make_verifier",  # the registered verifier's constructor
     "verifiers/registry.py:paper_judge",  # OpenAIJudgeVerifier: api_key, timeout

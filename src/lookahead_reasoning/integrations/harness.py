@@ -17,9 +17,11 @@ before ``lm_eval.simple_evaluate(model="lookahead", ...)``); the package also de
   the request's ``until`` strings (generation itself ends at EOS or ``max_gen_toks``).
 * ``loglikelihood`` and ``loglikelihood_rolling``: the target's own forward (float32 log-probabilities).
 
-``model_args``: ``target``, ``draft`` (names, paths or hub ids, as :class:`LookaheadGenerator` takes),
-``mode`` (``auto``), ``verifier`` (``exact``), ``k``, ``gamma``, ``dtype``, ``device``, ``max_gen_toks``
-(the default answer budget, 512).
+``model_args``: the options of ``lookahead-reasoning lr`` by their names (:func:`harness_spec`): ``target``,
+``draft`` (names, paths or hub ids, as :class:`~lookahead_reasoning.LookaheadGenerator` takes; ``none``: none), ``mode`` (``auto``),
+``verifier`` (``exact``) and ``threshold``, ``k``, ``gamma``, ``width``, ``draft_stop_below``, ``delimiter``,
+``max_step_tokens``, ``dtype``, ``device``, ``precision``, ...; and ``max_gen_toks`` (the default answer
+budget, 512). Sampling comes with each request (the harness's ``gen_kwargs``).
 """
 
 from __future__ import annotations
@@ -27,18 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import tempfile
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import ConfigError, require
-from ..generator import LookaheadGenerator
-from ..presets import DEFAULT_DRAFT, DEFAULT_TARGET, MODES
+from ..options import GeneratorSpec, decoding_settings
 from ..sampling import SamplingConfig
+from ..verifiers.options import verifier_settings_from_args
 
 try:
     from lm_eval.api.model import LM as HarnessBase
@@ -53,48 +55,58 @@ TASK = "gsm8k_lookahead"
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "gsm8k-train-64.jsonl"
 
 
-@dataclass(frozen=True)
-class HarnessArgs:
-    """The harness's ``model_args`` (strings from its command line) and the options it adds itself."""
+# The model_args: what a generator is built from, by the names the command line's options have
+# (options.GeneratorSpec, options.decoding_settings, verifiers.options.VerifierSettings), and the
+# options the harness adds itself. Sampling is not among them: it comes with each request (gen_kwargs).
+LOADING_ARGS = ("target", "draft", "mode", "dtype", "device", "precision", "draft_quantize", "cpu_linear", "fast_path")
+DECODING_ARGS = ("k", "gamma", "width", "draft_stop_below", "token_sd_target", "token_sd_draft", "delimiter",
+                 "max_step_tokens")
+VERIFIER_ARGS = ("verifier", "threshold", "judge_model", "judge_url", "judge_name", "judge_timeout", "judge_dtype")
+HARNESS_OWN = {"max_gen_toks": 512, "batch_size": 1, "max_batch_size": None}
 
-    target: str = DEFAULT_TARGET
-    draft: str | None = DEFAULT_DRAFT
-    mode: str = "auto"
-    verifier: str = "exact"
-    k: Any = None
-    gamma: Any = None
-    dtype: str = "auto"
-    device: str | None = None
-    max_gen_toks: Any = 512
-    batch_size: Any = 1
-    max_batch_size: Any = None
 
-    def __post_init__(self) -> None:
-        require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}", ConfigError)
-        require(str(self.batch_size) in ("1", "auto") or self.batch_size is None,
-                f"batch_size {self.batch_size}: requests run one at a time (batch_size=1)", ConfigError)
+def harness_spec(model_args: dict[str, Any]) -> GeneratorSpec:
+    """The :class:`~..options.GeneratorSpec` of the harness's ``model_args`` (the names of the command line's
+    options, ``mode`` auto by default, ``draft=none`` for none), checked before any model loads; a refusal
+    names the model_arg."""
+    known = (*LOADING_ARGS, *DECODING_ARGS, *VERIFIER_ARGS, *HARNESS_OWN)
+    unknown = sorted(set(model_args) - set(known))
+    require(not unknown, f"{', '.join(unknown)}: not a model_arg of lookahead (known: {', '.join(sorted(known))})",
+            ConfigError)
+    loading = {name: model_args[name] for name in LOADING_ARGS if model_args.get(name) is not None}
+    if str(loading.get("draft")) in ("", "none", "None"):
+        loading["draft"] = None
+    decoding = {name: model_args[name] for name in DECODING_ARGS if name in model_args}
+    if isinstance(decoding.get("delimiter"), str):
+        decoding["delimiter"] = (decoding["delimiter"],)
+    try:
+        spec = GeneratorSpec(**{"mode": "auto", **loading}, settings=decoding_settings(decoding),
+                             verifier=verifier_settings_from_args(argparse.Namespace(**{
+                                 name: model_args[name] for name in VERIFIER_ARGS if name in model_args})))
+        spec.check()
+    except ConfigError as exc:  # the command line's option names, as model_args: --max-step-tokens -> max_step_tokens
+        raise ConfigError(re.sub(r"(?<![\w-])--?([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"),
+                                 str(exc))) from None
+    return spec
 
 
 class LookaheadLM(HarnessBase):
-    """The harness's view of a :class:`LookaheadGenerator` (module docstring)."""
+    """The harness's view of a :class:`~lookahead_reasoning.LookaheadGenerator` (module docstring)."""
 
     def __init__(self, **model_args: Any):
         require(register_model is not None, NOT_INSTALLED, ConfigError)
         super().__init__()
-        known = {f.name for f in fields(HarnessArgs)}
-        unknown = sorted(set(model_args) - known)
-        require(not unknown, f"{', '.join(unknown)}: not a model_arg of lookahead (known: {', '.join(sorted(known))})",
-                ConfigError)
-        args = HarnessArgs(**model_args)
-        self.mode, self.gamma, self.max_gen_toks = args.mode, _int_or_none(args.gamma), int(args.max_gen_toks)
-        device = args.device
+        own = {name: model_args.pop(name, default) for name, default in HARNESS_OWN.items()}
+        require(str(own["batch_size"]) in ("1", "auto") or own["batch_size"] is None,
+                f"batch_size {own['batch_size']}: requests run one at a time (batch_size=1)", ConfigError)
+        device = model_args.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "
                         "unless --device says otherwise)", device)
-            device = None
-        draft = None if args.draft in (None, "", "none", "None") else args.draft
-        self.gen = LookaheadGenerator(target=args.target, draft=draft, verifier=args.verifier, k=_int_or_none(args.k),
-                                      mode=args.mode, dtype=args.dtype, device=device)
+            model_args["device"] = None
+        spec = harness_spec(model_args)
+        self.mode, self.max_gen_toks = spec.mode, int(own["max_gen_toks"])
+        self.gen = spec.build()
         self.summaries: list[dict[str, Any]] = []  # one per generate_until request: what ran
 
     # ------------------------------------------------------------------ generation
@@ -110,8 +122,7 @@ class LookaheadLM(HarnessBase):
             if options.pop("do_sample", False) and float(options.get("temperature", 0.0)) > 0:
                 sampling = SamplingConfig(temperature=float(options["temperature"]),
                                           top_p=float(options.get("top_p", 1.0)))
-            result = self.gen.generate(context, raw=True, mode=self.mode, max_new_tokens=budget, sampling=sampling,
-                                       gamma=self.gamma if self.mode != "auto" else None)
+            result = self.gen.generate(context, raw=True, mode=self.mode, max_new_tokens=budget, sampling=sampling)
             self.summaries.append(result.summary())
             text = result.text
             cut = min((text.find(s) for s in until if s and s in text), default=-1)
@@ -171,10 +182,6 @@ class LookaheadLM(HarnessBase):
 
 if register_model is not None:
     register_model("lookahead", "lookahead-reasoning")(LookaheadLM)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value in (None, "", "none", "None") else int(value)
 
 
 # ---------------------------------------------------------------------------------------------- the task
@@ -253,4 +260,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = saved
 
 
-__all__ = ["HarnessArgs", "LookaheadLM", "NOT_INSTALLED", "TASK", "main", "task_dir", "task_yaml"]
+__all__ = ["LookaheadLM", "harness_spec", "NOT_INSTALLED", "TASK", "main", "task_dir", "task_yaml"]
