@@ -1,0 +1,111 @@
+"""Accuracy through lm-evaluation-harness: the target alone (``--model hf``) against Lookahead Reasoning
+(``--model lookahead``) in mode ``auto`` and in mode ``lr`` with the ``exact`` and the ``likelihood``
+verifiers, on the same GSM8K problems, with the wall time of each.
+
+    .venv/bin/python benchmarks/harness_table.py --out runs/harness --offset 100 --limit 50   # resumes
+    .venv/bin/python benchmarks/harness_table.py --out runs/harness --report                  # the table only
+
+Each configuration is one ``lookahead-reasoning eval`` run (the harness's own command line, with this
+library's model and the local task ``gsm8k_lookahead``; ``--apply_chat_template``, greedy, 512 tokens),
+printed before it starts so that it can be run by hand. Every answer is kept in a SQLite file as it is
+written (the harness's ``--use_cache``), so an interrupted run starts again where it stopped; its time
+is added up over the runs it took (``times.jsonl``, one line per run, written even when interrupted).
+``--report`` prints, per configuration, the accuracy under both of the task's filters (the ``\\boxed{}``
+number, the last number) and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+CONFIGS = {  # name -> (the harness's model, its model_args); {target_dir}: the target as a transformers folder
+    "hf": ("hf", "pretrained={target_dir},dtype={dtype}"),
+    "auto": ("lookahead", "target={target},draft={draft},mode=auto,dtype={dtype}"),
+    "lr-exact": ("lookahead", "target={target},draft={draft},mode=lr,verifier=exact,dtype={dtype}"),
+    "lr-likelihood": ("lookahead", "target={target},draft={draft},mode=lr,verifier=likelihood,threshold=0.3,"
+                                   "dtype={dtype}"),
+}
+FILTERS = ("boxed", "last-number")
+
+
+def command(name: str, args: argparse.Namespace, target_dir: str) -> list[str]:
+    """The ``lookahead-reasoning eval`` command line of configuration ``name``."""
+    model, model_args = CONFIGS[name]
+    model_args = model_args.format(target=TARGET, draft=DRAFT, target_dir=target_dir, dtype=args.dtype)
+    out = Path(args.out)
+    return ["lookahead-reasoning", "eval", "--model", model, "--model_args", model_args, "--tasks", "gsm8k_lookahead",
+            "--apply_chat_template", "--device", "cpu", "--gsm8k", str(args.dataset), "--gsm8k-offset",
+            str(args.offset), "--gsm8k-limit", str(args.limit), "--use_cache", str(out / f"{name}.sqlite"),
+            "--output_path", str(out / name), "--log_samples"]
+
+
+def run(name: str, argv: list[str], out: Path) -> int:
+    """Run one configuration; its time goes to ``times.jsonl`` whatever the outcome."""
+    print("$ " + " ".join(argv), flush=True)
+    start, rc = time.perf_counter(), None
+    try:
+        rc = subprocess.call([sys.executable, "-m", "lookahead_reasoning", *argv[1:]])
+        return rc
+    finally:
+        with open(out / "times.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"config": name, "seconds": round(time.perf_counter() - start, 1), "rc": rc}) + "\n")
+
+
+def report(out: Path) -> str:
+    """The markdown table of every configuration with results under ``out``."""
+    times: dict[str, float] = {}
+    if (out / "times.jsonl").exists():
+        for line in (out / "times.jsonl").read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            times[entry["config"]] = times.get(entry["config"], 0.0) + entry["seconds"]
+    rows = ["| configuration | problems | accuracy (boxed) | accuracy (last number) | wall time (min) |",
+            "|---|---|---|---|---|"]
+    for name in CONFIGS:
+        found = sorted((out / name).rglob("results_*.json"))
+        if not found:
+            continue
+        scores = json.loads(found[-1].read_text(encoding="utf-8"))
+        task = scores["results"]["gsm8k_lookahead"]
+        n = scores.get("n-samples", {}).get("gsm8k_lookahead", {}).get("effective")
+        accuracy = [f"{task[f'exact_match,{f}']:.2f}" for f in FILTERS]
+        rows.append(f"| {name} | {n} | {accuracy[0]} | {accuracy[1]} | {times.get(name, 0.0) / 60:.1f} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="a folder: results, answer caches and times (resumes)")
+    p.add_argument("--dataset", default=str(ROOT.parent / "shared/data/gsm8k/train.jsonl"))
+    p.add_argument("--offset", type=int, default=100)
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--dtype", default="auto", help="both models' dtype (auto: bf16 where the CPU has it)")
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"a comma list of {', '.join(CONFIGS)}")
+    p.add_argument("--report", action="store_true", help="print the table of what has run, and run nothing")
+    args = p.parse_args()
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown:
+        p.error(f"--configs: unknown {', '.join(unknown)} (choose from {', '.join(CONFIGS)})")
+    out = Path(args.out)
+    if not args.report:
+        from lookahead_reasoning.models.offline import convert_offline
+
+        out.mkdir(parents=True, exist_ok=True)
+        target_dir = str(convert_offline(TARGET))
+        for name in names:
+            if run(name, command(name, args, target_dir), out) != 0:
+                print(f"{name}: the harness stopped with an error; run again to resume", file=sys.stderr)
+                return 1
+    print(report(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""benchmarks/harness_table.py: the harness command of each configuration, and the table read back from
+the harness's results files, with the wall time added up over every run a configuration took."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("harness_table", ROOT / "benchmarks" / "harness_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_configuration_is_one_resumable_harness_run_over_the_same_problems(tmp_path):
+    table = _script()
+    args = argparse.Namespace(out=str(tmp_path), dataset="train.jsonl", offset=100, limit=50, dtype="auto")
+    commands = {name: table.command(name, args, "/models/target") for name in table.CONFIGS}
+    for name, argv in commands.items():
+        assert argv[:2] == ["lookahead-reasoning", "eval"]
+        assert argv[argv.index("--use_cache") + 1] == str(tmp_path / f"{name}.sqlite")  # answers kept as written
+        assert argv[argv.index("--gsm8k-offset") + 1] == "100" and argv[argv.index("--gsm8k-limit") + 1] == "50"
+    assert "pretrained=/models/target" in commands["hf"][commands["hf"].index("--model_args") + 1]
+    likelihood = commands["lr-likelihood"][commands["lr-likelihood"].index("--model_args") + 1]
+    assert "mode=lr" in likelihood and "verifier=likelihood" in likelihood and "threshold=0.3" in likelihood
+
+
+def test_the_table_reads_the_last_results_and_adds_up_the_time_of_every_run(tmp_path):
+    table = _script()
+    for name, boxed in (("hf", 0.62), ("auto", 0.6)):
+        folder = tmp_path / name / "model"
+        folder.mkdir(parents=True)
+        for stamp, score in (("2026-01-01", 0.1), ("2026-01-02", boxed)):  # an older run, then the last
+            (folder / f"results_{stamp}.json").write_text(json.dumps({
+                "results": {"gsm8k_lookahead": {"exact_match,boxed": score, "exact_match,last-number": score + 0.02}},
+                "n-samples": {"gsm8k_lookahead": {"original": 50, "effective": 50}}}))
+    (tmp_path / "times.jsonl").write_text("".join(json.dumps(t) + "\n" for t in (
+        {"config": "hf", "seconds": 600.0, "rc": None}, {"config": "hf", "seconds": 300.0, "rc": 0},
+        {"config": "auto", "seconds": 1200.0, "rc": 0})))
+    rows = table.report(tmp_path).splitlines()
+    assert rows[2] == "| hf | 50 | 0.62 | 0.64 | 15.0 |"  # an interrupted run's time counts too
+    assert rows[3] == "| auto | 50 | 0.60 | 0.62 | 20.0 |"
+    assert len(rows) == 4  # configurations that have not run yet are left out
