@@ -102,17 +102,34 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
             f"{batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
     bf16 = _agreement(["floor-pytorch-bf16-avx512.jsonl"], "ar-batched")
     assert f"bf16, as one row of a batch of two: answer {bf16[0]}/{bf16[2]}, text {bf16[1]}/{bf16[2]}" in ar_row
+    fp32 = _agreement(["floor-pytorch-float32-avx512.jsonl"], "ar-batched")
+    assert f"float32, as one row of a batch of two: answer {fp32[0]}/{fp32[2]}, text {fp32[1]}/{fp32[2]}" in ar_row
+    assert (f"decoded as one row of a batch of two in float32, kept its own text on {fp32[1]} of {fp32[2]} problems "
+            f"and its answer on {fp32[0]}") in modes
     assert (f"`ar` itself, decoded as one row of a batch of two, kept its own answer on {bf16[0]} of {bf16[2]} "
             f"problems and its text on {bf16[1]}") in modes
 
 
 @pytest.mark.parametrize("name, modes", [("floor-llamacpp-avx512.jsonl", ("ar-again", "ar-batched")),
-                                         ("floor-pytorch-bf16-avx512.jsonl", ("ar-batched",))])
+                                         ("floor-pytorch-bf16-avx512.jsonl", ("ar-batched",)),
+                                         ("floor-pytorch-float32-avx512.jsonl", ("ar-batched",))])
 def test_the_noise_floor_tables_are_what_report_prints(name, modes):
     table = fidelity_table(load_results(RESULTS / name))
     assert table in BENCH_README, f"benchmarks/README.md quotes another floor table for {name}"
     for mode in modes:
         assert f"| {mode} | 50 |" in table
+
+
+def test_the_run_log_quotes_how_often_precision_alone_moves_the_text():
+    """float32 ``ar`` against bf16 ``ar`` on the floor's problems (each one row alone), as benchmarks/README
+    quotes it."""
+    alone = [{r["problem_id"]: r for r in load_results(RESULTS / name) if r["mode"] == "ar"}
+             for name in ("floor-pytorch-float32-avx512.jsonl", "floor-pytorch-bf16-avx512.jsonl")]
+    shared = sorted(set(alone[0]) & set(alone[1]))
+    texts = sum(alone[0][p]["text"] == alone[1][p]["text"] for p in shared)
+    answers = sum(same_answer(alone[0][p]["predicted"], alone[1][p]["predicted"]) for p in shared)
+    assert (f"float32 `ar` and bf16 `ar`, each one row alone, wrote the\n  same text on {texts} of the {len(shared)} "
+            f"problems and the same answer on {answers}.") in BENCH_README
 
 
 def test_the_budget_split_page_quotes_where_each_split_stops_gaining():
