@@ -85,7 +85,7 @@ def main() -> int:
     p.add_argument("--dataset", default=str(ROOT.parent / "shared/data/gsm8k/train.jsonl"))
     p.add_argument("--offset", type=int, default=100)
     p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--dtype", default="auto", help="both models' dtype (auto: bf16 where the CPU has it)")
+    p.add_argument("--dtype", default="auto", help="both models' dtype (auto: bf16 where the CPU has it, else float32)")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"a comma list of {', '.join(CONFIGS)}")
     p.add_argument("--report", action="store_true", help="print the table of what has run, and run nothing")
     args = p.parse_args()
@@ -96,7 +96,11 @@ def main() -> int:
     out = Path(args.out)
     if not args.report:
         from lookahead_reasoning.models.offline import convert_offline
+        from lookahead_reasoning.models.placement import resolve_dtype
 
+        # one dtype for both models: "auto" is this library's choice (bf16 where the CPU has it), which the
+        # harness's hf model would read as the checkpoint's own dtype
+        args.dtype = str(resolve_dtype(args.dtype, "cpu")).removeprefix("torch.")
         out.mkdir(parents=True, exist_ok=True)
         target_dir = str(convert_offline(TARGET))
         for name in names:
