@@ -186,6 +186,15 @@ def test_the_harness_runs_the_local_gsm8k_task_on_the_library(harness, tmp_path,
     assert len({json.loads(line)["doc_id"] for line in samples.read_text().splitlines()}) == 2
 
 
+def test_the_harness_s_own_models_stay_reachable_beside_this_one(harness):
+    """The harness fills its table of models only while it is empty: registering ``lookahead`` first must not
+    hide ``hf`` (the target alone, the baseline of every comparison through the harness)."""
+    from lm_eval.api.registry import get_model
+
+    assert get_model("lookahead") is harness[0].LookaheadLM
+    assert get_model("hf").__name__ == "HFLM"
+
+
 def test_the_harness_refuses_a_model_arg_it_does_not_know(harness):
     module, folder = harness
     with pytest.raises(ConfigError, match="temperature: not a model_arg"):

@@ -43,6 +43,7 @@ from ..sampling import SamplingConfig
 from ..verifiers.options import verifier_settings_from_args
 
 try:
+    import lm_eval.models  # noqa: F401  the harness's own models (hf, vllm, ...): it loads them only into an empty table
     from lm_eval.api.model import LM as HarnessBase
     from lm_eval.api.registry import register_model
 except ImportError:  # the eval extra is not installed: the model cannot be made (NOT_INSTALLED says so)
