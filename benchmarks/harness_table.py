@@ -104,7 +104,13 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         target_dir = str(convert_offline(TARGET))
         for name in names:
-            if run(name, command(name, args, target_dir), out) != 0:
+            try:
+                rc = run(name, command(name, args, target_dir), out)
+            except KeyboardInterrupt:
+                print(f"{name}: interrupted; its answers so far and its time are kept: run again to resume",
+                      file=sys.stderr)
+                return 130
+            if rc != 0:
                 print(f"{name}: the harness stopped with an error; run again to resume", file=sys.stderr)
                 return 1
     print(report(out))
