@@ -10,14 +10,18 @@ library's model and the local task ``gsm8k_lookahead``; ``--apply_chat_template`
 printed before it starts so that it can be run by hand. Every answer is kept in a SQLite file as it is
 written (the harness's ``--use_cache``), so an interrupted run starts again where it stopped; its time
 is added up over the runs it took (``times.jsonl``, one line per run, written even when interrupted).
-``--report`` prints, per configuration, the accuracy under both of the task's filters (the ``\\boxed{}``
-number, the last number) and the wall time.
+Each answer's own time is kept too (``answers.jsonl``: the seconds from the start of generation, or from
+the answer before, to the moment the answer is kept), so that the time of a problem is counted once however
+often a run was stopped and started again, and no model load is counted in it. ``--report`` prints, per
+configuration, the accuracy under both of the task's filters (the ``\\boxed{}`` number, the last number),
+the median seconds a problem, their sum, and the wall time of the runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -46,27 +50,63 @@ def command(name: str, args: argparse.Namespace, target_dir: str) -> list[str]:
             "--output_path", str(out / name), "--log_samples"]
 
 
+def _append(path: Path, entry: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
 def run(name: str, argv: list[str], out: Path) -> int:
     """Run one configuration; its time goes to ``times.jsonl`` whatever the outcome."""
     print("$ " + " ".join(argv), flush=True)
     start, rc = time.perf_counter(), None
     try:
-        rc = subprocess.call([sys.executable, "-m", "lookahead_reasoning", *argv[1:]])
+        rc = subprocess.call([sys.executable, __file__, "--timed", name, str(out / "answers.jsonl"), *argv[2:]])
         return rc
     finally:
-        with open(out / "times.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"config": name, "seconds": round(time.perf_counter() - start, 1), "rc": rc}) + "\n")
+        _append(out / "times.jsonl", {"config": name, "seconds": round(time.perf_counter() - start, 1), "rc": rc})
+
+
+def timed_eval(name: str, log: Path, eval_argv: list[str]) -> None:
+    """``lookahead-reasoning eval`` in this process, with the seconds of each answer appended to ``log`` as
+    the harness keeps it (its cache hook): timed from the start of generation or from the answer before."""
+    from lm_eval.api import model as harness_model
+
+    from lookahead_reasoning.integrations import harness
+
+    clock: dict[str, float] = {}
+    keep, route = harness_model.CacheHook.add_partial, harness_model.CachingLM.__getattr__
+
+    def routed(self, attr: str):
+        fn = route(self, attr)
+        if attr != "generate_until":
+            return fn
+
+        def generate(requests):
+            clock["last"] = time.perf_counter()
+            return fn(requests)
+        return generate
+
+    def kept(self, attr: str, request, result) -> None:
+        keep(self, attr, request, result)
+        if attr == "generate_until" and "last" in clock:
+            now = time.perf_counter()
+            _append(log, {"config": name, "seconds": round(now - clock["last"], 2)})
+            clock["last"] = now
+
+    harness_model.CacheHook.add_partial, harness_model.CachingLM.__getattr__ = kept, routed
+    harness.main(eval_argv)
 
 
 def report(out: Path) -> str:
     """The markdown table of every configuration with results under ``out``."""
     times: dict[str, float] = {}
-    if (out / "times.jsonl").exists():
-        for line in (out / "times.jsonl").read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
-            times[entry["config"]] = times.get(entry["config"], 0.0) + entry["seconds"]
-    rows = ["| configuration | problems | accuracy (boxed) | accuracy (last number) | wall time (min) |",
-            "|---|---|---|---|---|"]
+    for entry in _read(out / "times.jsonl"):
+        times[entry["config"]] = times.get(entry["config"], 0.0) + entry["seconds"]
+    answers: dict[str, list[float]] = {}
+    for entry in _read(out / "answers.jsonl"):
+        answers.setdefault(entry["config"], []).append(entry["seconds"])
+    rows = ["| configuration | problems | accuracy (boxed) | accuracy (last number) | s a problem (median) "
+            "| problems timed | their sum (min) | wall time of the runs (min) |", "|---|---|---|---|---|---|---|---|"]
     for name in CONFIGS:
         found = sorted((out / name).rglob("results_*.json"))
         if not found:
@@ -75,11 +115,21 @@ def report(out: Path) -> str:
         task = scores["results"]["gsm8k_lookahead"]
         n = scores.get("n-samples", {}).get("gsm8k_lookahead", {}).get("effective")
         accuracy = [f"{task[f'exact_match,{f}']:.2f}" for f in FILTERS]
-        rows.append(f"| {name} | {n} | {accuracy[0]} | {accuracy[1]} | {times.get(name, 0.0) / 60:.1f} |")
+        each = answers.get(name, [])
+        median = f"{statistics.median(each):.1f}" if each else "-"
+        rows.append(f"| {name} | {n} | {accuracy[0]} | {accuracy[1]} | {median} | {len(each)} | {sum(each) / 60:.1f} "
+                    f"| {times.get(name, 0.0) / 60:.1f} |")
     return "\n".join(rows)
 
 
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--timed"]:  # one configuration's run, in the process run() starts
+        timed_eval(sys.argv[2], Path(sys.argv[3]), sys.argv[4:])
+        return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="a folder: results, answer caches and times (resumes)")
     p.add_argument("--dataset", default=str(ROOT.parent / "shared/data/gsm8k/train.jsonl"))

@@ -1,5 +1,6 @@
 """benchmarks/harness_table.py: the harness command of each configuration, and the table read back from
-the harness's results files, with the wall time added up over every run a configuration took."""
+the harness's results files, with the wall time added up over every run a configuration took and the time
+of each answer kept once, however often its run was stopped."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import argparse
 import importlib.util
 import json
 from pathlib import Path
+
+from conftest import unavailable
+
+from lookahead_reasoning.testing import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +48,33 @@ def test_the_table_reads_the_last_results_and_adds_up_the_time_of_every_run(tmp_
     (tmp_path / "times.jsonl").write_text("".join(json.dumps(t) + "\n" for t in (
         {"config": "hf", "seconds": 600.0, "rc": None}, {"config": "hf", "seconds": 300.0, "rc": 0},
         {"config": "auto", "seconds": 1200.0, "rc": 0})))
+    (tmp_path / "answers.jsonl").write_text("".join(json.dumps({"config": "hf", "seconds": s}) + "\n"
+                                                    for s in (30.0, 90.0, 60.0, 120.0)))
     rows = table.report(tmp_path).splitlines()
-    assert rows[2] == "| hf | 50 | 0.62 | 0.64 | 15.0 |"  # an interrupted run's time counts too
-    assert rows[3] == "| auto | 50 | 0.60 | 0.62 | 20.0 |"
+    assert rows[2] == "| hf | 50 | 0.62 | 0.64 | 75.0 | 4 | 5.0 | 15.0 |"  # an interrupted run's time counts too
+    assert rows[3] == "| auto | 50 | 0.60 | 0.62 | - | 0 | 0.0 | 20.0 |"
     assert len(rows) == 4  # configurations that have not run yet are left out
+
+
+def test_each_answer_s_time_is_kept_once_and_a_resumed_run_adds_none(tmp_path, monkeypatch):
+    try:
+        from lm_eval.api import model as harness_model
+    except ImportError:
+        unavailable("lm-eval is not installed (pip install '.[eval]')")
+    # the run patches the harness's hooks: monkeypatch puts them back afterwards
+    monkeypatch.setattr(harness_model.CacheHook, "add_partial", harness_model.CacheHook.add_partial)
+    monkeypatch.setattr(harness_model.CachingLM, "__getattr__", harness_model.CachingLM.__getattr__)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    folder = tmp_path / "tiny-target"
+    loaded = tiny_model("qwen2", seed=0)
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    table, log = _script(), tmp_path / "answers.jsonl"
+    argv = ["--model", "hf", "--model_args", f"pretrained={folder}", "--tasks", "gsm8k_lookahead", "--gsm8k-limit",
+            "3", "--gen_kwargs", "max_gen_toks=8", "--device", "cpu", "--use_cache", str(tmp_path / "hf.sqlite"),
+            "--output_path", str(tmp_path / "hf")]
+    table.timed_eval("hf", log, argv)
+    times = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [t["config"] for t in times] == ["hf"] * 3 and all(t["seconds"] > 0 for t in times)
+    table.timed_eval("hf", log, argv)  # every answer is in the cache now: nothing is generated, nothing timed
+    assert len(log.read_text().splitlines()) == 3
