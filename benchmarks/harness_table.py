@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,10 @@ def _read(path: Path) -> list[dict]:
 
 
 def main() -> int:
+    # a stop is a KeyboardInterrupt even where the shell that started this in the background ignores SIGINT
+    # (its children then hear it too), and for SIGTERM: the run's time is written either way
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if sys.argv[1:2] == ["--timed"]:  # one configuration's run, in the process run() starts
         timed_eval(sys.argv[2], Path(sys.argv[3]), sys.argv[4:])
         return 0

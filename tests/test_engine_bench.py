@@ -16,7 +16,7 @@ from test_engine_client import FakeEngine
 
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning import engine_runtime as runs
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
 from lookahead_reasoning.runtime.engine.pair import EnginePair
 

@@ -388,7 +388,7 @@ def test_a_run_that_ends_leaves_the_requests_of_runs_beside_it_alone():
     """Runs on one event loop share its connections: a run that ends must not close them under another
     run's request (that request then failed and went out again from scratch: the engine wrote it twice)."""
     from lookahead_reasoning.decoding.stepwise import agenerate_stepwise
-    from lookahead_reasoning.plan import CyclePlan
+    from lookahead_reasoning.settings import CyclePlan
     from lookahead_reasoning.verifiers.registry import make_verifier
 
     chunks = ScriptedPolicy(lambda position: CyclePlan(0, chunk=16))

@@ -18,7 +18,7 @@ from test_engine_client import FakeEngine
 from lookahead_reasoning import engine_runtime
 from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
 from lookahead_reasoning.errors import ConfigError, EngineError
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.planning import CostTable, endpoints
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient
 from lookahead_reasoning.theory.costed import StepRates, chunk_cycle, request_cycle

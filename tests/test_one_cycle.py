@@ -17,7 +17,7 @@ from lookahead_reasoning.decoding.results import LRStats
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
 from lookahead_reasoning.decoding.torch_rows import torch_cycle
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.sampling import make_generator
 from lookahead_reasoning.testing import perturbed_copy
 from lookahead_reasoning.runtime.pair import model_pair

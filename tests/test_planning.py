@@ -16,11 +16,10 @@ from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.lm import ForwardTiming
 from lookahead_reasoning.presets import LR_SD_TOKEN_SD
-from lookahead_reasoning.settings import Settings, TokenSD
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan, Settings, TokenSD
 from lookahead_reasoning.planning import (Beta, Book, CostGrid, CostTable, Planner, PlannerConfig,
                                           load_or_profile)
-from lookahead_reasoning.planning import cost_cache as cache_mod
+from lookahead_reasoning.planning import auto as cache_mod
 from lookahead_reasoning.planning import costs as costs_mod
 from lookahead_reasoning.planning.costs import DRAFT_GRID, TARGET_GRID
 from lookahead_reasoning.planning.estimates import CONFIDENCE_BINS, TokenBook, load_book, save_book

@@ -22,7 +22,7 @@ from lookahead_reasoning.decoding.drafters import NGramDrafter
 from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.runtime.lm import LM
-from lookahead_reasoning.planning.cost_cache import cost_key
+from lookahead_reasoning.planning.auto import cost_key
 from lookahead_reasoning.models.precision import (
     Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, normalize_precision, precision_of,
     quantize_activations_int8, reference_w8a8_linear, resolve_precision, w8a8_kernel_available, weight_bytes,

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead_reasoning.decoding.rejection import (
+from lookahead_reasoning.decoding.speculative import (
     Acceptance, acceptance_probability, first_token_distribution, greedy_accept, residual_distribution,
     speculative_accept,
 )

@@ -10,7 +10,7 @@ import pytest
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
 from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
 from lookahead_reasoning.decoding.tools import make_tools
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.results import LRStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW

@@ -24,7 +24,7 @@ from lookahead_reasoning.decoding.driver import FixedK
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.stepwise import cycle_over, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.plan import CyclePlan
+from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.steps import StepRequest
 from lookahead_reasoning.testing import perturbed_copy
 

@@ -22,8 +22,6 @@ command line check with them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import require
 
 MODES = ("auto", "lr", "lr-sd", "ar", "sd", "sd-ngram")
@@ -46,22 +44,17 @@ ENGINE_TIMEOUT_S = 300.0  # one request to a serving engine may take this long (
 ENGINE_RETRIES = 2  # a request an engine refused to connect is tried this many more times
 
 
-@dataclass(frozen=True)
-class ModePreset:
-    """Defaults of one mode: ``k`` drafted steps per cycle, ``gamma`` drafted tokens per SD iteration
-    (None where the mode has no such knob)."""
-
-    k: int | None
-    gamma: int | None
-
-
-PRESETS: dict[str, ModePreset] = {
-    "auto": ModePreset(k=2, gamma=None),  # k: the most drafted steps a plan may use; gamma: chosen per cycle
-    "lr": ModePreset(k=2, gamma=None),
-    "lr-sd": ModePreset(k=1, gamma=12),  # one drafted step: every extra row makes a CPU's batched step dearer
-    "ar": ModePreset(k=None, gamma=None),
-    "sd": ModePreset(k=None, gamma=12),  # with the draft stop, a large gamma costs little where the draft is unsure
-    "sd-ngram": ModePreset(k=None, gamma=6),
+# the modes' defaults: ``k`` drafted steps per cycle and ``gamma`` drafted tokens per SD iteration (a mode
+# missing from a table has no such knob)
+PRESET_K: dict[str, int] = {
+    "auto": 2,  # the most drafted steps a plan may use (auto chooses gamma per cycle)
+    "lr": 2,
+    "lr-sd": 1,  # one drafted step: every extra row makes a CPU's batched step dearer
+}
+PRESET_GAMMA: dict[str, int] = {
+    "lr-sd": 12,
+    "sd": 12,  # with the draft stop, a large gamma costs little where the draft is unsure
+    "sd-ngram": 6,
 }
 NGRAM_GAMMA = 6  # prompt lookup proposes runs of at most this many tokens
 
@@ -93,7 +86,7 @@ def check_k(k: int | None, mode: str | None = None) -> int | None:
 def mode_k(mode: str, k: int | None = None) -> int:
     """Drafted steps per cycle for ``mode``: ``k`` when given, else the mode's preset (:func:`check_k`)."""
     check_mode(mode)
-    return check_k(PRESETS[mode].k if k is None else k, mode)
+    return check_k(PRESET_K.get(mode) if k is None else k, mode)
 
 
 def check_max_k(max_k: int | None) -> int | None:
@@ -106,7 +99,7 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
     lookup drafts fewer: ``lr-sd`` with n-gram rows uses :data:`NGRAM_GAMMA`)."""
     check_mode(mode)
     if gamma is None:
-        gamma = NGRAM_GAMMA if mode == "lr-sd" and row_drafter == "ngram" else PRESETS[mode].gamma
+        gamma = NGRAM_GAMMA if mode == "lr-sd" and row_drafter == "ngram" else PRESET_GAMMA.get(mode)
     gamma = TOKEN_GAMMA if gamma is None else gamma  # modes without gamma: any valid value
     require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1,
             f"gamma (drafted tokens per iteration) must be an integer >= 1, got {gamma!r}")
@@ -114,7 +107,7 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
-           "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "ModePreset", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESETS", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
+           "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "NGRAM_GAMMA",
+           "NGRAM_MAX", "NGRAM_MIN", "PRESET_GAMMA", "PRESET_K", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
            "check_draft_stop_below", "check_k", "check_max_k", "check_mode",
            "mode_gamma", "mode_k"]

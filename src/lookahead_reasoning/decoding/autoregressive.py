@@ -18,7 +18,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig, make_generator, next_token
 from ..stopping import StopChecker, StopCondition, StopHit
 from .results import GenerationResult
-from .streaming import OnText, stream_for
+from .progress import OnText, stream_for
 
 
 OnDone = Callable[[int], Sequence[int]]

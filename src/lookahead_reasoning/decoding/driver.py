@@ -1,7 +1,7 @@
 """One driver for every step-level mode, over every runtime: :func:`drive` runs cycles until EOS or
 the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :class:`Cycles`.
 
-  1. plan    ``policy.plan(position)``: what the next cycle runs (:class:`~lookahead_reasoning.plan.CyclePlan`),
+  1. plan    ``policy.plan(position)``: what the next cycle runs (:class:`~lookahead_reasoning.settings.CyclePlan`),
              from where the generation stands (:class:`Position`);
   2. run     ``await cycles.cycle(plan, policy)``: the runtime runs it; a runtime that scores the drafted
              tokens before its rows start asks ``policy.rows(...)`` how many rows to run;
@@ -28,18 +28,16 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from ..errors import require
-from ..plan import CyclePlan
 from ..runtime.lm import ForwardTiming, PadPolicy
 from ..runtime.pair import ModelPair
 from ..sampling import make_generator
-from ..settings import Settings
+from ..settings import CyclePlan, Settings
 from ..verifiers.base import Verifier
 from .tools import CycleTools, LRState, make_tools
 from .lookahead import run_cycle, run_sync
 from .torch_rows import TorchRows
 from .results import CycleTrace, GenerationResult, LRStats
-from .streaming import OnText, stream_for
-from .timing import Laps
+from .progress import Laps, OnText, stream_for
 
 
 @dataclass(frozen=True)

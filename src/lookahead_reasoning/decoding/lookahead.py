@@ -34,12 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Protocol, Sequence
 
-from ..plan import CyclePlan
+from ..settings import CyclePlan
 from ..steps import Step
 from ..verifiers.base import Verdict, Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .results import CycleTrace
-from .timing import Laps
+from .progress import Laps
 
 
 @dataclass

@@ -59,7 +59,7 @@ from .results import CycleTrace, GenerationResult, LRStats
 from ..settings import Settings
 from ..steps import Step, StepConfig, StepModel, StepRequest
 
-from .timing import Laps
+from .progress import Laps
 
 
 class LocalSteps:

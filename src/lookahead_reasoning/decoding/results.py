@@ -105,7 +105,7 @@ class SDStats:
 class PlanNote:
     """What the adaptive mode decided for one cycle: the plan, and the speed it expected of it."""
 
-    plan: str  # e.g. "ar", "sd@g12s0.4", "lr-sd@k1g8s0.3" (see lookahead_reasoning.plan.CyclePlan.label)
+    plan: str  # e.g. "ar", "sd@g12s0.4", "lr-sd@k1g8s0.3" (see lookahead_reasoning.settings.CyclePlan.label)
     predicted_tok_s: float
     rows: int = 1  # target rows the cycle ran, after the step gate (at most k + 1)
     load: int = 0  # over engines: requests of other runs in flight at the target that the plan was priced with

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..errors import require
-from ..plan import CyclePlan
+from ..settings import CyclePlan
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..steps import Step, StepModel, StepRequest, closing
 from ..verifiers.base import Verifier
@@ -36,7 +36,7 @@ from ..verifiers.likelihood import TokenScores, uses_scores
 from .driver import CyclePolicy, FixedK, Position, drive
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
-from .streaming import OnText, stream_for
+from .progress import OnText, stream_for
 
 
 def _check_scorer(target: StepModel, verifier: Verifier) -> None:

@@ -12,13 +12,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..plan import CyclePlan
 from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.pair import ModelPair
 from ..runtime.session import Session
 from ..sampling import SamplingConfig
-from ..settings import Settings, TokenSD
+from ..settings import CyclePlan, Settings, TokenSD
 from ..steps import Step, StepConfig
 from ..stopping import StopChecker
 from ..verifiers.base import Verifier

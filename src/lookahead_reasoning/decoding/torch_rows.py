@@ -25,14 +25,14 @@ The runtime never suspends the cycle's coroutine: :func:`torch_cycle` runs it wi
 from __future__ import annotations
 
 from ..errors import require
-from ..plan import CyclePlan
+from ..settings import CyclePlan
 from ..runtime.session import Session
 from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
 from .tools import CycleTools, Gate, LRState, StepWriter, Translator
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
-from .rejection import greedy_accept, speculative_accept
+from .speculative import greedy_accept, speculative_accept
 from .results import CycleTrace
 
 

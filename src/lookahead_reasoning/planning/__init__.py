@@ -3,7 +3,7 @@ that picks the fastest plan (k drafted steps, gamma drafted tokens) before every
 process or over an engine.
 
 * :mod:`.costs`      ``CostGrid``/``CostTable``: T(R, n), measured once per machine and model setup,
-  refined from the run's own timed forwards; :mod:`.cost_cache` keeps them on disk;
+  refined from the run's own timed forwards (:mod:`.auto` keeps them on disk);
 * :mod:`.endpoints`  the same table for an engine's requests, measured per endpoint;
 * :mod:`.estimates`  ``Book``: acceptance posteriors (token and step level), lengths, overheads,
   the calibration per kind of plan;
@@ -13,8 +13,7 @@ process or over an engine.
 * :mod:`.auto`       ``generate_auto``: mode ``auto`` over this process's models.
 """
 
-from .auto import Planning, generate_auto
-from .cost_cache import load_or_profile
+from .auto import Planning, generate_auto, load_or_profile
 from .costs import CostGrid, CostTable, profile
 from .endpoints import ameasure
 from .estimates import Beta, Book, StepBook, TokenBook

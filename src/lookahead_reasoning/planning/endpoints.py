@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..runtime.engine.steps import EngineSteps
-from ..presets import PRESETS
+from ..presets import PRESET_K
 from .costs import CostGrid, CostTable
 from .estimates import Book
 from .planner import Planner, PlannerConfig
@@ -82,7 +82,7 @@ async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list
 
 
 async def ameasured_planner(target: EngineSteps, draft: EngineSteps | None, context: list[int],
-                            max_k: int = PRESETS["auto"].k) -> Planner:
+                            max_k: int = PRESET_K["auto"]) -> Planner:
     """Mode ``auto``'s planner over these endpoints: their costs measured after ``context``
     (:func:`ameasure`), the book's priors, :meth:`PlannerConfig.over_engine`, the load read from the
     target's client (its requests in flight)."""

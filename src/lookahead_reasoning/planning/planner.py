@@ -1,6 +1,6 @@
 """Before every cycle, price every plan in seconds and pick the fastest.
 
-A plan (:class:`~..plan.CyclePlan`) is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
+A plan (:class:`~..settings.CyclePlan`) is (k, gamma, draft_stop_below): k drafted steps per cycle (0: the target writes the
 next step alone), gamma drafted tokens per SD iteration inside the target's rows (0: plain decoding) and
 the draft's confidence stop (the draft stops after a token it gives less than ``draft_stop_below``). So
 (0, 0) is autoregressive decoding, (0, 12) token SD, (2, 0) Lookahead Reasoning, (1, 8) both layers.
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import require
-from ..plan import CyclePlan
-from ..presets import PRESETS, SCHEDULES
+from ..settings import CyclePlan
+from ..presets import PRESET_K, SCHEDULES
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
@@ -74,7 +74,7 @@ class PlannerConfig:
     one step. :meth:`over_engine` gives the settings of ``auto`` over engines.
     """
 
-    max_k: int = PRESETS["auto"].k
+    max_k: int = PRESET_K["auto"]
     gammas: tuple[int, ...] = (4, 6, 8, 12, 16, 20, 24)
     row_gammas: tuple[int, ...] = (0, 4, 8, 12)
     draft_stop_below_choices: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
@@ -90,7 +90,7 @@ class PlannerConfig:
     chunk: int = 0
 
     @classmethod
-    def over_engine(cls, max_k: int = PRESETS["auto"].k, chunk: int = 256) -> "PlannerConfig":
+    def over_engine(cls, max_k: int = PRESET_K["auto"], chunk: int = 256) -> "PlannerConfig":
         """Mode ``auto`` over engines: no token SD in this process (an engine drafts its own tokens),
         both schedules, plain decoding in chunks of ``chunk`` tokens, every row run (an engine runs
         them as they are sent), no padding, no hysteresis (one plan is as cheap to switch to as

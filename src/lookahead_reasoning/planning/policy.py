@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from ..decoding.driver import Position
 from ..decoding.results import CycleTrace, PlanNote
-from ..plan import CyclePlan
+from ..settings import CyclePlan
 from ..runtime.lm import ForwardTiming
 from .estimates import Book
 from .planner import Planner
