@@ -52,7 +52,7 @@ def table(out: str, levels: list[int], modes: list[str]) -> str:
 def main() -> int:
     from engine_run import servers
 
-    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, run_engine_bench
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="results prefix: <out>-c<C>.jsonl per C, <out>.md the table")
@@ -69,7 +69,7 @@ def main() -> int:
     if not args.table_only:
         with servers(args.modes, args.threads, parallel=3 * max(levels), context=8192 * max(levels)) as urls:
             for c in levels:
-                run_engine_bench(EngineBench(args.dataset, f"{args.out}-c{c}.jsonl", EngineURLs(**urls),
+                run_engine_bench(EngineBench(args.dataset, f"{args.out}-c{c}.jsonl", **urls,
                                              modes=args.modes, limit=args.limit, offset=args.offset,
                                              max_new_tokens=args.max_new_tokens, concurrency=c))
     text = table(args.out, levels, args.modes.split(","))

@@ -98,7 +98,7 @@ def main() -> int:
     from engine_run import servers
 
     from lookahead_reasoning.bench.results import read_records
-    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, run_engine_bench
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -116,7 +116,7 @@ def main() -> int:
     if not args.plot_only:
         data = bundles(args.dataset, args.offset, args.limit, args.bundle)
         with servers(args.modes, args.threads, parallel=4, context=16384) as urls:
-            run_engine_bench(EngineBench(str(data), str(out), EngineURLs(**urls), modes=args.modes,
+            run_engine_bench(EngineBench(str(data), str(out), **urls, modes=args.modes,
                                          max_new_tokens=args.max_new_tokens, window=args.window))
     records = [r for r in read_records(out) if r.get("timeline")]
     medians = plot(records, args.window, out.with_suffix(".png"))

@@ -63,7 +63,7 @@ def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192
 
 def main() -> int:
     from lookahead_reasoning import Settings
-    from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+    from lookahead_reasoning.bench.engine import EngineBench, run_engine_bench
     from lookahead_reasoning.runtime.engine.pair import make_scorer
     from lookahead_reasoning.verifiers.likelihood import uses_scores
     from lookahead_reasoning.verifiers.registry import make_verifier
@@ -102,7 +102,7 @@ def main() -> int:
                 verifier = make_verifier(name, **({"threshold": float(threshold)} if threshold else {}))
                 out = args.out if i == 0 else args.out.replace(".jsonl", f"-{spec}.jsonl")
                 scoring = scorer if uses_scores(verifier) else None
-                bench = EngineBench(args.dataset, out, EngineURLs(**urls, scorer=scoring),
+                bench = EngineBench(args.dataset, out, **urls, scorer=scoring,
                                     modes=args.modes if i == 0 else lr_modes, limit=min(end, args.limit),
                                     offset=args.offset, max_new_tokens=args.max_new_tokens,
                                     concurrency=args.concurrency, verifier=verifier, settings=Settings())

@@ -14,7 +14,7 @@ import pytest
 from lr_helpers import at, engine_planner, engine_policy, request_table
 from test_engine_client import FakeEngine
 
-from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.bench.engine import EngineBench, run_engine_bench
 from lookahead_reasoning import engine_runtime as runs
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS
@@ -38,7 +38,7 @@ def _timeline_is_sound(record: dict) -> None:
 def test_records_carry_a_timeline_when_a_window_is_given(tmp_path):
     data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
     with FakeEngine(text="One step") as engine:  # every request writes one step and stops at "\n\n"
-        bench = EngineBench(str(data), str(out), EngineURLs(engine.url, engine.url), modes=("ar", "lr@k1"),
+        bench = EngineBench(str(data), str(out), engine.url, draft=engine.url, modes=("ar", "lr@k1"),
                             max_new_tokens=40, window=8)
         run_engine_bench(bench, progress=False)
     records = {r["mode"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -53,7 +53,7 @@ def test_records_carry_a_timeline_when_a_window_is_given(tmp_path):
 def test_no_window_no_timeline(tmp_path):
     data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
     with FakeEngine(text="2 \\boxed{2}") as engine:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",)), progress=False)
+        run_engine_bench(EngineBench(str(data), str(out), engine.url, modes=("ar",)), progress=False)
     [record] = map(json.loads, out.read_text().splitlines())
     assert "timeline" not in record
 
@@ -71,7 +71,7 @@ def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():
 def test_every_endpoint_is_warmed_before_the_first_timed_run(tmp_path):
     data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
     with FakeEngine(text="2 \\boxed{2}", stop=None) as target, FakeEngine(text="2", stop=None) as draft:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url, draft.url), modes=("ar",)),
+        run_engine_bench(EngineBench(str(data), str(out), target.url, draft=draft.url, modes=("ar",)),
                          progress=False)
         assert [r["max_tokens"] for r in draft.requests] == [16]  # ar never asks the draft: only the warm-up
         # the run's warm-up, then one just before the timed run, then the run
@@ -103,7 +103,7 @@ def test_a_batch_warms_every_run_before_it_times_any(tmp_path, monkeypatch):
     monkeypatch.setattr(EnginePair, "warm", timed_warm)
     monkeypatch.setattr(runs, "ar", timed_ar)
     with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 0.5}) as target:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+        run_engine_bench(EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                                      max_new_tokens=16), progress=False)
     kinds = [kind for kind, _ in events]
     assert kinds == ["warmed", "warmed", "warmed", "timed", "timed"], kinds  # the bench's, then A's and B's
@@ -177,14 +177,14 @@ def test_a_failed_run_loses_no_other_result_of_its_batch_and_the_bench_resumes(t
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
     data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
     with FakeEngine(text="2 \\boxed{2}", stop=None, fails={ord("B")}) as target:
-        bench = EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+        bench = EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                             max_new_tokens=32)
         with pytest.raises(EngineError, match=target.url.replace(".", r"\.")):
             run_engine_bench(bench, progress=False)
     [kept] = map(json.loads, out.read_text().splitlines())
     assert kept["index"] == 0 and kept["correct"]
     with FakeEngine(text="2 \\boxed{2}", stop=None) as target:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+        run_engine_bench(EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                                      max_new_tokens=32), progress=False)
         assert len([r for r in target.requests if r["max_tokens"] == 32]) == 1  # only the missing run
     ids = [json.loads(line)["problem_id"] for line in out.read_text().splitlines()]
@@ -201,7 +201,7 @@ def test_an_interrupted_batch_keeps_the_runs_that_had_finished(tmp_path):
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
     data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
     with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 1.5}) as target:
-        bench = EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+        bench = EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                             max_new_tokens=32)
 
         async def stop_after_the_first_record():
@@ -217,6 +217,6 @@ def test_an_interrupted_batch_keeps_the_runs_that_had_finished(tmp_path):
     [kept] = map(json.loads, out.read_text().splitlines())
     assert kept["index"] == 0 and kept["batch_wall_s"] is None  # the batch never ended: no batch time
     with FakeEngine(text="2 \\boxed{2}", stop=None) as target:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(target.url), modes=("ar",), concurrency=2,
+        run_engine_bench(EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                                      max_new_tokens=32), progress=False)
         assert len([r for r in target.requests if r["max_tokens"] == 32]) == 1

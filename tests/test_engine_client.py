@@ -254,7 +254,6 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
     the endpoint, and a second run does only what is missing."""
     from lookahead_reasoning.bench.engine import (
         EngineBench,
-        EngineURLs,
         run_engine_bench,
     )
 
@@ -264,13 +263,13 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
     out = tmp_path / "results.jsonl"
     # the run's warm-up, then per problem a warm-up and the run: the third problem's warm-up fails
     with FakeEngine(script=["ok"] * 5 + ["400"], text="2 \\boxed{2}") as engine:
-        bench = EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16)
+        bench = EngineBench(str(data), str(out), engine.url, modes=("ar",), max_new_tokens=16)
         with pytest.raises(EngineError, match=f"{engine.url}.*HTTP 400"):
             run_engine_bench(bench, progress=False)
     first = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in first] == [0, 1]
     with FakeEngine(text="4 \\boxed{4}") as engine:
-        run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",), max_new_tokens=16),
+        run_engine_bench(EngineBench(str(data), str(out), engine.url, modes=("ar",), max_new_tokens=16),
                          progress=False)
         assert [r["max_tokens"] for r in engine.requests] == [16, 4, 16]  # warm-ups, then only the missing problem
         assert engine.requests[2]["prompt"] != engine.requests[0]["prompt"]
@@ -281,7 +280,6 @@ def test_an_engine_benchmark_stopped_by_a_fault_resumes_with_nothing_lost(tmp_pa
 def test_engine_bench_modes_and_urls_are_checked(tmp_path):
     from lookahead_reasoning.bench.engine import (
         EngineBench,
-        EngineURLs,
         parse_engine_mode,
     )
 
@@ -291,11 +289,11 @@ def test_engine_bench_modes_and_urls_are_checked(tmp_path):
         with pytest.raises(ConfigError, match="engine mode"):
             parse_engine_mode(bad)
     with pytest.raises(ConfigError, match="needs --draft-url"):
-        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("lr@k2",))
+        EngineBench("d.jsonl", "o.jsonl", "http://127.0.0.1:1", modes=("lr@k2",))
     with pytest.raises(ConfigError, match="needs --sd-url"):
-        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1", "http://127.0.0.1:2"), modes=("sd",))
+        EngineBench("d.jsonl", "o.jsonl", "http://127.0.0.1:1", draft="http://127.0.0.1:2", modes=("sd",))
     with pytest.raises(ConfigError, match="listed twice"):
-        EngineBench("d.jsonl", "o.jsonl", EngineURLs("http://127.0.0.1:1"), modes=("ar", "ar"))
+        EngineBench("d.jsonl", "o.jsonl", "http://127.0.0.1:1", modes=("ar", "ar"))
 
 
 def test_lookahead_generator_with_engine_urls_is_the_same_class_and_honours_or_refuses_each_option():
@@ -370,7 +368,6 @@ def test_command_line_runs_lr_over_an_engine(capsys):
 def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_path):
     from lookahead_reasoning.bench.engine import (
         EngineBench,
-        EngineURLs,
         run_engine_bench,
     )
 
@@ -380,7 +377,7 @@ def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_
     out.write_text(json.dumps({"problem_id": "x", "mode": "ar", "target": "another-model"}) + "\n")
     with FakeEngine() as engine:
         with pytest.raises(ConfigError, match="holds results of other models .*'another-model'.*'fake'"):
-            run_engine_bench(EngineBench(str(data), str(out), EngineURLs(engine.url), modes=("ar",)), progress=False)
+            run_engine_bench(EngineBench(str(data), str(out), engine.url, modes=("ar",)), progress=False)
         assert engine.requests == []  # refused before any completion
 
 

@@ -16,7 +16,7 @@ from lr_helpers import at, engine_planner, engine_policy, request_table
 from test_engine_client import FakeEngine
 
 from lookahead_reasoning import engine_runtime
-from lookahead_reasoning.bench.engine import EngineBench, EngineURLs, run_engine_bench
+from lookahead_reasoning.bench.engine import EngineBench, run_engine_bench
 from lookahead_reasoning.errors import ConfigError, EngineError
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.planning import CostTable, endpoints
@@ -137,7 +137,7 @@ def test_concurrent_auto_runs_measure_the_endpoints_once(tmp_path, monkeypatch):
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
                             for i in range(3)))
     with FakeEngine(text="2 \\boxed{2}", stop=None) as engine:
-        bench = EngineBench(str(data), str(out), EngineURLs(engine.url, engine.url), modes=("auto",),
+        bench = EngineBench(str(data), str(out), engine.url, draft=engine.url, modes=("auto",),
                             max_new_tokens=16, concurrency=3)
         run_engine_bench(bench, progress=False)
     records = [json.loads(line) for line in out.read_text().splitlines()]

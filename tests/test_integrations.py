@@ -64,6 +64,21 @@ def test_the_callable_runs_the_library_and_writes_greedy_generates_tokens(models
     assert out["lookahead"][0]["judged_pairs"] > 0
 
 
+
+def test_every_setting_reaches_the_loops_and_an_unknown_keyword_is_refused_by_name(models):
+    model, tok, draft, inputs, greedy, steps = models
+    out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, return_dict_in_generate=True,
+                         custom_generate=decoding(draft, tokenizer=tok, mode="lr", k=3, steps=steps, verifier=SAME_TEXT))
+    assert torch.equal(out.sequences, greedy) and out["lookahead"][0]["k"] == 3  # lr's own default is 2
+    out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
+                         trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode="lr", k=1, steps=steps,
+                         verifier=SAME_TEXT, return_dict_in_generate=True)
+    assert out["lookahead"][0]["k"] == 1
+    with pytest.raises(ConfigError, match="frobnicate: not an option of Lookahead Reasoning's"):
+        decoding(draft, tokenizer=tok, frobnicate=1)
+    with pytest.raises(ConfigError, match="draft_stop_below"):  # checked where the callable is made
+        decoding(draft, tokenizer=tok, draft_stop_below=1.5)
+
 def test_a_batch_runs_row_by_row_and_a_streamer_hears_the_prompt_then_the_answer(models):
     model, tok, draft, inputs, greedy, steps = models
     prompts = [QUESTION, "Tom has 12 pens and gives away 5. How many are left?"]
@@ -116,7 +131,10 @@ def test_sampling_follows_the_generation_config_and_torch_seed(models):
     ({"num_return_sequences": 2, "do_sample": True}, "num_return_sequences"),
     ({"repetition_penalty": 1.2}, "repetition_penalty"),
     ({"frobnicate": 3}, "frobnicate"),
-    ({"mode": "fastest"}, "mode must be one of"),
+    ({"timeout_s": 5.0}, "timeout_s: not an option"),  # an engine's setting: the caller's model is in this process
+    ({"mode": "fastest"}, "unknown mode 'fastest'"),
+    ({"k": -1}, "k \\(drafted steps per cycle\\) must be an integer >= 0"),
+    ({"mode": "auto", "gamma": 4}, "mode auto chooses gamma itself"),
     ({"stop_strings": ["\n"]}, "stop_strings"),
 ])
 def test_an_option_the_loops_cannot_honour_is_refused_by_name(models, option, message):

@@ -52,8 +52,8 @@ BAG_FORWARDERS = {
     "testing.py:tiny_model",  # the architecture's model config (TINY_SHAPE's names)
     "testing.py:real_shape_lm",  # tiny_model (TINY_SHAPE's names, changing a real shape)
     "runtime/compiled.py:masked_attention",  # what transformers hands an attention function (dropout, sliding_window, ...): none is read
-    "integrations/hf_generate.py:generate",  # GenerationConfig.update (what generate was given), after LookaheadOptions' names
-    "integrations/hf_generate.py:decoding",  # LookaheadOptions (its fields)
+    "integrations/hf_generate.py:generate",  # GenerationConfig.update (what generate was given), after the library's keywords (OWN)
+    "integrations/hf_generate.py:decoding",  # the library's keywords (OWN), checked by options_from
     "integrations/hf_generate.py:decoding.lookahead_decoding",  # the model kwargs generate prepared: only attention_mask is read
     "integrations/harness.py:LookaheadLM.__init__",  # harness_spec (the harness's model_args: the command line's option names)
     "verifiers/registry.py:check_verifier_spec",  # the registered verifier's constructor (names checked only)
@@ -189,3 +189,19 @@ def test_no_module_of_the_package_is_imported_inside_a_function():
                 if own:
                     inside.append(f"{path.relative_to(SRC)}:{node.lineno} in {fn.name}")
     assert not inside, "\n".join(inside)
+
+
+def _table_classes() -> set[str]:
+    """The class names in the first column of ARCHITECTURE.md's table of settings-like classes."""
+    text = (SRC.parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("## Settings-like classes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    return {name.strip(" `") for cell in rows for name in cell.split(",")}
+
+
+def test_the_architecture_notes_list_every_settings_class_and_no_other():
+    defined = {node.name for _, tree in _modules() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    settings_like = {name for name in defined if name.endswith(("Config", "Settings", "Options", "Spec", "Bench"))}
+    listed = _table_classes()
+    assert settings_like <= listed, f"add to ARCHITECTURE.md's table: {sorted(settings_like - listed)}"
+    assert listed <= defined, f"ARCHITECTURE.md's table names classes that are gone: {sorted(listed - defined)}"

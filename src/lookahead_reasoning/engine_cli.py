@@ -25,7 +25,7 @@ import json
 import sys
 import time
 
-from .bench.engine import EngineBench, EngineURLs, run_engine_bench
+from .bench.engine import EngineBench, run_engine_bench
 from .bench.engine_pairs import run_engine_pairs
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
 from .bench.grading import grade
@@ -217,8 +217,9 @@ def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> in
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
 
-    urls = EngineURLs(args.target_url, args.draft_url, args.sd_url, args.ngram_url, args.template, args.scorer)
-    bench = EngineBench(args.dataset, args.out, urls, modes=args.modes, limit=args.limit, offset=args.offset,
+    bench = EngineBench(args.dataset, args.out, args.target_url, draft=args.draft_url, sd=args.sd_url,
+                        ngram=args.ngram_url, template=args.template, scorer=args.scorer, modes=args.modes,
+                        limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=verifier_over_engines(args), settings=engine_settings(args))
     path = run_engine_bench(bench)

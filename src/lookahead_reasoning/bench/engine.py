@@ -1,6 +1,6 @@
 """Benchmark modes over serving engines, interleaved per problem, resumable, optionally under load.
 
-Modes (the URLs come from :class:`EngineURLs`):
+Modes (their endpoints are :class:`EngineBench`'s):
 
 =================  =====================================================================
 ``ar``             one completion from the plain target (the engine's own decoding)
@@ -53,38 +53,22 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
     return base, int(k) if k else (mode_k("lr") if base.startswith("lr") else None), "async" if asyn else "sync"
 
 
-@dataclass(frozen=True)
-class EngineURLs:
-    """The endpoints a benchmark may use: the plain target, the draft, the targets with the engine's SD;
-    ``template``: the served model's tokenizer, for engines that apply no chat template themselves;
-    ``scorer``: what scores drafted tokens for the likelihood verifiers (EnginePair's ``scorer``: a name,
-    a URL, or one loaded already)."""
+@dataclass
+class EngineBench:
+    """What to run (see the module docstring), and on which endpoints: ``target`` the plain target,
+    ``draft`` the draft, ``sd`` and ``ngram`` the targets started with the engine's own SD (each needed by
+    the modes that use it); ``template``: the served model's tokenizer, for engines that apply no chat
+    template themselves; ``scorer``: what scores drafted tokens for the likelihood verifiers
+    (EnginePair's ``scorer``: a name, a URL, or one loaded already)."""
 
+    dataset: str
+    out: str
     target: str
     draft: str | None = None
     sd: str | None = None
     ngram: str | None = None
     template: str | None = None
     scorer: Any = None
-
-    def needed(self, modes: tuple[str, ...]) -> None:
-        for mode in modes:
-            base = parse_engine_mode(mode)[0]
-            if base in ("lr", "lr-sd", "auto"):
-                require(self.draft is not None, f"engine mode {mode} needs --draft-url")
-            if base in ("sd", "lr-sd"):
-                require(self.sd is not None, f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
-            if base == "ngram":
-                require(self.ngram is not None, f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
-
-
-@dataclass
-class EngineBench:
-    """What to run (see the module docstring)."""
-
-    dataset: str
-    out: str
-    urls: EngineURLs
     modes: tuple[str, ...] = ("ar", "auto")
     limit: int | None = None
     offset: int = 0
@@ -100,8 +84,13 @@ class EngineBench:
         require(len(self.modes) > 0, "--modes: no mode given")
         require(len(set(self.modes)) == len(self.modes), f"--modes: a mode is listed twice in {','.join(self.modes)}")
         for mode in self.modes:
-            parse_engine_mode(mode)
-        self.urls.needed(self.modes)
+            base = parse_engine_mode(mode)[0]
+            if base in ("lr", "lr-sd", "auto"):
+                require(self.draft is not None, f"engine mode {mode} needs --draft-url")
+            if base in ("sd", "lr-sd"):
+                require(self.sd is not None, f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
+            if base == "ngram":
+                require(self.ngram is not None, f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
         require(isinstance(self.window, int) and self.window >= 0, f"window must be an integer >= 0, got {self.window!r}")
@@ -123,7 +112,7 @@ class EngineRunner:
     SD), one run each; ``auto``'s runs share the plain runtime's planner across problems."""
 
     def __init__(self, bench: EngineBench):
-        self.bench, urls = bench, bench.urls
+        self.bench = urls = bench
         self.verifier = engine_verifier(bench.verifier)
         self.runtimes: dict[str, EngineRuntime] = {}
         plain = EngineRuntime(urls.target, urls.draft, bench.settings, self.verifier,
@@ -180,7 +169,7 @@ class EngineRunner:
         return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
                 "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
                 "engine": True, **self.models, **verifier_fields(self.verifier),
-                "scorer": getattr(self.bench.urls.scorer, "name", self.bench.urls.scorer),
+                "scorer": getattr(self.bench.scorer, "name", self.bench.scorer),
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
                 "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -274,4 +263,4 @@ def run_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     return asyncio.run(arun_engine_bench(bench, progress))
 
 
-__all__ = ["EngineBench", "EngineRunner", "EngineURLs", "arun_engine_bench", "batch_order", "mode_order", "parse_engine_mode", "run_engine_bench"]
+__all__ = ["EngineBench", "EngineRunner", "arun_engine_bench", "batch_order", "mode_order", "parse_engine_mode", "run_engine_bench"]

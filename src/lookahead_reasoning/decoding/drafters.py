@@ -21,11 +21,10 @@ from typing import Any, Callable, Protocol, Sequence
 import torch
 
 from ..errors import require
-from ..presets import NGRAM_MAX, NGRAM_MIN
+from ..presets import NGRAM_MAX, NGRAM_MIN, check_draft_stop_below
 from ..runtime.lm import LM
 from ..runtime.session import Session
 from ..sampling import SamplingConfig, next_token, probs_from_logits, sample
-from ..presets import check_draft_stop_below
 
 
 @dataclass

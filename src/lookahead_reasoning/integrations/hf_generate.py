@@ -16,9 +16,12 @@ transformers runs a decoding method of one's own in two ways, and both reach :fu
 
       out = model.generate(**inputs, custom_generate=decoding(draft, tokenizer=tokenizer, mode="lr"))
 
-The caller's model is the target, the draft the draft; ``mode`` (``auto`` by default; ``lr``, ``lr-sd``,
-``sd``, ``sd-ngram``, ``ar``), ``verifier`` (``exact``), ``k``, ``gamma`` and ``steps`` (a
-:class:`~lookahead_reasoning.StepConfig`) are keywords of their own.
+The caller's model is the target, the draft the draft. The library's own keywords (:data:`OWN`) are
+``LookaheadGenerator``'s: ``mode`` (``auto`` by default; ``lr``, ``lr-sd``, ``sd``, ``sd-ngram``, ``ar``),
+``verifier`` (``exact``) with ``verifier_kwargs``, ``planner``, ``fast_path``, and every field of
+:class:`~lookahead_reasoning.settings.Settings` that the generation config does not already carry and a
+model of this process reads (``k``, ``gamma``, ``width``, ``steps``, ``draft_stop_below``, ``token_sd``,
+...), each checked by the rule it has everywhere; ``tokenizer`` and ``draft_tokenizer`` (transformers' ``assistant_tokenizer``).
 What runs is the library's: the generation config gives ``max_new_tokens`` (or ``max_length``),
 ``do_sample`` with ``temperature``, ``top_k`` and ``top_p``, and ``eos_token_id``; the result is what
 ``generate`` returns, the prompt's ids and the new ones (a ``GenerateDecoderOnlyOutput`` with
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -43,9 +46,9 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..errors import ConfigError, require
 from ..generator import LookaheadGenerator
-from ..presets import MODES
+from ..presets import check_mode
 from ..sampling import SamplingConfig
-from ..steps import StepConfig
+from ..settings import Settings
 
 CUSTOM_GENERATE = str(Path(__file__).resolve().parents[1])  # holds custom_generate/generate.py
 
@@ -68,36 +71,26 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "use_cache", "cache", "past_key_v
                 "position_ids", "token_type_ids", "output_attentions", "output_hidden_states", "return_dict")
 
 
-@dataclass(frozen=True)
-class LookaheadOptions:
-    """What the library runs inside ``generate``: the mode, the verifier (a name, with ``verifier_kwargs``,
-    or an object), k, gamma and the step segmenter, and the tokenizers (the target's: steps are cut on
-    decoded text; the draft's where it has another vocabulary, which rules token SD out)."""
-
-    mode: str = "auto"
-    verifier: Any = "exact"
-    k: int | None = None
-    gamma: int | None = None
-    steps: StepConfig | None = None
-    verifier_kwargs: dict | None = None
-    tokenizer: Any = None
-    draft_tokenizer: Any = None
-
-    def __post_init__(self) -> None:
-        require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}", ConfigError)
+# The library's keywords: the generator's, the tokenizers, and the settings the generation config does not
+# carry (it gives max_new_tokens, the sampling and, through torch's seed, the seed) and that a model of this
+# process reads (the request timeout and retries are an engine's).
+GENERATOR_OWN = ("mode", "verifier", "verifier_kwargs", "planner", "fast_path")
+SETTING_OWN = tuple(sorted(f.name for f in fields(Settings)
+                           if f.name not in ("max_new_tokens", "sampling", "seed", "timeout_s", "retries")))
+OWN = (*GENERATOR_OWN, "tokenizer", "draft_tokenizer", *SETTING_OWN)
 
 
-OWN = tuple(f.name for f in fields(LookaheadOptions))
-
-
-def options_from(bag: dict[str, Any]) -> LookaheadOptions:
-    """The :class:`LookaheadOptions` among ``bag``'s keywords (taken out of it; ``assistant_tokenizer``,
-    transformers' name for the draft's tokenizer, included)."""
+def options_from(bag: dict[str, Any]) -> dict[str, Any]:
+    """The library's keywords (:data:`OWN`) among ``bag``'s, taken out of it (``assistant_tokenizer``,
+    transformers' name for the draft's tokenizer, included), and checked: an unknown mode, or a setting
+    its rule refuses, is a ConfigError naming it."""
     taken = {name: bag.pop(name) for name in OWN if name in bag}
     if bag.get("assistant_tokenizer") is not None:
         taken["draft_tokenizer"] = bag.pop("assistant_tokenizer")
     bag.pop("assistant_tokenizer", None)
-    return LookaheadOptions(**taken)
+    check_mode(taken.setdefault("mode", "auto"))
+    Settings.preset().with_overrides(**{name: taken[name] for name in SETTING_OWN if name in taken})
+    return taken
 
 
 def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: Any = None, *,
@@ -122,13 +115,15 @@ def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: 
 
 def decoding(draft: Any = None, streamer: Any = None, **options: Any) -> Callable[..., Any]:
     """The callable form: a decoding method for ``model.generate(..., custom_generate=decoding(draft, ...))``;
-    ``options`` are :class:`LookaheadOptions` (``tokenizer=``, ``mode=``, ...).
+    ``options``: the library's keywords (:data:`OWN`: ``tokenizer=``, ``mode=``, ``k=``, ...).
 
     transformers calls it with the generation config it prepared, in place of its own sampling loop
     (the processors and stopping criteria it built from that config are read from the config here). It
     hands a callable neither ``assistant_model``, ``streamer`` nor ``tokenizer``, so they are given here.
     """
-    chosen = LookaheadOptions(**options)
+    chosen = options_from(dict(options))
+    unknown = sorted(set(options) - set(OWN) - {"assistant_tokenizer"})
+    require(not unknown, f"{', '.join(unknown)}: not an option of Lookahead Reasoning's ({', '.join(OWN)})", ConfigError)
 
     def lookahead_decoding(model: Any, input_ids: torch.Tensor, logits_processor: Any = None,
                            stopping_criteria: Any = None, generation_config: Any = None, **model_kwargs: Any) -> Any:
@@ -138,10 +133,12 @@ def decoding(draft: Any = None, streamer: Any = None, **options: Any) -> Callabl
 
 
 def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: Any,
-        options: LookaheadOptions = LookaheadOptions(), streamer: Any = None) -> Any:
-    """Generate for every row of ``input_ids`` (B, T) with the library; returns (B, T + new) ids, or a
-    ``GenerateDecoderOnlyOutput`` when the config asks for a dict."""
-    require(draft is not None or options.mode in ("ar", "sd-ngram"), f"mode {options.mode} needs a draft model: pass "
+        options: dict[str, Any] | None = None, streamer: Any = None) -> Any:
+    """Generate for every row of ``input_ids`` (B, T) with the library (``options``: :func:`options_from`'s);
+    returns (B, T + new) ids, or a ``GenerateDecoderOnlyOutput`` when the config asks for a dict."""
+    options = dict(options or {"mode": "auto"})
+    mode = options["mode"]
+    require(draft is not None or mode in ("ar", "sd-ngram"), f"mode {mode} needs a draft model: pass "
             "assistant_model= (or the draft to decoding(), the callable form)", ConfigError)
     check_config(config)
     rows, length = input_ids.shape
@@ -149,23 +146,24 @@ def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.T
     new_tokens = config.max_new_tokens if config.max_new_tokens is not None else (config.max_length or 20) - length
     require(new_tokens >= 1, f"nothing to generate: max_length {config.max_length} leaves no room after the "
             f"{length}-token prompt", ConfigError)
-    tokenizer = options.tokenizer or _tokenizer_of(model)
-    gen = _generator(model, draft, replace(options, tokenizer=tokenizer))
+    tokenizer = options["tokenizer"] = options.get("tokenizer") or _tokenizer_of(model)
+    gen = _generator(model, draft, options)
     gen.target.eos_ids = _eos_ids(config, gen.target)
-    if options.draft_tokenizer is None:  # one vocabulary: the same end for both
+    if options.get("draft_tokenizer") is None:  # one vocabulary: the same end for both
         gen.draft.eos_ids = gen.target.eos_ids
     sampling = SamplingConfig(temperature=1.0 if config.temperature is None else config.temperature,
                               top_k=config.top_k or None, top_p=1.0 if config.top_p is None else config.top_p) \
         if config.do_sample else SamplingConfig()
     seed = int(torch.randint(0, 2**62, (1,)).item()) if config.do_sample else 0  # torch.manual_seed reproduces
+    knobs = {name: options[name] for name in SETTING_OWN if name in options}
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     results = []
     for row in range(rows):
         prompt = input_ids[row][mask[row].bool()].tolist()
         # a draft of another vocabulary reads the prompt as text (the target's ids as they are otherwise)
         given = prompt if gen.same_vocab else tokenizer.decode(prompt, skip_special_tokens=False)
-        results.append(gen.generate(given, raw=not gen.same_vocab, mode=options.mode, max_new_tokens=new_tokens,
-                                    sampling=sampling, seed=seed, gamma=options.gamma if options.mode != "auto" else None,
+        results.append(gen.generate(given, raw=not gen.same_vocab, mode=mode, max_new_tokens=new_tokens,
+                                    sampling=sampling, seed=seed, **knobs,
                                     on_text=_Stream(streamer, prompt) if streamer is not None else None))
     return _output(input_ids, results, config.pad_token_id if config.pad_token_id is not None else gen.target.pad_id,
                    config.return_dict_in_generate)
@@ -213,18 +211,17 @@ class _Stream:
 _GENERATORS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
-def _generator(model: Any, draft: Any, options: LookaheadOptions) -> LookaheadGenerator:
-    """One LookaheadGenerator per (target, draft, options), kept while the model lives: its cost tables
-    and learned rates carry over from call to call, as a generator's do."""
-    key = (id(draft), id(options.tokenizer), id(options.draft_tokenizer), repr(options.verifier),
-           repr(options.verifier_kwargs), options.k, repr(options.steps))
+def _generator(model: Any, draft: Any, options: dict[str, Any]) -> LookaheadGenerator:
+    """One LookaheadGenerator per (target, draft, tokenizers, verifier, planner, fast path), kept while the
+    model lives: its cost tables and learned rates carry over from call to call, as a generator's do (the
+    settings go to each call)."""
+    tokenizer, draft_tokenizer = options["tokenizer"], options.get("draft_tokenizer")
+    own = {name: options[name] for name in GENERATOR_OWN[1:] if name in options}
+    key = (id(draft), id(tokenizer), id(draft_tokenizer), *(f"{name}={value!r}" for name, value in sorted(own.items())))
     per_model = _GENERATORS.setdefault(model, {})
     if key not in per_model:
-        draft_pair = None if draft is None else (draft, options.draft_tokenizer or options.tokenizer)
-        steps = {"steps": options.steps} if options.steps is not None else {}
-        per_model[key] = LookaheadGenerator(target=(model, options.tokenizer), draft=draft_pair,
-                                            verifier=options.verifier, verifier_kwargs=options.verifier_kwargs,
-                                            k=options.k, **steps)
+        draft_pair = None if draft is None else (draft, draft_tokenizer or tokenizer)
+        per_model[key] = LookaheadGenerator(target=(model, tokenizer), draft=draft_pair, **own)
     return per_model[key]
 
 
@@ -244,4 +241,4 @@ def _eos_ids(config: Any, target: Any) -> frozenset[int]:
     return frozenset(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
 
 
-__all__ = ["CUSTOM_GENERATE", "LookaheadOptions", "check_config", "decoding", "generate", "options_from", "run"]
+__all__ = ["CUSTOM_GENERATE", "OWN", "check_config", "decoding", "generate", "options_from", "run"]
