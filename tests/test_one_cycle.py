@@ -87,3 +87,14 @@ def test_the_async_schedule_with_a_model_of_this_process_is_refused_before_anyth
         LookaheadGenerator(target="no-such-org/no-such-model", schedule="async")
     with pytest.raises(ConfigError, match="schedule 'async' runs over engines only"):
         LookaheadGenerator(target=TARGET, draft=DRAFT, mode="lr").generate(PROMPT, max_new_tokens=4, schedule="async")
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd", "lr", "auto"])
+def test_an_engine_s_request_settings_with_a_model_of_this_process_are_refused_by_name(mode):
+    """A request timeout or a retry count means nothing without an engine: refused before anything loads (the
+    name would fail to load) and in every mode of a call, instead of accepted and ignored."""
+    with pytest.raises(ConfigError, match="timeout_s 5.0: per request to an engine"):
+        LookaheadGenerator(target="no-such-org/no-such-model", timeout_s=5.0)
+    gen = LookaheadGenerator(target=TARGET, draft=DRAFT, mode=mode)
+    with pytest.raises(ConfigError, match="retries 5: per request to an engine"):
+        gen.generate(PROMPT, max_new_tokens=4, retries=5)

@@ -154,7 +154,7 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
-        local_settings(self.settings)  # the async schedule is for engines: refused before any model loads
+        local_settings(self.settings)  # async, request timeout, retries: an engine's; refused before loading
         target_precision, draft_precision = split_precision(precision)
         self.pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                                if target_precision is not None else {})),
@@ -305,6 +305,7 @@ class LookaheadGenerator:
         if self.engine is not None:
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
+        settings = local_settings(settings)
         if mode == "auto":
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
         gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)
