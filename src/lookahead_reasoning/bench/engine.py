@@ -90,10 +90,12 @@ class EngineBench:
             if base in ("sd", "lr-sd"):
                 require(self.sd is not None, f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
             if base == "ngram":
-                require(self.ngram is not None, f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
+                require(self.ngram is not None,
+                        f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
-        require(isinstance(self.window, int) and self.window >= 0, f"window must be an integer >= 0, got {self.window!r}")
+        require(isinstance(self.window, int) and self.window >= 0,
+                f"window must be an integer >= 0, got {self.window!r}")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ The caller's model is the target, the draft the draft. The library's own keyword
 ``verifier`` (``exact``) with ``verifier_kwargs``, ``planner``, ``fast_path``, and every field of
 :class:`~lookahead_reasoning.settings.Settings` that the generation config does not already carry and a
 model of this process reads (``k``, ``gamma``, ``width``, ``steps``, ``draft_stop_below``, ``token_sd``,
-...), each checked by the rule it has everywhere; ``tokenizer`` and ``draft_tokenizer`` (transformers' ``assistant_tokenizer``).
+...), each checked by the rule it has everywhere; ``tokenizer`` and ``draft_tokenizer`` (transformers'
+``assistant_tokenizer``).
 What runs is the library's: the generation config gives ``max_new_tokens`` (or ``max_length``),
 ``do_sample`` with ``temperature``, ``top_k`` and ``top_p``, and ``eos_token_id``; the result is what
 ``generate`` returns, the prompt's ids and the new ones (a ``GenerateDecoderOnlyOutput`` with
@@ -121,9 +122,10 @@ def decoding(draft: Any = None, streamer: Any = None, **options: Any) -> Callabl
     (the processors and stopping criteria it built from that config are read from the config here). It
     hands a callable neither ``assistant_model``, ``streamer`` nor ``tokenizer``, so they are given here.
     """
-    chosen = options_from(dict(options))
     unknown = sorted(set(options) - set(OWN) - {"assistant_tokenizer"})
-    require(not unknown, f"{', '.join(unknown)}: not an option of Lookahead Reasoning's ({', '.join(OWN)})", ConfigError)
+    require(not unknown, f"{', '.join(unknown)}: not an option of Lookahead Reasoning's ({', '.join(OWN)})",
+            ConfigError)
+    chosen = options_from(dict(options))
 
     def lookahead_decoding(model: Any, input_ids: torch.Tensor, logits_processor: Any = None,
                            stopping_criteria: Any = None, generation_config: Any = None, **model_kwargs: Any) -> Any:
