@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
 from .decoding.drafters import make_drafter
-from .decoding.driver import generate_lr, local_settings
+from .decoding.driver import generate_lr
 from .decoding.results import GenerationResult
 from .decoding.speculative import generate_sd
 from .engine_runtime import (
@@ -54,7 +54,7 @@ from .runtime.compiled import check_fast_path, default_backend
 from .runtime.lm import LM
 from .runtime.pair import as_lm, model_pair
 from .runtime.vocab import check_same_tokenizer
-from .settings import Settings, TokenSD
+from .settings import Settings, TokenSD, local_settings
 from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
 from .verifiers.likelihood import TokenScores, verify_pairs
 from .verifiers.registry import check_verifier_spec, make_verifier

@@ -175,4 +175,19 @@ class CyclePlan:
         return head + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
 
 
-__all__ = ["CyclePlan", "Settings", "TokenSD", "check_draft_stop_below"]
+def local_settings(settings: Settings | None) -> Settings:
+    """``settings`` (None: ``Settings()``) for a loop of this process. Those loops run a cycle's rows in
+    one batched forward, so they refuse the async schedule (it would only reorder work), and they send no
+    request, so they refuse a request timeout or retry count other than the defaults (an engine's settings)."""
+    settings = settings or Settings()
+    require(settings.schedule == "sync", "schedule 'async' runs over engines only: in this process a cycle's rows "
+            "run in one batched forward, where async would change nothing but the order of work")
+    given = [f"{name} {value!r}" for name, value, default in (("timeout_s", settings.timeout_s, ENGINE_TIMEOUT_S),
+                                                            ("retries", settings.retries, ENGINE_RETRIES))
+             if value != default]
+    require(not given, f"{', '.join(given)}: per request to an engine; a target in this process sends no requests "
+            "(give the target as a URL, or leave them out)")
+    return settings
+
+
+__all__ = ["CyclePlan", "Settings", "TokenSD", "check_draft_stop_below", "local_settings"]

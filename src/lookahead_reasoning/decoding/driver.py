@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from ..errors import require
-from ..presets import ENGINE_RETRIES, ENGINE_TIMEOUT_S
 from ..runtime.lm import ForwardTiming, PadPolicy
 from ..runtime.pair import ModelPair
 from ..sampling import make_generator
-from ..settings import CyclePlan, Settings
+from ..settings import CyclePlan, Settings, local_settings
 from ..verifiers.base import Verifier
 from .tools import CycleTools, LRState, make_tools
 from .lookahead import run_cycle, run_sync
@@ -201,21 +200,6 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
                    len(draft_ids), max_new_tokens)
 
 
-def local_settings(settings: Settings | None) -> Settings:
-    """``settings`` (None: ``Settings()``) for a loop of this process. Those loops run a cycle's rows in
-    one batched forward, so they refuse the async schedule (it would only reorder work), and they send no
-    request, so they refuse a request timeout or retry count other than the defaults (an engine's settings)."""
-    settings = settings or Settings()
-    require(settings.schedule == "sync", "schedule 'async' runs over engines only: in this process a cycle's rows "
-            "run in one batched forward, where async would change nothing but the order of work")
-    given = [f"{name} {value!r}" for name, value, default in (("timeout_s", settings.timeout_s, ENGINE_TIMEOUT_S),
-                                                            ("retries", settings.retries, ENGINE_RETRIES))
-             if value != default]
-    require(not given, f"{', '.join(given)}: per request to an engine; a target in this process sends no requests "
-            "(give the target as a URL, or leave them out)")
-    return settings
-
-
 def generate_lr(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None, *,
                 on_text: OnText | None = None, draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
@@ -237,4 +221,4 @@ def generate_lr(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, 
 
 
 __all__ = ["CyclePolicy", "Cycles", "FixedK", "Position", "TorchCycles", "drive", "generate_lr",
-           "local_settings", "run_lr", "run_sync", "start_state"]
+           "run_lr", "run_sync", "start_state"]

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..decoding.tools import make_tools
-from ..decoding.driver import local_settings, run_lr, start_state
+from ..decoding.driver import run_lr, start_state
 from ..decoding.results import GenerationResult, LRStats
 from ..errors import require
 from ..models import cache_root, hardware
@@ -52,7 +52,7 @@ from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.pair import ModelPair
 from ..sampling import make_generator
-from ..settings import Settings, TokenSD
+from ..settings import Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from . import costs
 from .costs import DRAFT_GRID, TARGET_GRID, CostGrid, CostTable
