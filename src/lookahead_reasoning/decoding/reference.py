@@ -8,7 +8,8 @@ runtime. It talks to the models only through the step-writer seam (:class:`~..st
 
   1. draft:  q writes k steps one after another, s^_1 from x, s^_2 from x + s^_1, ...;
   2. target: p writes its own step s_j on each row context x + s^_1..s^_{j-1}, j = 1..k+1, every
-             row on its own: a fresh :class:`.Session`, a prefill of the whole context, token by token;
+             row on its own: a fresh :class:`~..runtime.session.Session`, a prefill of the whole
+             context, token by token;
   3. verify: the verifier judges (s^_1, s_1), (s^_2, s_2), ... in order, up to the first rejection;
   4. accept: keep s^_1..s^_m (m accepted), then the target's s_{m+1}: its correction at the rejected
              position, or, when all drafted steps pass, the last row's step as a free bonus.
