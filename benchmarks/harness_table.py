@@ -1,6 +1,7 @@
 """Accuracy through lm-evaluation-harness: the target alone (``--model hf``) against Lookahead Reasoning
 (``--model lookahead``) in mode ``auto`` and in mode ``lr`` with the ``exact`` and the ``likelihood``
-verifiers, on the same GSM8K problems, with the wall time of each.
+verifiers, on the same GSM8K problems, with the wall time of each; and this library's own loop with nothing
+drafted (``ar``), which tells how much of a speed-up is the loop's and how much the speculation's.
 
     .venv/bin/python benchmarks/harness_table.py --out runs/harness --offset 100 --limit 50   # resumes
     .venv/bin/python benchmarks/harness_table.py --out runs/harness --report                  # the table only
@@ -14,7 +15,8 @@ Each answer's own time is kept too (``answers.jsonl``: the seconds from the star
 the answer before, to the moment the answer is kept), so that the time of a problem is counted once however
 often a run was stopped and started again, and no model load is counted in it. ``--report`` prints, per
 configuration, the accuracy under both of the task's filters (the ``\\boxed{}`` number, the last number),
-the median seconds a problem, their sum, and the wall time of the runs.
+on how many problems its ``\\boxed{}`` answer and its whole text are the target's alone (``hf``), the median
+seconds a problem, their sum, and the wall time of the runs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 CONFIGS = {  # name -> (the harness's model, its model_args); {target_dir}: the target as a transformers folder
     "hf": ("hf", "pretrained={target_dir},dtype={dtype}"),
+    "ar": ("lookahead", "target={target},draft=none,mode=ar,dtype={dtype}"),  # this library's loop, nothing drafted
     "auto": ("lookahead", "target={target},draft={draft},mode=auto,dtype={dtype}"),
     "lr-exact": ("lookahead", "target={target},draft={draft},mode=lr,verifier=exact,dtype={dtype}"),
     "lr-likelihood": ("lookahead", "target={target},draft={draft},mode=lr,verifier=likelihood,threshold=0.3,"
@@ -106,21 +109,40 @@ def report(out: Path) -> str:
     answers: dict[str, list[float]] = {}
     for entry in _read(out / "answers.jsonl"):
         answers.setdefault(entry["config"], []).append(entry["seconds"])
-    rows = ["| configuration | problems | accuracy (boxed) | accuracy (last number) | s a problem (median) "
-            "| problems timed | their sum (min) | wall time of the runs (min) |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| configuration | problems | accuracy (boxed) | accuracy (last number) | same answer as hf | same text as hf "
+            "| s a problem (median) | problems timed | their sum (min) | wall time of the runs (min) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    baseline = _samples(out, "hf")
     for name in CONFIGS:
         found = sorted((out / name).rglob("results_*.json"))
         if not found:
             continue
+        mine = _samples(out, name)
+        shared = sorted(set(mine) & set(baseline))
+        same = [sum(mine[i][part] == baseline[i][part] for i in shared) for part in (1, 0)]
         scores = json.loads(found[-1].read_text(encoding="utf-8"))
         task = scores["results"]["gsm8k_lookahead"]
         n = scores.get("n-samples", {}).get("gsm8k_lookahead", {}).get("effective")
         accuracy = [f"{task[f'exact_match,{f}']:.2f}" for f in FILTERS]
         each = answers.get(name, [])
         median = f"{statistics.median(each):.1f}" if each else "-"
-        rows.append(f"| {name} | {n} | {accuracy[0]} | {accuracy[1]} | {median} | {len(each)} | {sum(each) / 60:.1f} "
-                    f"| {times.get(name, 0.0) / 60:.1f} |")
+        rows.append(f"| {name} | {n} | {accuracy[0]} | {accuracy[1]} | {same[0]}/{len(shared)} | {same[1]}/{len(shared)} "
+                    f"| {median} | {len(each)} | {sum(each) / 60:.1f} | {times.get(name, 0.0) / 60:.1f} |")
     return "\n".join(rows)
+
+
+def _samples(out: Path, name: str) -> dict[int, tuple[str, str]]:
+    """(text, the \\boxed{} answer) of each problem in configuration ``name``'s last samples file."""
+    found = sorted((out / name).rglob("samples_*.jsonl"))
+    if not found:
+        return {}
+    kept = {}
+    for line in found[-1].read_text(encoding="utf-8").splitlines():
+        sample = json.loads(line)
+        if sample["filter"] == FILTERS[0]:
+            answer = sample["filtered_resps"]
+            kept[sample["doc_id"]] = (sample["resps"][0][0], answer[0] if isinstance(answer, list) else answer)
+    return kept
 
 
 def _read(path: Path) -> list[dict]:

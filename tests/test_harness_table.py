@@ -32,12 +32,16 @@ def test_each_configuration_is_one_resumable_harness_run_over_the_same_problems(
         assert argv[argv.index("--use_cache") + 1] == str(tmp_path / f"{name}.sqlite")  # answers kept as written
         assert argv[argv.index("--gsm8k-offset") + 1] == "100" and argv[argv.index("--gsm8k-limit") + 1] == "50"
     assert "pretrained=/models/target" in commands["hf"][commands["hf"].index("--model_args") + 1]
+    plain = commands["ar"][commands["ar"].index("--model_args") + 1]
+    assert "mode=ar" in plain and "draft=none" in plain  # the library's loop alone: how much speed is the loop's
     likelihood = commands["lr-likelihood"][commands["lr-likelihood"].index("--model_args") + 1]
     assert "mode=lr" in likelihood and "verifier=likelihood" in likelihood and "threshold=0.3" in likelihood
 
 
 def test_the_table_reads_the_last_results_and_adds_up_the_time_of_every_run(tmp_path):
     table = _script()
+    written = {"hf": [("Step.\n\n\\boxed{3}", "3"), ("So 5.", "[invalid]")],
+               "auto": [("Step.\n\n\\boxed{3}", "3"), ("Then 5.", "[invalid]"), ("\\boxed{7}", "7")]}
     for name, boxed in (("hf", 0.62), ("auto", 0.6)):
         folder = tmp_path / name / "model"
         folder.mkdir(parents=True)
@@ -45,14 +49,18 @@ def test_the_table_reads_the_last_results_and_adds_up_the_time_of_every_run(tmp_
             (folder / f"results_{stamp}.json").write_text(json.dumps({
                 "results": {"gsm8k_lookahead": {"exact_match,boxed": score, "exact_match,last-number": score + 0.02}},
                 "n-samples": {"gsm8k_lookahead": {"original": 50, "effective": 50}}}))
+        (folder / "samples_gsm8k_lookahead_2026-01-02.jsonl").write_text("".join(
+            json.dumps({"doc_id": i, "filter": f, "resps": [[text]], "filtered_resps": [answer if f == "boxed" else "0"]})
+            + "\n" for i, (text, answer) in enumerate(written[name]) for f in ("boxed", "last-number")))
     (tmp_path / "times.jsonl").write_text("".join(json.dumps(t) + "\n" for t in (
         {"config": "hf", "seconds": 600.0, "rc": None}, {"config": "hf", "seconds": 300.0, "rc": 0},
         {"config": "auto", "seconds": 1200.0, "rc": 0})))
     (tmp_path / "answers.jsonl").write_text("".join(json.dumps({"config": "hf", "seconds": s}) + "\n"
                                                     for s in (30.0, 90.0, 60.0, 120.0)))
     rows = table.report(tmp_path).splitlines()
-    assert rows[2] == "| hf | 50 | 0.62 | 0.64 | 75.0 | 4 | 5.0 | 15.0 |"  # an interrupted run's time counts too
-    assert rows[3] == "| auto | 50 | 0.60 | 0.62 | - | 0 | 0.0 | 20.0 |"
+    assert rows[2] == "| hf | 50 | 0.62 | 0.64 | 2/2 | 2/2 | 75.0 | 4 | 5.0 | 15.0 |"  # an interrupted run's time counts
+    # compared on the problems both answered: the same boxed answer (or none) on both, the same text on one
+    assert rows[3] == "| auto | 50 | 0.60 | 0.62 | 2/2 | 1/2 | - | 0 | 0.0 | 20.0 |"
     assert len(rows) == 4  # configurations that have not run yet are left out
 
 
