@@ -56,7 +56,7 @@ from ..settings import Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from . import costs
 from .costs import DRAFT_GRID, TARGET_GRID, CostGrid, CostTable
-from .estimates import Book, load_book, save_book
+from .estimates import Book, load_book, save_book, write_json
 from .planner import Planner, PlannerConfig
 from .policy import AutoPolicy
 
@@ -132,16 +132,8 @@ def load_or_profile(lm: LM, grid: dict[int, tuple[int, ...]], *, reprofile: bool
             log.warning("cost table %s is unreadable (%s); measuring again", path, exc)
     measured = costs.profile(lm, grid, progress=progress, label=label)
     measured.key = key
-    save_grid(measured, path)
+    write_json(measured.to_json(), path)
     return measured, path
-
-
-def save_grid(grid: CostGrid, path: Path) -> None:
-    """Write a table atomically (a torn write never leaves a half file behind)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(grid.to_json(), indent=1), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -189,8 +181,8 @@ class Planning:
         return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path), config)
 
     def save(self) -> None:
-        save_grid(self.costs.target, self.paths[0])
-        save_grid(self.costs.draft, self.paths[1])
+        write_json(self.costs.target.to_json(), self.paths[0])
+        write_json(self.costs.draft.to_json(), self.paths[1])
         for path in self.paths[2:]:
             save_book(self.book, path)
 
@@ -244,4 +236,4 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     return run_lr(state, tools, policy, stats, on_text, pads)
 
 
-__all__ = ["Planning", "auto_token_sd", "cache_path", "cost_key", "generate_auto", "load_or_profile", "save_grid"]
+__all__ = ["Planning", "auto_token_sd", "cache_path", "cost_key", "generate_auto", "load_or_profile"]

@@ -325,12 +325,18 @@ def load_book(path: Path | None) -> Book:
         return Book()
 
 
-def save_book(book: Book, path: Path) -> None:
+def write_json(data: Any, path: Path) -> None:
+    """Write ``data`` as JSON atomically (a torn write never leaves a half file behind): the planner's
+    books and cost tables."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(book.to_json(), indent=1), encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
     os.replace(tmp, path)
 
 
+def save_book(book: Book, path: Path) -> None:
+    write_json(book.to_json(), path)
+
+
 __all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
-           "save_book"]
+           "save_book", "write_json"]
