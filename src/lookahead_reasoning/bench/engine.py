@@ -114,20 +114,20 @@ class EngineRunner:
     SD), one run each; ``auto``'s runs share the plain runtime's planner across problems."""
 
     def __init__(self, bench: EngineBench):
-        self.bench = urls = bench
+        self.bench = bench
         self.verifier = engine_verifier(bench.verifier)
         self.runtimes: dict[str, EngineRuntime] = {}
-        plain = EngineRuntime(urls.target, urls.draft, bench.settings, self.verifier,
-                              {"template": urls.template, "scorer": urls.scorer})
+        plain = EngineRuntime(bench.target, bench.draft, bench.settings, self.verifier,
+                              {"template": bench.template, "scorer": bench.scorer})
         self.runtimes["plain"], template = plain, plain.pair.template  # loaded once, if named
-        if urls.sd:
-            self.runtimes["sd"] = EngineRuntime(urls.sd, urls.draft, bench.settings, self.verifier,
+        if bench.sd:
+            self.runtimes["sd"] = EngineRuntime(bench.sd, bench.draft, bench.settings, self.verifier,
                                                 {"template": template})
-        if urls.ngram:
-            self.runtimes["ngram"] = EngineRuntime(urls.ngram, None, bench.settings, self.verifier,
+        if bench.ngram:
+            self.runtimes["ngram"] = EngineRuntime(bench.ngram, None, bench.settings, self.verifier,
                                                    {"template": template})
         self.models = {"target": plain.pair.target.client.model_name(),
-                       "draft": plain.pair.draft.client.model_name() if urls.draft else None}
+                       "draft": plain.pair.draft.client.model_name() if bench.draft else None}
 
     async def prepare(self, problem: Problem, mode: str) -> Prepared:
         """What one (problem, mode) needs before its timed part: the prompt's ids (tokenized once, for

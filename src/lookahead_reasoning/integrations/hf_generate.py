@@ -138,8 +138,8 @@ def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.T
         options: dict[str, Any] | None = None, streamer: Any = None) -> Any:
     """Generate for every row of ``input_ids`` (B, T) with the library (``options``: :func:`options_from`'s);
     returns (B, T + new) ids, or a ``GenerateDecoderOnlyOutput`` when the config asks for a dict."""
-    options = dict(options or {"mode": "auto"})
-    mode = options["mode"]
+    options = dict(options or {})
+    mode = options.setdefault("mode", "auto")
     require(draft is not None or mode in ("ar", "sd-ngram"), f"mode {mode} needs a draft model: pass "
             "assistant_model= (or the draft to decoding(), the callable form)", ConfigError)
     check_config(config)
