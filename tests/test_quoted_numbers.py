@@ -156,3 +156,17 @@ def test_the_verifiers_end_to_end_table_gives_the_floor_rows_of_its_runtime():
         answers, _, n = _agreement(["floor-llamacpp-avx512.jsonl"], mode)
         correct = sum(r["correct"] for r in records if r["mode"] == mode)
         assert f"| floor: {label} | {answers}/{n} | {correct}/{n} |" in BENCH_README, mode
+
+
+def test_the_gpu_recheck_quotes_what_its_two_files_hold():
+    generate = json.loads((RESULTS / "gpu-generate-h100.json").read_text(encoding="utf-8"))
+    runs = generate["runs"]
+    assert len(runs) == 20 and all(run["same_tokens"] and run["device"] == "cuda:0" for run in runs.values())
+    assert {run["judged_pairs"] for label, run in runs.items() if "/lr" in label} == {3}
+    assert "All 20 calls gave the ids of `model.generate`'s own greedy loop" in BENCH_README
+    compiled = json.loads((RESULTS / "gpu-compiled-h100-recheck.json").read_text(encoding="utf-8"))
+    same = compiled["lossless"]["cuda-graphs"]
+    assert same["all_same"] and len(same["same_tokens"]) == 12 and same["graphs_made_by_a_warm_256_token_lr_sd_run"] == 0
+    quoted = {"0.5B": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-1.5b", "7B": "qwen2.5-7b", "32B": "qwen2.5-32b"}
+    for short, name in quoted.items():
+        assert f"{short} {compiled['shapes'][name]['compiled_ar_ms']:.2f} (" in BENCH_README
