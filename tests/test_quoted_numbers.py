@@ -3,6 +3,7 @@ edited by hand, or a file rerun without its sentence, fails here instead of misl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -170,3 +171,25 @@ def test_the_gpu_recheck_quotes_what_its_two_files_hold():
     quoted = {"0.5B": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-1.5b", "7B": "qwen2.5-7b", "32B": "qwen2.5-32b"}
     for short, name in quoted.items():
         assert f"{short} {compiled['shapes'][name]['compiled_ar_ms']:.2f} (" in BENCH_README
+
+
+def _harness_rows() -> dict[str, list[str]]:
+    spec = importlib.util.spec_from_file_location("harness_table", ROOT / "benchmarks" / "harness_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = module.report(RESULTS / "harness")
+    assert table in BENCH_README  # the run log prints what --report prints from the committed files
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in table.splitlines()[2:])}
+
+
+def test_the_harness_table_and_the_readme_s_sentence_are_the_committed_results():
+    rows = _harness_rows()
+    assert set(rows) == {"hf", "ar", "auto", "lr-exact", "lr-likelihood"} and {r[1] for r in rows.values()} == {"50"}
+    boxed = {name: row[2] for name, row in rows.items()}
+    ratio = float(rows["hf"][6]) / float(rows["auto"][6])
+    sentence = (f"the harness scored the target alone (`--model hf`) {boxed['hf']} and `--model lookahead` "
+                f"{boxed['auto']} in `auto` at {ratio:.1f}x less time a problem")
+    assert sentence in " ".join(README.split())
+    assert f"{boxed['lr-exact']} in `lr` with `exact` and {boxed['lr-likelihood']} with the likelihood verifier" \
+        in " ".join(README.split())
