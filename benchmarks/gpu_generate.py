@@ -2,8 +2,8 @@
 
 The ``custom_generate`` entry (the folder and the callable, :mod:`lookahead_reasoning.integrations.hf_generate`)
 is tested on CPUs. On a GPU a model handed to it runs on the compiled path by default (CUDA graphs over a
-static cache), so this checks there, with tiny float32 models over a tokenizer of one token per character (the draft a perturbed
-copy of the target):
+static cache), so this checks there, with tiny float32 models over a tokenizer of one token per character
+(the draft a perturbed copy of the target):
 
 * greedy, every mode through both doors writes the tokens of ``model.generate``'s own greedy loop, with the
   compiled path (the default on CUDA) and with the eager one (``fast_path="off"``);
@@ -32,27 +32,20 @@ from lookahead_reasoning.integrations.hf_generate import CUSTOM_GENERATE, decodi
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.steps import StepConfig
 from lookahead_reasoning.testing import perturbed_copy
-from lookahead_reasoning.verifiers import Verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lr_helpers import tiny_lm  # noqa: E402 - one token per character: the same text is the same tokens
+from lr_helpers import exact, tiny_lm  # noqa: E402 - one token per character: the same text is the same tokens
 
 QUESTION = "Ann has 3 apples and buys 4 more. How many apples does she have?"
 NEW = 96
 MODES = ("ar", "sd", "lr", "lr-sd", "auto")
 
 
-class SameText:
-    """Keeps a drafted step only when its text is the target's, character for character."""
-
-    def verify(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
-        return [Verdict(d == t, None, "same-text", 0.0, "same-text") for d, t in pairs]
-
-
 def check(model: Any, draft: Any, tok: Any, inputs: dict, greedy: torch.Tensor, steps: StepConfig,
           door: str, mode: str, fast_path: str) -> dict:
     """One generate call through ``door``; whether its ids are greedy generate's, and its summary."""
-    own = {"mode": mode, "steps": steps, "verifier": SameText(), "fast_path": fast_path}
+    # the verifier keeps a drafted step only when its text is the target's, character for character
+    own = {"mode": mode, "steps": steps, "verifier": exact(), "fast_path": fast_path}
     start = time.perf_counter()
     if door == "folder":
         out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
