@@ -12,6 +12,8 @@ float32 models.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import LookaheadGenerator
 from lookahead_reasoning.cache import KVState, StaticKVState
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.runtime.compiled import FastPathConfig, default_backend
+from lookahead_reasoning.runtime.compiled import FastPathConfig, attended_columns, default_backend
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.testing import perturbed_copy, tiny_model
@@ -51,13 +53,14 @@ def reference():
     return gen, prompt, tokens
 
 
-@pytest.mark.parametrize("backend", ["eager", INDUCTOR], ids=["static-eager", "static-inductor"])
+@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR],
+                         ids=["static-eager", "rehearsed-graphs", "static-inductor"])
 def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference, backend):
     gen, prompt, tokens = reference
     gen.target.use_fast_path(backend)
     gen.draft.use_fast_path(backend)
     try:
-        cases = GREEDY + (SAMPLED if backend == "eager" else ())  # sampled: the same draws from the same seed
+        cases = GREEDY + (SAMPLED if backend != INDUCTOR else ())  # sampled: the same draws from the same seed
         got = {i: gen.generate(prompt, mode=mode, max_new_tokens=64, **kw).token_ids for i, (mode, kw) in enumerate(cases)}
         wrong = [cases[i] for i in got if got[i] != tokens[i]]
         assert not wrong, wrong
@@ -66,6 +69,32 @@ def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference
         assert isinstance(session.kv, StaticKVState)  # it ran on the static cache
         if backend is INDUCTOR:
             assert gen.target.fast.compiles >= 4 and gen.draft.fast.compiles >= 1
+        if backend == "rehearsed-graphs":  # the rows x tokens x columns recordings were replayed
+            assert gen.target.fast.captures >= 4 and gen.draft.fast.captures >= 1
+    finally:
+        gen.target.use_fast_path(None)
+        gen.draft.use_fast_path(None)
+
+
+@pytest.mark.parametrize("stale", ["ids", "mask", "cols"])
+def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkeypatch, stale):
+    """The rehearsal checks the graphs' input copies: a replay that leaves one of its recorded inputs as
+    the recording left it writes other tokens than the eager path (so the lossless test above would fail)."""
+    import lookahead_reasoning.runtime.compiled as compiled
+
+    def replay(graph, ids, mask, cols):
+        for name, value in (("ids", ids), ("mask", mask), ("cols", cols)):
+            if name != stale:
+                getattr(graph, name).copy_(value)
+        graph._launch()
+        return graph.output
+
+    monkeypatch.setattr(compiled._Graph, "replay", replay)
+    gen, prompt, tokens = reference
+    gen.target.use_fast_path("rehearsed-graphs")
+    gen.draft.use_fast_path("rehearsed-graphs")
+    try:
+        assert gen.generate(prompt, mode="lr", k=2, max_new_tokens=64).token_ids != tokens[GREEDY.index(("lr", {"k": 2}))]
     finally:
         gen.target.use_fast_path(None)
         gen.draft.use_fast_path(None)
@@ -90,9 +119,9 @@ def test_a_warm_lr_sd_run_compiles_nothing(monkeypatch):
 _MODEL = tiny_model("qwen2", seed=3)
 
 
-def _both():
+def _both(length: int = 512):
     eager = LM(_MODEL.model, _MODEL.tokenizer)
-    static = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(FastPathConfig(backend="eager", rows=8, length=512))
+    static = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(FastPathConfig(backend="eager", rows=8, length=length))
     return eager, static
 
 
@@ -145,15 +174,114 @@ def test_the_static_cache_holds_what_the_dynamic_cache_holds(data):
         _same_cache(eager, static)
 
 
-def test_rows_and_columns_beyond_the_static_cache_are_refused_by_name():
+# Every sequence of three of the edits the cycles make, after two rows that hold different tokens. Each
+# is applied to a DynamicCache session and a static-cache session alike; the logits of every forward and
+# the keys and values of every row (the live session's and those of the copies set aside) must agree.
+# A fork of two rows fed differently, then parked by a copy and cut to one row (what ``score_alternatives``
+# does: ``fork(1).select([m])``), is the case the random walk above took thousands of examples to meet.
+EDITS = ("feed", "fork2", "fork1", "copy", "select0", "select1", "reverse", "rollback")
+
+
+def _edit(op: str, live: list, kept: list, step: int) -> list:
+    """Apply one edit of :data:`EDITS` to both sessions of ``live``; return the sessions to go on with."""
+    eager, static = live
+    rows = eager.batch_size
+    if op == "feed":  # ragged: row b feeds 1 + (b + step) % 3 tokens
+        extra = [[3 + (7 * b + 11 * step + i) % 190 for i in range(1 + (b + step) % 3)] for b in range(rows)]
+        torch.testing.assert_close(static.logits(extra=extra, keep=2), eager.logits(extra=extra, keep=2),
+                                   rtol=1e-4, atol=1e-4)
+    elif op == "fork2" and rows * 2 <= 8:
+        return [eager.fork(2), static.fork(2)]
+    elif op == "fork1":
+        return [eager.fork(1), static.fork(1)]
+    elif op == "copy":
+        kept.append([eager.fork(1), static.fork(1)])
+    elif op in ("select0", "select1", "reverse"):
+        order = {"select0": [0], "select1": [rows - 1], "reverse": list(range(rows))[::-1]}[op]
+        for session in live:
+            session.select(order)
+    elif op == "rollback":  # row b loses 1 + b % 2 of its tokens (keeping at least one)
+        cuts = [max(1, len(r) - 1 - b % 2) for b, r in enumerate(eager.rows)]
+        for session in live:
+            session.set_rows([r[:c] for r, c in zip(session.rows, cuts)])
+    return live
+
+
+@pytest.mark.parametrize("first", EDITS)
+def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first):
+    """All 8**4 sequences of four edits (this case's first one fixed), then a forward."""
+    eager_lm, static_lm = _both(length=96)
+    start = [eager_lm.session([[5, 6, 7, 8]]), static_lm.session([[5, 6, 7, 8]])]
+    _edit("feed", start, [], 0)
+    start = _edit("fork2", start, [], 0)
+    _edit("feed", start, [], 1)  # two rows that hold different tokens
+    for rest in itertools.product(EDITS, repeat=3):
+        live, kept = [start[0].fork(1), start[1].fork(1)], []
+        for step, op in enumerate((first, *rest, "feed"), start=2):
+            live = _edit(op, live, kept, step)
+            _same_cache(*live)
+        for pair in kept:
+            _same_cache(*pair)
+
+
+def test_a_parked_fork_cut_to_one_row_runs_on_the_static_cache():
+    """The sequence that once failed: two rows fed apart, a copy of them cut to its first row, fed again."""
+    eager_lm, static_lm = _both()
+    for lm in (eager_lm, static_lm):
+        s = lm.session([[5, 6, 7, 8]])
+        s.logits(extra=[[9]], keep=1)
+        s2 = s.fork(2)
+        s2.logits(extra=[[10], [11]], keep=1)
+        s3 = s2.fork(1)
+        s3.select([0])
+        lm.last = s3.logits(extra=[[12]], keep=1)
+    torch.testing.assert_close(static_lm.last, eager_lm.last, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_beyond_the_static_cache_are_refused_by_name():
     lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path(FastPathConfig(backend="eager", rows=2, length=32,
                                                                                    row_buckets=(1, 2), token_buckets=(1,)))
-    session = lm.session([list(range(3, 30))])
-    session.logits()
-    with pytest.raises(ConfigError, match=r"holds 32 columns .*FastPathConfig\(length"):
-        session.logits(extra=[list(range(3, 10))])
     with pytest.raises(ConfigError, match=r"at most 2 rows .*FastPathConfig\(rows"):
         lm.session([[5, 6]] * 3).logits()
+
+
+def test_a_run_longer_than_the_static_cache_grows_it_and_writes_the_eager_tokens():
+    """No sizing: 300 new tokens on a cache allocated for 32 columns, in every mode that forks rows."""
+    target, draft = _pair()
+    for lm in (target, draft):
+        lm.eos_ids = frozenset()  # the whole budget, whatever the random text
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path="off")
+    prompt = target.prompt_ids(QUESTION)
+    eager = {mode: gen.generate(prompt, mode=mode, max_new_tokens=300).token_ids for mode in ("ar", "lr", "lr-sd")}
+    for lm in (target, draft):
+        lm.use_fast_path(FastPathConfig(backend="eager", rows=8, length=32))
+    got = {mode: gen.generate(prompt, mode=mode, max_new_tokens=300).token_ids for mode in eager}
+    assert got == eager and len(got["ar"]) == 300
+    assert target.fast.grown >= 1 and target.fast.arena.shape.length >= len(prompt) + 300
+
+
+def test_a_cache_the_memory_cannot_hold_is_refused_by_name(monkeypatch):
+    import lookahead_reasoning.runtime.compiled as compiled
+
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path(FastPathConfig(backend="eager", length=32))
+    session = lm.session([list(range(3, 30))])
+    session.logits()
+    monkeypatch.setattr(compiled, "free_bytes", lambda device: 1000)
+    with pytest.raises(ConfigError, match=r"needs 1024 columns per row .*generate fewer tokens"):
+        session.logits(extra=[list(range(3, 10))])
+
+
+def test_attention_reads_the_used_columns_rounded_up_not_the_allocation():
+    assert [attended_columns(u, 65536) for u in (1, 256, 257, 3000, 4097, 8193, 30000)] == \
+        [256, 256, 512, 4096, 8192, 12288, 32768]
+    assert attended_columns(700, 600) == 600  # never past the allocation
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path(FastPathConfig(backend="rehearsed-graphs",
+                                                                                   length=4096))
+    session = lm.session([list(range(3, 200))])
+    session.logits()
+    for i in range(80):  # from 197 to 277 columns: the recordings read 256, then 512 columns
+        session.logits(extra=[[5 + i % 50]])
+    assert sorted({width for rows, n, width in lm.fast._graphs}) == [256, 512]
 
 
 @pytest.mark.parametrize("bad, message", [

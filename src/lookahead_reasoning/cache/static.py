@@ -4,10 +4,11 @@ A compiled forward (a CUDA graph, an inductor kernel) reads and writes fixed ten
 addresses, so its cache cannot grow by concatenation as a ``DynamicCache`` does. Here one model's
 cache is an *arena*:
 
-* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L, D),
-  allocated once (one tensor each, not views of a shared one: a compiler then writes into them in
-  place); every forward of the compiled path runs on their first R rows, writing the new tokens'
-  keys and values at columns T .. T + n - 1;
+* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L, D)
+  (one tensor each, not views of a shared one: a compiler then writes into them in place); every
+  forward of the compiled path runs on their first R rows, writing the new tokens' keys and values at
+  columns T .. T + n - 1. They are allocated once and reallocated longer only when a row outgrows L
+  (:meth:`StaticArena.grow`: a run of any length needs no sizing up front);
 * **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`).
 
 At any time one state is *resident*: its B rows are working rows 0 .. B - 1. Another state's rows are
@@ -85,13 +86,28 @@ class StaticArena:
         self._resident = weakref.ref(state)
         return state
 
-    def write(self, layer: int, rows: int, at: tuple[torch.Tensor, torch.Tensor, torch.Tensor], keys: torch.Tensor,
-              values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(self, layer: int, rows: int, width: int, at: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+              keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write (rows, H_kv, n, D) keys and values of ``layer`` at ``at`` = (row (rows, 1, 1), head (1, H_kv, 1),
-        column (1, 1, n)) indices; return the first ``rows`` working rows, all L columns: (rows, H_kv, L, D) each."""
+        column (1, 1, n)) indices; return the first ``rows`` working rows' first ``width`` columns (the
+        ones attention reads): (rows, H_kv, width, D) each, views at fixed addresses."""
         self.keys[layer].index_put_(at, keys)
         self.values[layer].index_put_(at, values)
-        return self.keys[layer][:rows], self.values[layer][:rows]
+        return self.keys[layer][:rows, :, :width], self.values[layer][:rows, :, :width]
+
+    def grow(self, length: int) -> None:
+        """Make every working row ``length`` columns long (new tensors: the resident rows' first T columns
+        are copied over, the new columns are zeros). Parked snapshots are separate tensors and stay."""
+        if length <= self.shape.length:
+            return
+        resident = self.resident
+        t = 0 if resident is None else resident.length
+        self.shape = ArenaShape(self.shape.layers, self.shape.kv_heads, self.shape.head_dim, self.shape.rows, length)
+        for works in (self.keys, self.values):
+            for layer, old in enumerate(works):
+                new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length, self.shape.head_dim))
+                new[:, :, :t] = old[:, :, :t]
+                works[layer] = new
 
     # ------------------------------------------------------------------ residency
     def make_resident(self, state: "StaticKVState") -> None:
@@ -104,8 +120,8 @@ class StaticArena:
         if t:
             blocks = parked.keys + parked.values
             rows = parked.rows.tolist()
-            if rows == list(range(blocks[0].shape[0]))[:b] and len(rows) == b:  # in order: one copy per tensor
-                sources = [block[:, :, :t] for block in blocks]
+            if rows == list(range(b)):  # the block's first b rows, in order: one copy per tensor
+                sources = [block[:b, :, :t] for block in blocks]
             elif len(set(rows)) == 1:  # one row repeated (a fork of one row): a broadcast copy
                 sources = [block[rows[0]:rows[0] + 1, :, :t].expand(b, -1, -1, -1) for block in blocks]
             else:
@@ -141,13 +157,9 @@ class StaticKVState(Columns):
         self.mask = mask
         self.parked = parked
 
-    def check_room(self, new_columns: int) -> None:
-        """Raise ValueError when ``new_columns`` more columns do not fit in the arena's length L."""
-        limit = self.arena.shape.length
-        if self.length + new_columns > limit:
-            raise ConfigError(f"the static cache holds {limit} columns per row and this forward needs "
-                             f"{self.length + new_columns}; give the compiled path more (FastPathConfig(length=...)) "
-                             "or generate fewer tokens")
+    def room(self, new_columns: int) -> bool:
+        """Whether ``new_columns`` more columns fit in the arena's length L (else it must grow first)."""
+        return self.length + new_columns <= self.arena.shape.length
 
     def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
         cols = self.real_columns(row).to(self.arena.device)

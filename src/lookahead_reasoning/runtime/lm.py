@@ -244,7 +244,7 @@ class LM:
         require(self.fast is not None and state.arena is self.fast.arena,
                 "this state belongs to another static cache (the model's compiled path was changed)")
         padded = self.fast.shape(rows, n)[1]
-        state.check_room(padded)
+        self.fast.make_room(state, padded)
         state.arena.make_resident(state)
         return padded
 
