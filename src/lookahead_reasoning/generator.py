@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .decoding.autoregressive import generate as generate_ar
@@ -38,6 +40,7 @@ from .models.kernels import quantize_draft_int8
 from .models import LoadOptions
 from .models.precision import split_precision
 from .planning import PlannerConfig, Planning, generate_auto
+from .planning.estimates import Book
 from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
@@ -243,6 +246,17 @@ class LookaheadGenerator:
             self._planning = Planning.load(self.pair, getattr(self.verifier, "name", "verifier"),
                                            self.planner or PlannerConfig())
         return self._planning
+
+    def plan_with(self, costs: Any, book: Any = None) -> None:
+        """Make mode ``auto`` price its plans with ``costs`` (a :class:`~lookahead_reasoning.planning.costs.CostTable`,
+        e.g. one measured on another machine) instead of this machine's measured table, learning rates
+        from ``book`` (default: none learned yet) and saving nothing to the cache: what ``auto`` would
+        choose there, on this machine's acceptance."""
+        require(self.engine is None, "plan_with prices forwards of this process's models; over engines the "
+                                     "planner measures the endpoints")
+        folder = Path(tempfile.mkdtemp(prefix="lookahead-plan-with-"))
+        paths = tuple(folder / f"{name}.json" for name in ("target", "draft", "book", "rates", "token-rates"))
+        self._planning = Planning(costs, book if book is not None else Book(), paths, self.planner or PlannerConfig())
 
     # ------------------------------------------------------------------ prompts
     def _prompts(self, prompt: str | list[dict[str, str]] | list[int], raw: bool) -> tuple[list[int], list[int]]:

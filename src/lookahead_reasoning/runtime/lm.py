@@ -103,6 +103,7 @@ class LM:
         self.pad_id = _pad_id(tokenizer, model)
         self.eos_ids = _eos_ids(tokenizer, model)
         self.fast: FastPath | None = None  # the compiled path, when on (use_fast_path)
+        self.recorder: Any = None  # (ScheduleRecorder, model name): its sessions' verbs are recorded (runtime.schedule)
 
     def use_fast_path(self, config: FastPathConfig | str | None = "auto") -> "LM":
         """Run this model's forwards on the compiled path (:mod:`.compiled`), or, with None or "off",

@@ -14,11 +14,15 @@ Every loop in :mod:`lookahead_reasoning.decoding` is written against this small 
 Invariant: ``cached[b] <= len(rows[b])`` and the first ``cached[b]`` tokens of row b are the real
 columns of the cache row b, in order. A row needs at least one uncached token to produce logits;
 ``logits`` re-feeds the last token when a row has none.
+
+A model with a recorder attached (:class:`~.schedule.ScheduleRecorder`) has every verb of its sessions
+recorded: the forward schedule of a run, to replay elsewhere.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+import time
+from typing import Any, Protocol, Sequence
 
 import torch
 
@@ -50,6 +54,9 @@ class Session:
         self.rows: list[list[int]] = [list(r) for r in rows]
         self.cached: list[int] = [0] * len(self.rows)
         self.kv: KVState | None = None
+        self.recorder: Any = getattr(lm, "recorder", None)  # (ScheduleRecorder, model name) or None
+        if self.recorder is not None:
+            self.recorder[0].new(self.recorder[1], self)
 
     @property
     def batch_size(self) -> int:
@@ -78,6 +85,7 @@ class Session:
             if active[b]:
                 self.rows[b].extend(extra[b])
         chunks = [self.rows[b][self.cached[b]:] if active[b] else [] for b in range(bsz)]
+        columns = 0 if self.kv is None else self.kv.length
         n = max(len(c) for c in chunks)  # new tokens per row of this forward (shorter rows left-padded)
         ids = torch.full((bsz, n), self.lm.pad_id, dtype=torch.long)
         mask = torch.zeros((bsz, n), dtype=torch.long)
@@ -86,7 +94,11 @@ class Session:
                 ids[b, n - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
                 mask[b, n - len(chunk):] = 1
             self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
+        started = time.perf_counter()
         logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
+        if self.recorder is not None:
+            self.recorder[0].forward(self.recorder[1], self, extra, active, keep, [len(c) for c in chunks], columns,
+                                     started, time.perf_counter() - started)
         return logits
 
     # ------------------------------------------------------------------ edits
@@ -103,10 +115,14 @@ class Session:
                 self.kv.truncate_row(b, keep)
                 self.cached[b] = keep
             self.rows[b] = new
+        if self.recorder is not None:
+            self.recorder[0].set_rows(self)
 
     def extend(self, row: int, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to one row (they are fed on the next ``logits`` call)."""
         self.rows[row].extend(tokens)
+        if self.recorder is not None:
+            self.recorder[0].extend(self, row, len(tokens))
 
     def fork(self, k: int) -> "Session":
         """A new session with every row repeated ``k`` times, sharing (a copy of) this cache."""
@@ -115,11 +131,16 @@ class Session:
         child.rows = [list(r) for r in self.rows for _ in range(k)]
         child.cached = [c for c in self.cached for _ in range(k)]
         child.kv = self.kv.fork(k) if self.kv is not None else None
+        child.recorder = self.recorder
+        if self.recorder is not None:
+            self.recorder[0].fork(self, child, k)
         return child
 
     def select(self, rows: Sequence[int]) -> "Session":
         """Keep only ``rows``, in that order (in place); with one row left, holes are compacted away."""
         rows = list(rows)
+        if self.recorder is not None:
+            self.recorder[0].select(self, rows)
         self.rows = [self.rows[r] for r in rows]
         self.cached = [self.cached[r] for r in rows]
         if self.kv is not None:

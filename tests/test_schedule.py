@@ -1,0 +1,83 @@
+"""Forward schedules (``runtime.schedule``): a run's session verbs recorded, and replayed on other weights.
+
+A replay must make the very forwards the recorded run made (rows, new tokens per row, cached columns),
+through the same forks, selections and rollbacks, on the eager cache and on the static cache, or say
+where it parted from the record.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lookahead_reasoning import LookaheadGenerator
+from lookahead_reasoning.runtime.compiled import FastPathConfig
+from lookahead_reasoning.runtime.lm import LM
+from lookahead_reasoning.steps import StepConfig
+from lookahead_reasoning.runtime.schedule import ScheduleRecorder, forwards, host_gaps, replay, summary
+from lookahead_reasoning.testing import perturbed_copy, tiny_model
+
+QUESTION = "Ann has 3 apples and buys 4 more. How many apples does she have?"
+RUNS = (("lr", {"k": 2}), ("lr-sd", {"k": 2, "gamma": 4}), ("sd", {"gamma": 5}), ("auto", {}))
+
+
+def _shape(events):
+    """Everything of a schedule but its clock readings."""
+    return [e[:8] if e[0] == "fwd" else e for e in events]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    target = LM.from_loaded(tiny_model("qwen2", seed=0))
+    draft = perturbed_copy(target, 0.3, seed=1)
+    for lm in (target, draft):
+        lm.eos_ids = frozenset()  # the whole budget: several cycles, forks and rollbacks
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", fast_path="off",
+                             steps=StepConfig(delimiters=(" ", ".", "a", "e", "o"), max_step_tokens=12))
+    recorder = ScheduleRecorder()
+    recorder.attach(target, "target")
+    recorder.attach(draft, "draft")
+    out = {}
+    for mode, kw in RUNS:
+        calls = (target.stats.calls, draft.stats.calls)
+        with recorder.recording() as events:
+            gen.generate(QUESTION, mode=mode, max_new_tokens=96, **kw)
+        out[mode] = (events, (target.stats.calls - calls[0], draft.stats.calls - calls[1]))
+    return out
+
+
+def test_a_recorded_schedule_holds_every_forward_of_the_run(recorded):
+    for mode, (events, calls) in recorded.items():
+        assert (len(forwards(events, "target")), len(forwards(events, "draft"))) == calls, mode
+        assert len(host_gaps(events)) == sum(calls) - 1 and all(g >= 0 for g in host_gaps(events))
+    lr = summary(recorded["lr"][0])
+    assert lr["forks"] >= 2 and max(map(int, lr["target"]["rows"])) >= 2  # the cycles forked rows
+
+
+@pytest.mark.parametrize("fast", [None, FastPathConfig(backend="rehearsed-graphs", length=64)],
+                         ids=["dynamic-cache", "static-cache"])
+def test_a_replay_on_other_weights_makes_the_same_forwards(recorded, fast):
+    """Replayed on models of the same shape with other weights (the static cache too, which has to grow
+    past 64 columns): recorded again, the replay's schedule is the original's, clock aside."""
+    target, draft = LM.from_loaded(tiny_model("qwen2", seed=5)), LM.from_loaded(tiny_model("qwen2", seed=6))
+    for lm in (target, draft):
+        lm.use_fast_path(fast)
+    recorder = ScheduleRecorder()
+    recorder.attach(target, "target")
+    recorder.attach(draft, "draft")
+    for mode, (events, calls) in recorded.items():
+        with recorder.recording() as again:
+            done = replay(events, {"target": target, "draft": draft})
+        assert _shape(again) == _shape(events), mode
+        assert (done.forwards["target"], done.forwards["draft"]) == calls
+        assert 0 < done.forward_s <= done.wall_s
+
+
+def test_a_replay_that_parts_from_its_record_says_where(recorded):
+    events = copy.deepcopy(recorded["lr"][0])
+    fwd = [e for e in events if e[0] == "fwd" and e[1] == "target"][5]
+    fwd[6] = [n + 1 for n in fwd[6]]  # the record says one more token per row was fed
+    target, draft = LM.from_loaded(tiny_model("qwen2", seed=5)), LM.from_loaded(tiny_model("qwen2", seed=6))
+    with pytest.raises(ValueError, match="replay of forward 5 of the target fed"):
+        replay(events, {"target": target, "draft": draft})
