@@ -81,3 +81,40 @@ def test_a_replay_that_parts_from_its_record_says_where(recorded):
     target, draft = LM.from_loaded(tiny_model("qwen2", seed=5)), LM.from_loaded(tiny_model("qwen2", seed=6))
     with pytest.raises(ValueError, match="replay of forward 5 of the target fed"):
         replay(events, {"target": target, "draft": draft})
+
+
+def _script(name: str):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
+    """What the GPU machine will run, rehearsed: schedules recorded (tiny models), packed, replayed on the
+    static cache's graph bookkeeping for every target shape (made small), and the report printed."""
+    import json
+
+    record, gpu = _script("record_schedules"), _script("gpu_schedules")
+    raw, packed, out = tmp_path / "schedules.jsonl", tmp_path / "schedules.jsonl.gz", tmp_path / "gpu.json"
+    assert record.main(["--rehearse", "--out", str(raw), "--configs", "ar,lr@k2-exact,auto-h100"]) == 0
+    assert record.main(["--out", str(raw), "--pack", str(packed)]) == 0
+    assert gpu.main(["--rehearse", "--schedules", str(packed), "--out", str(out), "--budget-s", "120"]) == 0
+    data = json.loads(out.read_text())
+    assert data["lossless"]["rehearsed-graphs"]["all_same"]
+    assert set(data["context"]["ms_per_token"]) == {"256", "1024"}
+    for name in gpu.TARGETS:
+        runs = data["replay"][name]["runs"]
+        assert {r["config"] for r in runs} == {"ar", "lr@k2-exact", "auto-h100"}, name
+        assert all(r["wall_s"] >= r["forward_s"] > 0 for r in runs)
+    capsys.readouterr()
+    gpu.main(["--report", str(out), "--schedules", str(packed)])
+    table = capsys.readouterr().out
+    assert "| lr@k2-exact |" in table and "| ar | " in table

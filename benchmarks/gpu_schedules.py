@@ -1,0 +1,223 @@
+"""Real runs' forwards, timed on a GPU: one command, one JSON file, under 8 minutes.
+
+No weights travel to a GPU machine, so acceptance cannot be measured there; but what a run's forwards
+are (rows, new tokens, cached columns, forks, selections, rollbacks) depends on acceptance only, and
+``benchmarks/record_schedules.py`` recorded them for the real offline pair on GSM8K. This script replays
+those schedules on the GPU's compiled path with random weights of the same shapes (and, as a what-if,
+with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU timing of the same forwards.
+
+1. ``env``: the GPU, torch and transformers.
+2. ``lossless``: tiny float32 models, greedy: every mode on the compiled path writes the eager path's
+   tokens (``gpu_compiled.lossless``).
+3. ``context``: the 1.5B shape's greedy AR milliseconds per token after 1k, 4k, 16k and 32k cached
+   tokens (the cache grows to hold them; attention reads the used columns rounded up).
+4. ``replay``: per target shape, problem by problem while its share of the budget lasts, every
+   configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
+   seconds inside forwards, forwards per model.
+
+    python benchmarks/gpu_schedules.py --out gpu-schedules.json                     # a CUDA machine
+    python benchmarks/gpu_schedules.py --rehearse --out rehearsal.json              # the same code on a CPU
+    python benchmarks/gpu_schedules.py --report gpu-schedules.json                  # the tables, anywhere
+
+``--report`` prices every replayed schedule with the cost table the planner used (the H100's measured
+T(R, n)) and sets the price beside the replayed time, and each configuration's tokens per second beside
+``ar``'s on the same problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_compiled import Budget, Report, env, fast, free, lossless, sync  # noqa: E402
+
+from lookahead_reasoning.runtime.schedule import forwards, host_gaps, replay  # noqa: E402
+from lookahead_reasoning.testing import real_shape_lm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULES = ROOT / "benchmarks" / "results" / "schedules" / "gsm8k-100-119.jsonl.gz"
+DRAFT = "qwen2.5-coder-0.5b"
+TARGETS = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
+SHARE = {"qwen2.5-coder-1.5b": 0.4, "qwen2.5-7b": 0.25, "qwen2.5-32b": 0.35}  # of the replay section's seconds
+CONTEXTS = (1024, 4096, 16384, 32768)
+REHEARSAL_SHAPE = {"layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2, "intermediate": 256}  # every shape, on a CPU
+
+
+def load_schedules(path: Path, problems: int | None = None) -> list[dict]:
+    """The recorded runs, grouped by problem in file order (``problems``: the first few only)."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    order = list(dict.fromkeys(r["problem_id"] for r in records))
+    keep = set(order[:problems]) if problems else set(order)
+    return [r for r in records if r["problem_id"] in keep]
+
+
+def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 4096) -> dict[str, float]:
+    """Greedy AR ms a token after each of ``contexts`` cached tokens (prefilled in chunks; decode only timed)."""
+    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    out = {}
+    for context in contexts:
+        ids = [(7 + 31 * i) % vocab for i in range(context)]
+        session = lm.session([ids[:chunk]])
+        session.logits()
+        for at in range(chunk, context, chunk):
+            session.extend(0, ids[at:at + chunk])
+            session.logits()
+        for i in range(8):  # warm: this width's graph recorded
+            session.extend(0, [(11 + i) % vocab])
+            session.logits()
+        sync(lm.device)
+        start = time.perf_counter()
+        for i in range(tokens):
+            session.extend(0, [(13 + 7 * i) % vocab])
+            session.logits()
+        sync(lm.device)
+        out[str(context)] = round((time.perf_counter() - start) / tokens * 1000, 3)
+        del session
+    print(f"[context] {lm.name}: " + ", ".join(f"{c} cached: {ms} ms" for c, ms in out.items()), flush=True)
+    return out
+
+
+def replay_shape(target: Any, draft: Any, records: list[dict], seconds: float) -> dict:
+    """Problem by problem while ``seconds`` last: each record replayed untimed, then timed."""
+    models = {"target": target, "draft": draft}
+    device = target.device
+    budget = Budget(seconds)
+    out: list[dict] = []
+    problems = list(dict.fromkeys(r["problem_id"] for r in records))
+    for problem in problems:
+        mine = [r for r in records if r["problem_id"] == problem]
+        if budget.left() < 0:
+            break
+        for rec in mine:
+            replay(rec["events"], models, sync=lambda: sync(device))  # graphs recorded, allocator warm
+        for rec in mine:
+            done = replay(rec["events"], models, sync=lambda: sync(device))
+            out.append({"problem_id": problem, "config": rec["config"], "new_tokens": rec["new_tokens"],
+                        "wall_s": round(done.wall_s, 5), "forward_s": round(done.forward_s, 5),
+                        "forwards": done.forwards})
+        ar = next((o for o in out if o["problem_id"] == problem and o["config"] == "ar"), None)
+        print(f"[replay] {target.name}: {problem}: " + ", ".join(
+            f"{o['config']} {o['new_tokens'] / o['wall_s']:.0f} tok/s" for o in out if o["problem_id"] == problem)
+            + (f" (ar {ar['new_tokens'] / ar['wall_s']:.0f})" if ar else ""), flush=True)
+    return {"target": target.name, "draft": draft.name, "runs": out,
+            "graphs": target.fast.captures + draft.fast.captures if target.fast and draft.fast else None,
+            "grown": (target.fast.grown, draft.fast.grown) if target.fast and draft.fast else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu-schedules.json")
+    ap.add_argument("--schedules", default=str(SCHEDULES))
+    ap.add_argument("--device", default=None, help="default: cuda (cpu with --rehearse)")
+    ap.add_argument("--budget-s", type=float, default=440.0)
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--rehearse", action="store_true",
+                    help="a CPU run of the same code: small shapes, backend rehearsed-graphs, one problem, short contexts")
+    ap.add_argument("--report", default=None, help="print the tables of a finished run's JSON and stop")
+    args = ap.parse_args(argv)
+    if args.report:
+        print_report(json.loads(Path(args.report).read_text(encoding="utf-8")), Path(args.schedules))
+        return 0
+    device = torch.device(args.device or ("cpu" if args.rehearse else "cuda"))
+    backend = "rehearsed-graphs" if device.type != "cuda" else "cuda-graphs"
+    budget = Budget(args.budget_s)
+    report = Report(args.out, budget, {"argv": vars(args), "backend": backend, "replay": {}})
+    result = report.data
+    changes = REHEARSAL_SHAPE if args.rehearse else {}
+    report.section(result, "env", 0, lambda: env(device))
+    report.section(result, "lossless", 30, lambda: lossless(device, (backend,)))
+    records = load_schedules(Path(args.schedules), problems=1 if args.rehearse else None)
+    draft = real_shape_lm(DRAFT, device, **changes).use_fast_path(fast(backend))
+
+    def context() -> dict:
+        lm = real_shape_lm("qwen2.5-coder-1.5b", device, **changes).use_fast_path(fast(backend, length=4096))
+        try:
+            ctx = (256, 1024) if args.rehearse else CONTEXTS
+            return {"backend": backend, "ms_per_token": context_ms(lm, ctx, 16 if args.rehearse else 64),
+                    "columns": lm.fast.arena.shape.length, "grown": lm.fast.grown}
+        finally:
+            free(lm)
+
+    report.section(result, "context", 5 if args.rehearse else 45, context)
+    left = budget.left() - 10
+    for name in args.targets.split(","):
+        holder: dict[str, Any] = {}
+
+        def run(name: str = name, holder: dict = holder) -> dict:
+            start = time.perf_counter()
+            target = holder["lm"] = real_shape_lm(name, device, **changes).use_fast_path(fast(backend))
+            sync(device)
+            out = replay_shape(target, draft, records, SHARE.get(name, 0.3) * left - (time.perf_counter() - start))
+            out["draw_s"] = round(time.perf_counter() - start, 1)
+            return out
+
+        report.section(result["replay"], name, 30, run)
+        free(*holder.values())
+        holder.clear()
+    free(draft)
+    report.save()
+    print(f"wrote {args.out} in {result['total_s']} s")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- the report
+
+def priced(events: list, costs: Any) -> float:
+    """The planner's price of a schedule's forwards: T(R, n) of each, from the table it planned with."""
+    total = 0.0
+    for e in forwards(events):
+        grid = costs.target if e[1] == "target" else costs.draft
+        total += grid.seconds(sum(e[4]), max(e[6]), e[7])
+    return total
+
+
+def print_report(data: dict, schedules: Path) -> None:
+    """Per target shape and configuration: median tokens/s, speed against ar on the same problems, the
+    price the H100 table puts on the same forwards against the replayed time, and the recorded host time."""
+    from record_schedules import h100_costs
+
+    records = {(r["problem_id"], r["config"]): r for r in load_schedules(schedules)}
+    costs = h100_costs()
+    print(f"device: {data.get('env', {}).get('name', data.get('env', {}).get('device'))}, backend {data.get('backend')}")
+    ctx = data.get("context", {}).get("ms_per_token")
+    if ctx:
+        print("AR ms a token by cached tokens (1.5B shape): " + ", ".join(f"{c}: {ms}" for c, ms in ctx.items()))
+    for name, shape in data.get("replay", {}).items():
+        runs = shape.get("runs") if isinstance(shape, dict) else None
+        if not runs:
+            print(f"{name}: {shape.get('error') or shape.get('skipped') if isinstance(shape, dict) else shape}")
+            continue
+        print(f"\n{name} <- {shape['draft']} ({len({r['problem_id'] for r in runs})} problems)")
+        print("| configuration | tok/s (median) | vs ar (median of per-problem ratios) | priced / replayed "
+              "(forwards) | host s a token (recorded) |")
+        print("|---|---|---|---|---|")
+        ar = {r["problem_id"]: r for r in runs if r["config"] == "ar"}
+        for config in dict.fromkeys(r["config"] for r in runs):
+            mine = [r for r in runs if r["config"] == config]
+            rates = [r["new_tokens"] / r["wall_s"] for r in mine]
+            vs = [(r["new_tokens"] / r["wall_s"]) / (ar[r["problem_id"]]["new_tokens"] / ar[r["problem_id"]]["wall_s"])
+                  for r in mine if r["problem_id"] in ar]
+            ratio, host = [], []
+            for r in mine:
+                rec = records.get((r["problem_id"], config))
+                if rec is not None:
+                    if name == "qwen2.5-coder-1.5b":
+                        ratio.append(priced(rec["events"], costs) / r["forward_s"])
+                    host.append(sum(host_gaps(rec["events"])) / max(1, rec["new_tokens"]))
+            med = (lambda xs: f"{statistics.median(xs):.2f}" if xs else "-")
+            print(f"| {config} | {med(rates)} | {med(vs)} | {med(ratio)} | {med([h * 1000 for h in host])} ms |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
