@@ -225,11 +225,11 @@ def test_draft_with_another_tokenizer_works_at_step_level():
 
 
 def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_tokenizer():
-    """generate_lr given only the target's prompt ids: the pair knows its draft reads other ids, so the
+    """decode given only the target's prompt ids: the pair knows its draft reads other ids, so the
     draft starts from the prompt's text in its own tokenizer (not from the target's ids), and the output
     is AR's with exact matching."""
     from lookahead_reasoning import Settings
-    from lookahead_reasoning.decoding import generate_lr
+    from lookahead_reasoning.decoding import decode
     from lookahead_reasoning.decoding.driver import start_state
     from lookahead_reasoning.runtime.pair import model_pair
 
@@ -238,7 +238,7 @@ def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_toke
     assert not pair.same_vocab
     state = start_state(pair, prompt, None, 8)
     assert state.draft.rows[0] == pair.draft.encode("Q: 2+2?") != prompt
-    lr = generate_lr(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
+    lr = decode(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
     assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
 
 

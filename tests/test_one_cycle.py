@@ -68,17 +68,31 @@ def test_the_async_schedule_over_an_engine_keeps_what_this_process_keeps_in_sync
 
 
 def test_each_runtime_refuses_by_name_the_plan_fields_it_cannot_honour():
-    """Token SD inside the rows runs in this process only; chunks and the async schedule over step
-    models only: a plan asking otherwise is refused by name, never run as something else."""
+    """Token SD inside the rows runs in this process only, the async schedule over step models only: a
+    plan asking otherwise is refused by name, never run as something else."""
     sd_rows = ScriptedPolicy(lambda at: CyclePlan(1, gamma=4))
     with pytest.raises(ConfigError, match=r"lr-sd@k1g4: token SD inside the rows \(gamma > 0\)"):
         generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=sd_rows,
                           max_new_tokens=8)
-    for plan, field in ((CyclePlan(0, chunk=8), "no chunk"), (CyclePlan(1, schedule="async"), "sync schedule")):
-        pair = model_pair(TARGET, DRAFT)
-        tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
-        with pytest.raises(ConfigError, match=field):
-            torch_cycle(start_state(pair, PROMPT, None, 8), plan, tools)
+    pair = model_pair(TARGET, DRAFT)
+    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+    with pytest.raises(ConfigError, match="sync schedule"):
+        torch_cycle(start_state(pair, PROMPT, None, 8), CyclePlan(1, schedule="async"), tools)
+
+
+def test_a_chunk_plan_writes_past_step_ends_in_one_cycle_on_both_runtimes():
+    """k = 0 with a chunk: the target writes that many tokens (or to EOS) whatever the step ends, in one
+    cycle, here and over step models; what ``ar`` and ``sd`` are as plans."""
+    chunk = ScriptedPolicy(lambda at: CyclePlan(0, chunk=25))  # past the step cap (12) and the delimiters
+    local = generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=chunk,
+                              max_new_tokens=30)
+    pair = model_pair(TARGET, DRAFT)
+    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+    state = start_state(pair, PROMPT, None, 30)
+    first = torch_cycle(state, CyclePlan(0, chunk=25), tools)
+    assert first.tokens == len(first.target[0].ids) == 25
+    assert [c.tokens for c in local.stats.cycles][0] == first.tokens
+    assert pair.target.decode(state.target.rows[0][len(PROMPT):]) == local.stats.cycles[0].target[0].text
 
 
 def test_the_async_schedule_with_a_model_of_this_process_is_refused_before_anything_loads():
@@ -98,3 +112,34 @@ def test_an_engine_s_request_settings_with_a_model_of_this_process_are_refused_b
     gen = LookaheadGenerator(target=TARGET, draft=DRAFT, mode=mode)
     with pytest.raises(ConfigError, match="retries 5: per request to an engine"):
         gen.generate(PROMPT, max_new_tokens=4, retries=5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_ar_and_sd_as_plans_write_what_their_plain_loops_write(temperature):
+    """The generator runs every mode as a plan of the one loop; the plain loops the notebooks teach from stay
+    as references: the same tokens (greedy and sampled, from the same seed), the same forwards of the target,
+    and the same token-SD counts."""
+    from lookahead_reasoning.decoding import generate_sd
+    from lookahead_reasoning.decoding.drafters import make_drafter
+    from lookahead_reasoning.sampling import SamplingConfig
+
+    draft = perturbed_copy(TARGET, 0.3, seed=1)
+    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier="exact")
+    sampling = SamplingConfig(temperature=temperature)
+    settings = Settings(sampling=sampling, seed=3, max_new_tokens=60, gamma=5, draft_stop_below=0.4)
+    for mode, reference in (("ar", None), ("sd", draft), ("sd-ngram", make_drafter("ngram", max_n=3, min_n=1))):
+        if reference is None:
+            plain = generate(TARGET, PROMPT, max_new_tokens=60, sampling=sampling, seed=3)
+        else:
+            plain = generate_sd(TARGET, PROMPT, reference, settings if mode == "sd" else
+                                settings.with_overrides(draft_stop_below=None))
+        one = gen.generate(PROMPT, mode=mode, max_new_tokens=60, sampling=sampling, seed=3, gamma=None if mode == "ar" else 5,
+                           draft_stop_below=0.4)
+        assert one.token_ids == plain.token_ids and one.stop_reason == plain.stop_reason, mode
+        assert one.target_forwards == plain.target_forwards and one.mode == mode
+        if reference is not None:
+            timing = ("c",)
+            assert {k: v for k, v in one.stats.summary().items() if k not in timing} == \
+                {k: v for k, v in plain.stats.summary().items() if k not in timing}
+        else:
+            assert one.stats is None

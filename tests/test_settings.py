@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
-from lookahead_reasoning.decoding import FixedK, generate, generate_lr, run_lr
+from lookahead_reasoning.decoding import FixedPlan, decode, generate, run_lr
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
@@ -46,33 +46,33 @@ def test_k_has_one_rule_checked_before_any_model_loads():
         with pytest.raises(ConfigError, match=f"k=0 drafts no step: mode {mode} needs k >= 1"):
             LookaheadGenerator(target="no-such-model", mode=mode, k=0)
     with pytest.raises(ConfigError, match="k=0 drafts no step: mode lr"):
-        generate_lr(model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6], exact(), Settings(k=0))
+        decode(model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6], exact(), Settings(k=0))
     with pytest.raises(ModelLoadError):  # k=0 passes for auto: what stops this one is the model's name
         LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
-def test_run_lr_with_fixed_k_is_generate_lr():
+def test_run_lr_with_a_fixed_plan_is_decode():
     pair, prompt = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=24)
-    expected = generate_lr(pair, prompt, exact(), settings)
+    expected = decode(pair, prompt, exact(), settings)
     stats = LRStats(k=2)
     tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=stats)
     state = start_state(pair, prompt, None, settings.max_new_tokens)
-    result = run_lr(state, tools, FixedK(2), stats)
+    result = run_lr(state, tools, FixedPlan(2), stats)
     assert result.token_ids == expected.token_ids and result.mode == "lr"
     assert len(result.stats.cycles) == len(expected.stats.cycles)
 
 
 def test_the_lr_loop_takes_its_knobs_in_settings_only():
-    """generate_lr names every argument it takes: single knobs change a Settings (``with_overrides``)."""
+    """decode names every argument it takes: single knobs change a Settings (``with_overrides``)."""
     target, prompt = tiny_lm("qwen2", 0), [9, 8, 7]
     pair = model_pair(target, tiny_lm("qwen2", 0))
     ar = generate(target, prompt, max_new_tokens=20).token_ids
-    by_overrides = generate_lr(pair, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
-    by_settings = generate_lr(pair, prompt, exact(), Settings(k=3, max_new_tokens=20))
+    by_overrides = decode(pair, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
+    by_settings = decode(pair, prompt, exact(), Settings(k=3, max_new_tokens=20))
     assert by_overrides.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
     with pytest.raises(TypeError):
-        generate_lr(pair, prompt, exact(), k=3)
+        decode(pair, prompt, exact(), k=3)
 
 
 def test_a_cycle_plan_carries_the_drafts_stop():
@@ -90,7 +90,7 @@ def test_auto_reaches_into_no_decoding_object():
     tree = ast.parse((SRC / "planning" / "auto.py").read_text())
     names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert "ModelRows" not in names
-    assert "run_lr" in names  # the one LR driver
+    assert "decode" in names  # the one loop
 
 
 def test_the_draft_precision_is_given_in_the_precision_mapping():

@@ -31,7 +31,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import CyclePolicy, FixedK
+from .decoding.driver import CyclePolicy, FixedPlan
 from .decoding.results import GenerationResult
 from .decoding.stepwise import agenerate_stepwise
 from .errors import ConfigError, EngineError, require
@@ -112,7 +112,7 @@ class EngineRuntime:
         if mode == "ar":
             return await asyncio.to_thread(ar, self.pair, ids, settings.max_new_tokens)
         if mode == "lr":
-            policy = FixedK(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
+            policy = FixedPlan(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
         else:
             require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
@@ -181,7 +181,7 @@ async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | 
     require(pair.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
             EngineError)
     ids = pair.prompt_ids(prompt)
-    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy or FixedK(mode_k("lr")),
+    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy or FixedPlan(mode_k("lr")),
                                       max_new_tokens, on_cycle)
     result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
     result.mode = "engine-lr"

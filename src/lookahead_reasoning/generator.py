@@ -8,10 +8,10 @@
 
 One object holds the target, the draft, the verifier and the settings, and runs every mode on the
 same loaded models so that their speeds can be compared in one process. It only loads, checks and
-dispatches: the loops themselves live in :mod:`lookahead_reasoning.decoding` (``ar``, ``sd``,
-``sd-ngram``, ``lr``, ``lr-sd``) and :mod:`lookahead_reasoning.planning` (``auto``); the modes and
-their defaults in :mod:`lookahead_reasoning.presets`; the knobs in one
-:class:`~lookahead_reasoning.settings.Settings`.
+hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.decode`) with its mode's policy: a
+fixed plan (``ar``, ``sd``, ``sd-ngram``, ``lr``, ``lr-sd``: :func:`~lookahead_reasoning.decoding.fixed_policy`)
+or mode ``auto``'s planner (:mod:`lookahead_reasoning.planning`); the modes and their defaults live in
+:mod:`lookahead_reasoning.presets`, the knobs in one :class:`~lookahead_reasoning.settings.Settings`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .decoding.autoregressive import generate as generate_ar
-from .decoding.drafters import make_drafter
-from .decoding.driver import generate_lr
+from .decoding.driver import decode, fixed_policy
 from .decoding.results import GenerationResult
-from .decoding.speculative import generate_sd
 from .engine_runtime import (
     ENGINE_NAMES,
     EngineRuntime,
@@ -49,7 +46,6 @@ from .presets import (
     STEP_MODES,
     check_max_k,
     check_mode,
-    mode_gamma,
     mode_k,
 )
 from .prompts import math_messages
@@ -322,23 +318,11 @@ class LookaheadGenerator:
         settings = local_settings(settings)
         if mode == "auto":
             return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
-        gamma = mode_gamma(mode, settings.gamma, settings.token_sd.target)
-        k = mode_k(mode, self.k if k is None else k) if mode in STEP_MODES else None
         target_ids, draft_ids = self._prompts(prompt, raw)
-        if mode == "ar":
-            return generate_ar(self.target, target_ids, max_new_tokens=settings.max_new_tokens,
-                               sampling=settings.sampling, seed=settings.seed, on_text=on_text)
-        if mode in ("sd", "sd-ngram"):
-            if mode == "sd" and not self.same_vocab:
-                check_same_tokenizer(self.draft, self.target)  # raises with the explanation
-            token_sd = settings.token_sd
-            drafter = self.draft if mode == "sd" else make_drafter("ngram", max_n=token_sd.ngram_max,
-                                                                   min_n=token_sd.ngram_min)
-            return generate_sd(self.target, target_ids, drafter, settings.with_overrides(gamma=gamma),
-                               on_text=on_text)
-        token_sd = dataclasses.replace(settings.token_sd, gamma=gamma) if mode == "lr-sd" else None
-        return generate_lr(self.pair, target_ids, self.verifier, settings.with_overrides(k=k, token_sd=token_sd),
-                           on_text=on_text, draft_ids=draft_ids)
+        if mode == "sd" and not self.same_vocab:
+            check_same_tokenizer(self.draft, self.target)  # raises with the explanation
+        settings, policy = fixed_policy(mode, settings.with_overrides(k=self.k if k is None else k))
+        return decode(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:

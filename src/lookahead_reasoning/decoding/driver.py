@@ -15,23 +15,28 @@ batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles`
 rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
 never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
 
-Policies: :class:`FixedK` (modes ``lr`` and ``lr-sd``, and fixed LR over an engine) plans the same
-cycle every time and learns nothing; mode ``auto`` (:class:`lookahead_reasoning.planning.policy.AutoPolicy`,
-here and over engines: one planner, pricing forwards or requests) prices every plan before each cycle
-and learns from each. :func:`generate_lr` is fixed-k LR's one-prompt front door.
+A mode is a plan. :class:`FixedPlan` plans the same cycle every time and learns nothing: ``ar`` is k = 0
+with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
+that writes the whole answer (``chunk``: no step ends); ``lr`` and ``lr-sd`` draft k steps a cycle
+(:func:`fixed_policy` builds each mode's). Mode ``auto``
+(:class:`lookahead_reasoning.planning.policy.AutoPolicy`, here and over engines: one planner, pricing
+forwards or requests) prices every plan before each cycle and learns from each. :func:`decode` is the
+one front door of this process's runtime, for every mode; EOS, the budget and the stop reason are the
+runtime's, in one place (:class:`~.tools.LRState`, the step writer's stop condition).
 """
 
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from ..errors import require
 from ..runtime.lm import ForwardTiming, PadPolicy
 from ..runtime.pair import ModelPair
 from ..sampling import make_generator
-from ..settings import CyclePlan, Settings, local_settings
+from ..presets import LR_SD_TOKEN_SD, mode_gamma, mode_k
+from ..settings import CyclePlan, Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from .tools import CycleTools, LRState, make_tools
 from .lookahead import run_cycle, run_sync
@@ -81,21 +86,26 @@ class Cycles(Protocol):
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace: ...
 
 
-class FixedK:
-    """Every cycle drafts ``k`` steps (``width`` drafts per position, on the ``schedule``); mid-step the
-    target first writes to the next boundary alone. ``draft_stop_below``: the draft's confidence stop
-    for SD in the target's rows (this process's runtime). Every row runs; nothing is learned."""
+class FixedPlan:
+    """Every cycle runs the same plan: ``k`` drafted steps (``width`` drafts per position, on the
+    ``schedule``), the target's rows drafting ``gamma`` tokens an SD iteration (None: the writers' own; 0:
+    none) with the draft's confidence stop ``draft_stop_below``. Mid-step the target first writes to the
+    next boundary alone. With k = 0 the target writes the rest of the answer in one cycle, with no step
+    ends (``ar``, ``sd``). Every row runs; nothing is learned."""
 
     def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr", *, width: int = 1,
-                 schedule: str = "sync"):
+                 schedule: str = "sync", gamma: int | None = None):
         self.k, self.draft_stop_below, self.mode = k, draft_stop_below, mode
-        self.width, self.schedule = width, schedule
-        CyclePlan(k, width, schedule)  # checks the numbers
+        self.width, self.schedule, self.gamma = width, schedule, gamma
+        CyclePlan(k, width, schedule, gamma)  # checks the numbers
 
     def plan(self, position: Position) -> CyclePlan:
+        if self.k == 0:
+            return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below,
+                             chunk=max(1, position.remaining))
         if not position.at_boundary:
             return CyclePlan(0, draft_stop_below=self.draft_stop_below)
-        return CyclePlan(self.k, self.width, self.schedule, draft_stop_below=self.draft_stop_below)
+        return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)
 
     def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
         return len(drafted_tokens) + 1
@@ -174,7 +184,8 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
     target_lm, draft_lm = state.target.lm, state.draft.lm
     streamer = stream_for(on_text, target_lm.decode)
     t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    grow = (lambda trace: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
+    grow = (lambda *_: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
+    state.on_tokens = grow
     with Laps() as wall:
         run_sync(drive(TorchCycles(state, tools, stats, pads), policy, stats, grow))
     state.done = state.done or "budget"
@@ -200,25 +211,63 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
                    len(draft_ids), max_new_tokens)
 
 
-def generate_lr(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None, *,
-                on_text: OnText | None = None, draft_ids: Sequence[int] | None = None) -> GenerationResult:
-    """Lookahead Reasoning for one prompt: cycles of k drafted steps until EOS or the budget.
+FIXED_MODES = ("ar", "sd", "sd-ngram", "lr", "lr-sd")
+
+
+def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPlan]:
+    """Mode ``mode`` as a fixed plan: the settings its runtime reads (``token_sd`` as the mode drafts
+    tokens: none for ``ar`` and ``lr``, the draft model for ``sd``, prompt lookup for ``sd-ngram``, the
+    given one for ``lr-sd``, each at the mode's gamma) and the policy. ``settings.k`` and ``gamma`` None
+    take the mode's presets (:func:`~..presets.mode_k`, :func:`~..presets.mode_gamma`)."""
+    require(mode in FIXED_MODES, f"mode {mode!r} is not a fixed plan; fixed plans: {', '.join(FIXED_MODES)}")
+    stop = settings.draft_stop_below
+    if mode == "ar":
+        return settings.with_overrides(token_sd=None), FixedPlan(0, None, "ar", gamma=0)
+    if mode in ("sd", "sd-ngram"):
+        gamma = mode_gamma(mode, settings.gamma)
+        drafter = "draft" if mode == "sd" else "ngram"
+        token_sd = TokenSD(target=drafter, gamma=gamma, ngram_max=(settings.token_sd or TokenSD()).ngram_max,
+                           ngram_min=(settings.token_sd or TokenSD()).ngram_min)
+        return (settings.with_overrides(token_sd=token_sd),
+                FixedPlan(0, stop if mode == "sd" else None, mode, gamma=gamma))
+    k = mode_k(mode, settings.k)
+    if mode == "lr":
+        return settings.with_overrides(token_sd=None, k=k), FixedPlan(k, stop, "lr", width=settings.width)
+    given = settings.token_sd or TokenSD(**LR_SD_TOKEN_SD)
+    token_sd = replace(given, gamma=mode_gamma(mode, settings.gamma, given.target))
+    return settings.with_overrides(token_sd=token_sd, k=k), FixedPlan(k, stop, "lr-sd", width=settings.width)
+
+
+def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
+           policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
+           draft_ids: Sequence[int] | None = None,
+           pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
+    """One prompt, any mode, on this process's runtime: cycles of ``policy``'s plans until EOS or the budget.
 
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`), which knows whether they share
     one vocabulary. ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps,
     sampling, ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
-    ``settings.with_overrides(k=3, ...)``). ``settings.token_sd`` turns on token-level SD inside steps
-    (mode "lr-sd"). ``draft_ids``: the prompt in the draft's tokenizer (:func:`start_state`). ``on_text``
-    hears the accepted text as it grows.
+    ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPlan` from
+    :func:`fixed_policy`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
+    (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
+    tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows; ``pads``: the n each
+    model runs a forward of n new tokens at (:class:`TorchCycles`).
     """
     settings = local_settings(settings)
-    stats = LRStats(k=settings.drafted_steps)
+    if policy is None or isinstance(policy, str):
+        mode = policy or ("lr-sd" if settings.token_sd is not None else "lr")
+        settings, policy = fixed_policy(mode, settings)
+    if policy.mode == "sd":
+        require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
+                "use sd-ngram, or a draft of the target's family")
+    stats = LRStats(k=getattr(policy, "k", settings.k or 0))
     tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
     state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    policy = FixedK(settings.drafted_steps, settings.draft_stop_below, "lr-sd" if settings.token_sd else "lr",
-                    width=settings.width)
-    return run_lr(state, tools, policy, stats, on_text)
+    result = run_lr(state, tools, policy, stats, on_text, pads)
+    if isinstance(policy, FixedPlan) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
+        result.stats = stats.target_sd if policy.gamma else None
+    return result
 
 
-__all__ = ["CyclePolicy", "Cycles", "FixedK", "Position", "TorchCycles", "drive", "generate_lr",
-           "run_lr", "run_sync", "start_state"]
+__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPlan", "Position", "TorchCycles", "decode", "drive",
+           "fixed_policy", "run_lr", "run_sync", "start_state"]

@@ -19,7 +19,7 @@ from ..runtime.session import Session
 from ..sampling import SamplingConfig
 from ..settings import CyclePlan, Settings, TokenSD
 from ..steps import Step, StepConfig
-from ..stopping import StopChecker
+from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verifier
 from .autoregressive import decode_rows
 from .drafters import Drafter, ModelDrafter, NGramDrafter
@@ -60,23 +60,28 @@ class StepWriter:
 
     def write(self, session: Session, budgets: Sequence[int], drafter: Drafter | None = None,
               starts: Sequence[int] | None = None, on_done=None, gamma: int | None = None,
-              overshoot: bool = False) -> list[Step]:
+              overshoot: bool = False, free: bool = False, on_token=None) -> list[Step]:
         """Extend every row of ``session`` by one step (each within its own token budget).
 
         ``starts[b]`` is where row b's step begins (default: its current end; tokens already after it
         count as the step's first tokens). ``on_done`` is passed to the decoding loop. ``drafter``
         and ``gamma`` override the writer's own token-level SD for this call; ``overshoot`` lets an
         SD iteration keep the tokens it accepted past the step's delimiter (the step then ends with
-        ``end="overshoot"``, mid-step).
+        ``end="overshoot"``, mid-step). ``free``: no step ends, only EOS and the budget (a "step" of
+        ``budgets[b]`` tokens: plain decoding or token SD with nothing step-level about it). ``on_token(b,
+        new)`` hears row b's step so far after every token (or accepted block) it gains.
         """
         starts = [len(r) for r in session.rows] if starts is None else list(starts)
-        checkers = [StopChecker(self.steps.stop_condition(self.lm.eos_ids, b), self.lm.decode) for b in budgets]
+        conditions = [StopCondition(self.lm.eos_ids, (), b) if free else self.steps.stop_condition(self.lm.eos_ids, b)
+                      for b in budgets]
+        checkers = [StopChecker(condition, self.lm.decode) for condition in conditions]
         drafter = drafter or self.sd_drafter
         if drafter is None:
-            hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_done=on_done)
+            hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_token=on_token,
+                               on_done=on_done)
         else:
             run = TokenSDRun(self.sampling, drafter, gamma or self.gamma, self.generator, self.sd_stats, overshoot)
-            hits = decode_rows_sd(session, starts, checkers, run, on_done=on_done)
+            hits = decode_rows_sd(session, starts, checkers, run, on_token=on_token, on_done=on_done)
         return [Step(session.rows[b][starts[b]:], self.lm.decode(session.rows[b][starts[b]:]), hit.reason)
                 for b, hit in enumerate(hits)]
 
@@ -92,6 +97,7 @@ class LRState:
     max_new_tokens: int
     at_boundary: bool = True  # the start of the answer counts as a step boundary
     done: str | None = None  # the stop reason once finished
+    on_tokens: Callable[[], None] | None = None  # hears the answer grow inside a cycle whose every token is kept
 
     @property
     def generated(self) -> int:

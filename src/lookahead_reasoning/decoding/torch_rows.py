@@ -54,8 +54,8 @@ class TorchRows:
         return draft_alternatives(self.state, drafted, self.tools, width)
 
     async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
-        require(plan.chunk == 0 and plan.schedule == "sync", f"plan {plan.label}: this process's runtime runs "
-                "steps (no chunk) on the sync schedule (its rows run in one batched forward)")
+        require(plan.schedule == "sync", f"plan {plan.label}: this process's runtime runs the sync schedule "
+                "(its rows run in one batched forward)")
         return target(self.state, drafted, self.tools, plan, self.gate)
 
     async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
@@ -118,11 +118,15 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
     ``gate`` may then keep only the first R rows. Rows are judged as they finish
     (:class:`EarlyJudge`), so a rejection stops the rows after it. ``plan`` (default
-    ``tools.plan(len(drafted))``) gives the rows' gamma (0: token by token), the draft's stop, and
-    whether an SD iteration may run past the step's end (only when nothing is drafted).
+    ``tools.plan(len(drafted))``) gives the rows' gamma (0: token by token), the draft's stop, whether an
+    SD iteration may run past the step's end, and ``chunk``: with nothing drafted, the target writes up to
+    that many tokens regardless of step ends (the whole answer, for plans that speculate on no step).
     """
     plan = plan or tools.plan(len(drafted))
     rows, budgets = target_rows(state, drafted, tools.translator)
+    free = bool(plan.chunk) and not drafted
+    if free:
+        budgets = [min(plan.chunk, budgets[0])]
     scores: list[TokenScores] = []
     openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer,
                                        scores if uses_scores(tools.verifier) else None)
@@ -139,8 +143,17 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
                                       gamma=plan.gamma if use_rows else None,
-                                      overshoot=plan.overshoot and not drafted)
+                                      overshoot=plan.overshoot and not drafted, free=free,
+                                      on_token=kept_as_written(state, rows, drafted))
     return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
+
+
+def kept_as_written(state: LRState, rows: list[list[int]], drafted: list[Step]):
+    """With nothing drafted and one row, every token the target writes is kept: the row's ``on_token``
+    then tells ``state.on_tokens`` (a stream hears the answer as it is written, not once a cycle)."""
+    if state.on_tokens is None or drafted or len(rows) != 1:
+        return None
+    return lambda row, new: state.on_tokens()
 
 
 def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:

@@ -1,6 +1,6 @@
 """Mode ``auto``: Lookahead Reasoning whose every cycle runs the plan the planner prices fastest.
 
-The loop (compare :func:`lookahead_reasoning.decoding.driver.generate_lr`):
+The loop (the one every mode runs, :func:`lookahead_reasoning.decoding.driver.decode`):
 
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop ``draft_stop_below``) with the cost table at the current context length and
@@ -14,7 +14,7 @@ The loop (compare :func:`lookahead_reasoning.decoding.driver.generate_lr`):
 
 Every forward runs at the n (new tokens per row) the cost table prices it at: where a forward of a
 larger measured n is cheaper than the one asked for, it is padded to that n (``PlannerConfig.pad``,
-``CostGrid.padded_n``, handed to the runtime as ``run_lr``'s ``pads``).
+``CostGrid.padded_n``, handed to the runtime as ``decode``'s ``pads``).
 
 A drafted step must start at a step boundary: when a plan with k >= 1 wins but the text is mid-step
 (after an overshooting cycle), the target first finishes the step alone. With draft == target, the
@@ -42,16 +42,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..decoding.tools import make_tools
-from ..decoding.driver import run_lr, start_state
-from ..decoding.results import GenerationResult, LRStats
+from ..decoding.driver import decode
+from ..decoding.results import GenerationResult
 from ..errors import require
 from ..models import cache_root, hardware
 from ..models.kernels import uses_onednn_linear
 from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.pair import ModelPair
-from ..sampling import make_generator
 from ..settings import Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from . import costs
@@ -206,7 +204,7 @@ def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
 def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
                   *, on_text: Callable[[str], None] | None = None, planning: Planning | None = None,
                   draft_ids: Sequence[int] | None = None) -> GenerationResult:
-    """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.run_lr`.
+    """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.decode`.
 
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`). ``settings``: default
     ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``); ``planning``: the cost table,
@@ -223,17 +221,15 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     planning = planning or Planning.load(pair, getattr(verifier, "name", type(verifier).__name__))
     config = planning.config
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
-    stats = LRStats(k=config.max_k)
-    tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
-    state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=tools.row_drafter is not None,
+    can_sd = settings.token_sd.target == "draft" and pair.same_vocab  # the draft model drafts the rows' tokens
+    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=can_sd,
                       draft_stop_below=settings.draft_stop_below)
     grids = (planning.costs.target, planning.costs.draft)
     for grid in grids:
         grid.padding = config.pad
     pads = tuple(grid.padded_n if config.pad else None for grid in grids)  # forwards run at the n they are priced at
     policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
-    return run_lr(state, tools, policy, stats, on_text, pads)
+    return decode(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids, pads=pads)
 
 
 __all__ = ["Planning", "auto_token_sd", "cache_path", "cost_key", "generate_auto", "load_or_profile"]

@@ -38,6 +38,7 @@ class AutoPolicy:
     def __init__(self, planner: Planner, delimiters: Sequence[str], on_finish: Callable[[], None] | None = None,
                  mode: str = "auto"):
         self.planner, self.delimiters, self.on_finish, self.mode = planner, tuple(delimiters), on_finish, mode
+        self.k = planner.config.max_k  # the most drafted steps a plan may use (what a run's stats report as k)
         self.chosen: tuple[CyclePlan, float, Position] | None = None  # this cycle's plan, its predicted speed, where
 
     def plan(self, position: Position) -> CyclePlan:
