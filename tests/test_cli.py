@@ -126,6 +126,8 @@ def test_lr_command_defaults_to_auto_and_shows_its_plans(model_dirs, dataset, ca
     summary = json.loads(out[out.index("=== summary ===") + len("=== summary ==="):])
     assert summary["mode"] == "auto" and summary["same_text_as_ar"] is True  # exact verifier: lossless
     assert summary["plans"] and "predicted_tok_s" in summary
+    pays = summary["step_layer_pays_above_alpha1"]  # when the step layer pays on this machine (theory.breakeven)
+    assert set(pays) == {"k1", "k2"} and all(a is None or 0 <= a < 1 for a in pays.values())
     assert "plan " in out and "predicted" in out and "realised" in out  # every cycle's plan in the trace
     assert list((tmp_path / "cache").rglob("*.json"))  # the measured cost tables were cached
 

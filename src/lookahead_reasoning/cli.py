@@ -133,7 +133,12 @@ def cmd_lr(args: argparse.Namespace) -> int:
     print("\n\n=== trace (green: drafted steps accepted; yellow: target steps) ===")
     print(render_terminal(main, color=sys.stdout.isatty() or args.color, details=args.details))
     print("\n=== summary ===")
-    print(json.dumps(_lr_summary(results, args.mode, gold), indent=2))
+    summary = _lr_summary(results, args.mode, gold)
+    if args.mode == "auto":  # when the step layer pays on this machine, at this pair's token rates
+        point = gen.break_even(context=len(main.prompt_ids) + main.num_tokens // 2)
+        summary["step_layer_pays_above_alpha1"] = {f"k{k}": None if a is None else round(a, 3)
+                                                   for k, a in point.alpha1.items()}
+    print(json.dumps(summary, indent=2))
     if args.html:
         Path(args.html).write_text(render_html(main), encoding="utf-8")
         print(f"trace written to {args.html}")

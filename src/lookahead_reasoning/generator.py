@@ -38,6 +38,7 @@ from .models import LoadOptions
 from .models.precision import split_precision
 from .planning import PlannerConfig, Planning, generate_auto
 from .planning.estimates import Book
+from .planning.planner import Planner
 from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
@@ -242,6 +243,15 @@ class LookaheadGenerator:
             self._planning = Planning.load(self.pair, getattr(self.verifier, "name", "verifier"),
                                            self.planner or PlannerConfig())
         return self._planning
+
+    def break_even(self, context: int = 300) -> Any:
+        """When the step layer pays here: on mode ``auto``'s measured cost table and the token rates this pair
+        has learned, the step acceptance alpha1 above which one and two drafted steps a cycle beat the best
+        plan without them (a :class:`~lookahead_reasoning.theory.breakeven.BreakEven`; None where none pays)."""
+        planning = self.planning()
+        planner = Planner(planning.costs, planning.book, planning.config, can_sd=self.same_vocab,
+                          draft_stop_below=self.draft_stop_below)
+        return planner.break_even(context)
 
     def plan_with(self, costs: Any, book: Any = None) -> None:
         """Make mode ``auto`` price its plans with ``costs`` (a :class:`~lookahead_reasoning.planning.costs.CostTable`,

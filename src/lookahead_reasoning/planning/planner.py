@@ -39,6 +39,7 @@ from typing import Callable
 from ..errors import require
 from ..settings import CyclePlan
 from ..presets import PRESET_K, SCHEDULES
+from ..theory.breakeven import BreakEven, break_even
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
@@ -229,6 +230,15 @@ class Planner:
             best = self.current
         self.current = best
         return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
+
+    def break_even(self, context: int, ks: tuple[int, ...] = (1, 2)) -> BreakEven:
+        """The step acceptance above which k drafted steps a cycle beat the best plan without them, priced
+        by the formulas on this table at ``context`` and the token rates learned so far (at the
+        generator's confidence stop): :mod:`lookahead_reasoning.theory.breakeven`."""
+        target, draft = self._costs_at(context)
+        token = self.book.token.model(self.draft_stop_below)
+        gammas = (0, *self.config.gammas) if self.can_sd else (0,)
+        return break_even(self.book.step.model(), token, target, draft, ks, gammas)
 
     def best_alone(self, context: int, prefill: Prefill = (0, 0)) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),
