@@ -90,18 +90,18 @@ def test_a_batch_warms_every_run_before_it_times_any(tmp_path, monkeypatch):
     data, out = tmp_path / "problems.jsonl", tmp_path / "results.jsonl"
     data.write_text("".join(json.dumps({"question": f"{c}: what is 1 + 1?", "answer": "#### 2"}) + "\n" for c in "AB"))
     events: list[tuple[str, float]] = []
-    warm, ar = EnginePair.warm, runs.ar
+    warm, generate = EnginePair.warm, runs.EngineRuntime.agenerate
 
     def timed_warm(self, *args, **kwargs):
         warm(self, *args, **kwargs)
         events.append(("warmed", time.perf_counter()))
 
-    def timed_ar(*args, **kwargs):
+    async def timed_generate(*args, **kwargs):
         events.append(("timed", time.perf_counter()))
-        return ar(*args, **kwargs)
+        return await generate(*args, **kwargs)
 
     monkeypatch.setattr(EnginePair, "warm", timed_warm)
-    monkeypatch.setattr(runs, "ar", timed_ar)
+    monkeypatch.setattr(runs.EngineRuntime, "agenerate", timed_generate)
     with FakeEngine(text="2 \\boxed{2}", stop=None, delays={ord("B"): 0.5}) as target:
         run_engine_bench(EngineBench(str(data), str(out), target.url, modes=("ar",), concurrency=2,
                                      max_new_tokens=16), progress=False)

@@ -13,14 +13,15 @@ and ``lr-sd`` run token SD in this process (an engine does its own: start it wit
 The benchmark over engines runs its problems through the same runtime (:meth:`EngineRuntime.agenerate`,
 many runs on one event loop sharing one planner).
 
-Under the runtime, over an :class:`~lookahead_reasoning.runtime.engine.pair.EnginePair`:
+Under the runtime, over an :class:`~lookahead_reasoning.runtime.engine.pair.EnginePair`, every mode is a
+policy of the one loop (:func:`alr`: the driver over the step-model runtime of
+:mod:`lookahead_reasoning.decoding.stepwise`, each cycle :func:`lookahead_reasoning.decoding.lookahead.run_cycle`):
 
-* :func:`ar`   plain decoding: one completion request for the whole answer (the engine's own speed,
-               with the engine's own token-level speculation if it was started with it);
-* :func:`alr`  Lookahead Reasoning, every cycle planned by a policy (fixed k, or mode ``auto``'s planner),
-               the rows sent as concurrent requests (``sync`` or ``async`` schedule), by the one cycle
-               (:func:`lookahead_reasoning.decoding.lookahead.run_cycle`) on the step-model runtime of
-               :mod:`lookahead_reasoning.decoding.stepwise`.
+* ``ar``    a fixed plan of no drafted step whose one cycle writes the whole answer: one completion
+            request (the engine's own speed, with the engine's own token-level speculation if it was
+            started with it); :func:`ar` and :func:`ar_windows` (requests of a fixed number of tokens) are it;
+* ``lr``    a fixed plan of k drafted steps, the rows sent as concurrent requests (``sync`` or ``async``);
+* ``auto``  every cycle planned by mode ``auto``'s planner, pricing requests.
 """
 
 from __future__ import annotations
@@ -87,17 +88,14 @@ class EngineRuntime:
                  on_text: Callable[[str], None] | None = None) -> GenerationResult:
         """One answer in ``mode`` with ``settings`` (a question string is wrapped as a math problem
         unless ``raw``); ``k``: mode lr's drafted steps, mode auto's cap on them; ``on_text`` receives
-        the kept text as each cycle ends (mode ar: the whole answer at its end)."""
+        the kept text as each cycle ends (mode ar: the whole answer, its one cycle's, at its end)."""
         ids = self.prompt_ids(prompt, raw)
 
         def each(trace, run) -> None:
             for step in trace.kept_steps if on_text else ():
                 on_text(step.text)
 
-        result = asyncio.run(closing(self.agenerate(ids, mode, settings, k=k, learn=learn, on_cycle=each), self.pair))
-        if mode == "ar" and on_text is not None:
-            on_text(result.text)
-        return result
+        return asyncio.run(closing(self.agenerate(ids, mode, settings, k=k, learn=learn, on_cycle=each), self.pair))
 
     async def agenerate(self, ids: list[int], mode: str, settings: Settings, *, k: int | None = None,
                         learn: bool = True, on_cycle: Callable | None = None) -> GenerationResult:
@@ -110,8 +108,8 @@ class EngineRuntime:
                                         "started with SD): leave it unset")
         self.pair.use(settings)
         if mode == "ar":
-            return await asyncio.to_thread(ar, self.pair, ids, settings.max_new_tokens)
-        if mode == "lr":
+            policy = FixedPlan(0, mode="engine-ar", gamma=0)
+        elif mode == "lr":
             policy = FixedPlan(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
         else:
             require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
@@ -146,45 +144,46 @@ class EngineRuntime:
 
 
 def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
-    """Plain decoding by the target's engine: one completion request, no stop string."""
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
-            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    ids, s = pair.prompt_ids(prompt), pair.settings
-    start = time.perf_counter()
-    done = pair.target.client.complete(ids, max_new_tokens, (), s.sampling, s.seed)
-    wall = time.perf_counter() - start
-    new = done.token_ids if done.token_ids is not None else pair.target.encode(done.text)
-    return GenerationResult(list(new), done.text, ids, "eos" if done.end != "budget" else "budget", 0, wall,
-                            mode="engine-ar")
+    """Plain decoding by the target's engine, for synchronous callers: the ``ar`` plan of the one loop (one
+    completion request, no stop string)."""
+    return ar_windows(pair, prompt, max_new_tokens, None)[0]
 
 
 def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
-               window: int) -> tuple[GenerationResult, list[tuple[int, float]]]:
-    """Plain decoding in requests of ``window`` tokens, each continuing the ids so far (the engine's
-    prefix cache holds them, so a request costs its new tokens): the result and, after each request,
-    (tokens so far, seconds since the start): the cost of decoding at each position of a long answer."""
-    require(isinstance(window, int) and window >= 1, f"window must be an integer >= 1, got {window!r}")
-    ids, new, text, timeline = pair.prompt_ids(prompt), [], "", []
-    start, end = time.perf_counter(), "budget"
-    while len(new) < max_new_tokens and end == "budget":
-        part = ar(pair, ids + new, min(window, max_new_tokens - len(new)))
-        new, text, end = new + part.token_ids, text + part.text, part.stop_reason
-        timeline.append((len(new), round(time.perf_counter() - start, 4)))
-    wall = time.perf_counter() - start
-    return GenerationResult(new, text, ids, end, 0, wall, mode="engine-ar"), timeline
+               window: int | None) -> tuple[GenerationResult, list[tuple[int, float]]]:
+    """Plain decoding in requests of ``window`` tokens (None: one request), each continuing the ids so far
+    (the engine's prefix cache holds them, so a request costs its new tokens): the result and, after each
+    request, (tokens so far, seconds since the start): the cost of decoding at each position of a long
+    answer. A fixed plan of the one loop, each cycle one request."""
+    require(window is None or (isinstance(window, int) and window >= 1),
+            f"window must be an integer >= 1, got {window!r}")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
+            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    timeline: list[tuple[int, float]] = []
+    start = time.perf_counter()
+
+    def each(trace, run) -> None:
+        timeline.append((len(run.new), round(time.perf_counter() - start, 4)))
+
+    plan = FixedPlan(0, mode="engine-ar", gamma=0, chunk=window)
+    result = asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), plan, max_new_tokens, each), pair))
+    return result, timeline
 
 
 async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,
               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
-    """Lookahead Reasoning over the engines, for asyncio (default plan: sync, mode lr's k); the caller
-    that runs the event loop closes the pair's connections on it (other runs may share them)."""
-    require(pair.draft is not None, "Lookahead Reasoning over engines needs a draft endpoint or draft model",
-            EngineError)
+    """The one loop over the engines, for asyncio: cycles of ``policy``'s plans (default: sync LR with mode
+    lr's k); the caller that runs the event loop closes the pair's connections on it (other runs may share
+    them). Only a policy that drafts needs a draft endpoint."""
+    policy = policy or FixedPlan(mode_k("lr"))
+    require(pair.draft is not None or getattr(policy, "k", 1) == 0,
+            "Lookahead Reasoning over engines needs a draft endpoint or draft model", EngineError)
     ids = pair.prompt_ids(prompt)
-    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy or FixedPlan(mode_k("lr")),
-                                      max_new_tokens, on_cycle)
+    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy, max_new_tokens, on_cycle)
     result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
-    result.mode = "engine-lr"
+    result.mode = policy.mode if policy.mode.startswith("engine-") else "engine-lr"
+    if getattr(policy, "k", 1) == 0:
+        result.stats = None  # no step drafted: a plain run's result, as in this process
     return result
 
 

@@ -90,19 +90,19 @@ class FixedPlan:
     """Every cycle runs the same plan: ``k`` drafted steps (``width`` drafts per position, on the
     ``schedule``), the target's rows drafting ``gamma`` tokens an SD iteration (None: the writers' own; 0:
     none) with the draft's confidence stop ``draft_stop_below``. Mid-step the target first writes to the
-    next boundary alone. With k = 0 the target writes the rest of the answer in one cycle, with no step
-    ends (``ar``, ``sd``). Every row runs; nothing is learned."""
+    next boundary alone. With k = 0 the target writes ``chunk`` tokens a cycle with no step ends (None: the
+    rest of the answer in one cycle: ``ar``, ``sd``). Every row runs; nothing is learned."""
 
     def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr", *, width: int = 1,
-                 schedule: str = "sync", gamma: int | None = None):
+                 schedule: str = "sync", gamma: int | None = None, chunk: int | None = None):
         self.k, self.draft_stop_below, self.mode = k, draft_stop_below, mode
-        self.width, self.schedule, self.gamma = width, schedule, gamma
-        CyclePlan(k, width, schedule, gamma)  # checks the numbers
+        self.width, self.schedule, self.gamma, self.chunk = width, schedule, gamma, chunk
+        CyclePlan(k, width, schedule, gamma, chunk=chunk or 0)  # checks the numbers
 
     def plan(self, position: Position) -> CyclePlan:
         if self.k == 0:
             return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below,
-                             chunk=max(1, position.remaining))
+                             chunk=max(1, min(self.chunk or position.remaining, position.remaining)))
         if not position.at_boundary:
             return CyclePlan(0, draft_stop_below=self.draft_stop_below)
         return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)

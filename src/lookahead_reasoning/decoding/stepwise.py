@@ -191,13 +191,14 @@ class StepwiseRun:
     def keep(self, trace: CycleTrace) -> None:
         """Append the cycle's kept steps; EOS inside them, or the budget, ends the run."""
         kept = trace.kept_steps
+        before = len(self.new)
         self.new += [t for step in kept for t in step.ids][:max(0, self.remaining)]
         if kept:
             self.at_boundary = kept[-1].boundary
             if kept[-1].end == "eos":
                 self.done = "eos"
-        if self.done is None and self.remaining <= 0:
-            self.done = "budget"
+        if self.done is None and (self.remaining <= 0 or len(self.new) == before):
+            self.done = "budget"  # the budget is spent, or the model wrote nothing more (its context is full)
 
 
 class StepCycles:

@@ -90,6 +90,8 @@ class EngineSteps:
         done = await self.client.acomplete(list(request.context), self._budget(request),
                                            () if request.free else self.steps.delimiters, *self._sampling(request))
         end, text = self._end_and_text(done)
+        if request.free and end == "stop_string":  # no stop string was asked: the engine stopped on its own
+            end, text = "eos", done.text
         ids = done.token_ids
         if ids is not None and end == "stop_string":
             whole = self._ids_text(done)
