@@ -362,7 +362,7 @@ def test_command_line_runs_lr_over_an_engine(capsys):
         rc = main(["lr", "--target-url", engine.url, "--draft-url", engine.url, "--mode", "lr", "--schedule", "async",
                    "--prompt", "What is 2 + 2?", "--max-new-tokens", "30"])
         out = capsys.readouterr().out
-    assert rc == 0 and '"mode": "engine-lr"' in out and '"speedup"' in out
+    assert rc == 0 and '"mode": "engine-lr"' in out and '"speedup_vs_ar"' in out and '=== trace' in out
 
 
 def test_an_engine_benchmark_refuses_to_resume_into_results_of_other_models(tmp_path):

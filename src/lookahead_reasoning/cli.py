@@ -31,8 +31,8 @@ from .bench.grading import grade
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
 from .decoding.autoregressive import generate
-from .engine_cli import (add_flips_command, add_serve_command, add_url_options, refuse_engine_options,
-                         run_generate_over_engine, run_lr_over_engine)
+from .engine_cli import (add_flips_command, add_serve_command, add_url_options, engine_generator, refuse_engine_options,
+                         refuse_local_only_options, run_generate_over_engine)
 from .errors import LookaheadError, PromptError, require
 from .integrations import harness
 from .models import load_model
@@ -93,7 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     _check_prompt_args(args)
     if args.target_url:  # the engine's own decoding (lookahead_reasoning.engine_runtime)
-
+        refuse_local_only_options(args, "generate")
         return run_generate_over_engine(args, _question(args)[0])
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
@@ -109,32 +109,38 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_lr(args: argparse.Namespace) -> int:
-
-    if args.target_url:  # over serving engines (lookahead_reasoning.engine_runtime)
-
-        _check_prompt_args(args)
-        return run_lr_over_engine(args, *_question(args))
-
+    """One question in a mode and in ``ar``, over this process's models or, with --target-url, over engines:
+    one generator either way (the engine's takes the options it honours there; the rest are refused)."""
+    refuse_local_only_options(args, "lr")
     spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
-    spec.check()
     _check_prompt_args(args)
-    check_fits_context(spec.target, args.max_new_tokens)
-    if args.mode == "auto":
-        check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
+    if not args.target_url:
+        spec.check()
+        check_fits_context(spec.target, args.max_new_tokens)
+        if args.mode == "auto":
+            check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
 
         check_writable(Path(args.html), "the trace")
     prompt, gold = _question(args)
-    print(f"loading target {spec.target}, draft {spec.draft}, verifier {spec.verifier.name} ...", flush=True)
-    gen = spec.build()
-    check_fits_context(gen.target.model, args.max_new_tokens)
-    results = _run_modes(gen, args, prompt)
+    if args.target_url:  # over serving engines (lookahead_reasoning.engine_runtime)
+        print(f"connecting to target {args.target_url}, draft {args.draft_url}, verifier {spec.verifier.name} ...",
+              flush=True)
+        gen = engine_generator(args)
+    else:
+        print(f"loading target {spec.target}, draft {spec.draft}, verifier {spec.verifier.name} ...", flush=True)
+        gen = spec.build()
+        check_fits_context(gen.target.model, args.max_new_tokens)
+    try:
+        results = _run_modes(gen, args, prompt)
+    finally:
+        gen.close()
     main = results[args.mode]
     print("\n\n=== trace (green: drafted steps accepted; yellow: target steps) ===")
     print(render_terminal(main, color=sys.stdout.isatty() or args.color, details=args.details))
     print("\n=== summary ===")
     summary = _lr_summary(results, args.mode, gold)
-    if args.mode == "auto":  # when the step layer pays on this machine, at this pair's token rates
+    if args.mode == "auto" and gen.engine is None:  # when the step layer pays here, at this pair's token rates
         point = gen.break_even(context=len(main.prompt_ids) + main.num_tokens // 2)
         summary["step_layer_pays_above_alpha1"] = {f"k{k}": None if a is None else round(a, 3)
                                                    for k, a in point.alpha1.items()}
@@ -232,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.engine_pairs)
     add_url_options(pairs, "pairs")
     pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
+    for command in ("generate", "lr", "bench", "pairs"):  # what each option defaults to: refusals name the given ones
+        p = sub.choices[command]
+        p.set_defaults(option_flags={a.dest: (a.option_strings[0], a.default)
+                                     for a in p._actions if a.option_strings and a.dest != "help"})
     return parser
 
 
@@ -250,7 +260,7 @@ def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
     """A command that runs ``engine_cli.<over_engine>`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
         if args.target_url:
-
+            refuse_local_only_options(args, args.command)
             return getattr(engine_cli, over_engine)(args)
         return local(args)
     return run

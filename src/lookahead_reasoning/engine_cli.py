@@ -28,9 +28,8 @@ import time
 from .bench.engine import EngineBench, run_engine_bench
 from .bench.engine_pairs import run_engine_pairs
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
-from .bench.grading import grade
 from .bench.pairs import PairsConfig
-from .engine_runtime import EngineRuntime, engine_verifier
+from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .presets import (
     DEFAULT_DRAFT,
@@ -92,14 +91,45 @@ def refuse_engine_options(args: argparse.Namespace) -> None:
             "the models run in this process and these options would be ignored")
 
 
+# What each command honours with a target served by an engine (--target-url), by argparse name; every other
+# option it has, given with --target-url, is refused by name before any request (tests/test_cli_options.py
+# walks them all). The rest configure models this process loads, or token-level SD in this process.
+VERIFIER_OPTIONS = {"verifier", "threshold", "judge_model", "judge_dtype", "judge_url", "judge_name", "judge_timeout"}
+URL_OPTIONS = {"target_url", "target_model", "draft_url", "draft_model", "template", "engine_timeout"}
+SAMPLING_OPTIONS = {"temperature", "top_k", "top_p", "seed"}
+QUESTION_OPTIONS = {"prompt", "dataset", "index", "raw", "max_new_tokens"}
+OVER_ENGINE = {
+    "lr": {"mode", "k", "width", "delimiter", "max_step_tokens", "no_compare", "no_warmup", "details", "color", "html",
+           "scorer", "schedule", *VERIFIER_OPTIONS, *URL_OPTIONS, *SAMPLING_OPTIONS, *QUESTION_OPTIONS},
+    "generate": {*URL_OPTIONS, *SAMPLING_OPTIONS, *QUESTION_OPTIONS},
+    "bench": {"dataset", "out", "modes", "limit", "offset", "max_new_tokens", "no_progress", "report", "width",
+              "delimiter", "max_step_tokens", "scorer", "sd_url", "ngram_url", "concurrency", "schedule",
+              *VERIFIER_OPTIONS, *URL_OPTIONS, *SAMPLING_OPTIONS},
+    "pairs": {"dataset", "offset", "limit", "out", "max_new_tokens", "max_step_tokens", *URL_OPTIONS},
+}
+
+
+def refuse_local_only_options(args: argparse.Namespace, command: str) -> None:
+    """ConfigError naming every option of ``command`` given with ``--target-url`` that the run over the
+    engine would not honour (:data:`OVER_ENGINE`); nothing is sent before."""
+    if not getattr(args, "target_url", None):
+        return
+    honoured = OVER_ENGINE[command]
+    given = [flag for dest, (flag, default) in getattr(args, "option_flags", {}).items()
+             if dest not in honoured and getattr(args, dest, default) != default]
+    require(not given, f"{', '.join(given)}: not with --target-url: {command} over an engine runs the engine's own "
+            "model (its loading is set where the engine starts) and no token-level SD in this process (start the "
+            "engine with its own SD for that)")
+
+
 def engine_settings(args: argparse.Namespace) -> Settings:
-    """The settings the shared options describe for a run over engines (steps, sampling, seed, schedule,
-    timeout); a command without an option gets its default (``pairs``: greedy)."""
+    """The settings the shared options describe for a run over engines (steps, sampling, seed, width,
+    schedule, timeout); a command without an option gets its default (``pairs``: greedy)."""
     steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
                        getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
     sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
                               getattr(args, "top_p", 1.0))
-    return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0),
+    return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0), width=getattr(args, "width", 1),
                     schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
 
 
@@ -187,31 +217,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_lr_over_engine(args: argparse.Namespace, prompt, gold: str | None) -> int:
-    """``lr --target-url``: the mode over the engine (:class:`.generator.EngineRuntime`, what
-    ``LookaheadGenerator`` runs over URLs), with the engine's plain decoding for the speedup."""
-    mode = args.mode or "auto"
-    settings = engine_settings(args).with_overrides(width=args.width, max_new_tokens=args.max_new_tokens)
-    verifier = verifier_over_engines(args)
-    runtime = EngineRuntime(args.target_url, args.draft_url, settings, verifier,
-                            {"target_model": args.target_model, "draft_model": args.draft_model,
-                             "template": args.template, "scorer": args.scorer})
-    show = lambda text: print(text, end="", flush=True)  # noqa: E731
-    try:
-        ids = runtime.pair.prompt_ids(prompt)  # tokenized once, for the mode and its comparison
-        result = runtime.generate(ids, mode, settings, k=args.k, on_text=show)
-        print()
-        out = {"mode": f"engine-{mode}", **result.summary()}
-        if not args.no_compare:
-            ar = runtime.generate(ids, "ar", settings)
-            out.update(engine_ar_tok_s=round(ar.tokens_per_s, 3),
-                       speedup=round(result.tokens_per_s / ar.tokens_per_s, 3), same_text_as_ar=ar.text == result.text)
-    finally:
-        runtime.close()
-    if gold is not None:
-        out.update(gold=gold, correct=grade(result.text, gold).correct)
-    print(json.dumps(out, indent=1))
-    return 0
+def engine_generator(args: argparse.Namespace):
+    """``lr --target-url``'s :class:`~lookahead_reasoning.LookaheadGenerator` over the engines: the options
+    it honours there (:data:`OVER_ENGINE`), the same class and checks as for models of this process."""
+    from .generator import LookaheadGenerator
+
+    require(args.mode in ENGINE_MODES, f"--mode {args.mode} runs token-level SD in this process; over an engine "
+            f"the modes are {', '.join(ENGINE_MODES)} (start the engine with its own SD and use ar for token SD there)")
+    return LookaheadGenerator(target=args.target_url, draft=args.draft_url, verifier=verifier_settings_from_args(args),
+                              settings=engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens),
+                              mode=args.mode, k=args.k, target_model=args.target_model, draft_model=args.draft_model,
+                              template=args.template, scorer=args.scorer)
 
 
 def run_bench_over_engine(args: argparse.Namespace) -> int:
@@ -221,7 +237,7 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
                         ngram=args.ngram_url, template=args.template, scorer=args.scorer, modes=args.modes,
                         limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                        verifier=verifier_over_engines(args), settings=engine_settings(args))
+                        verifier=verifier_settings_from_args(args), settings=engine_settings(args))
     path = run_engine_bench(bench)
     print(f"results: {path} (`lookahead-reasoning report {path}`)")
     return 0
@@ -300,5 +316,6 @@ def cmd_flips(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings",
-           "refuse_engine_options", "run_bench_over_engine", "run_generate_over_engine", "run_lr_over_engine",
+           "OVER_ENGINE", "engine_generator", "refuse_engine_options", "refuse_local_only_options", "run_bench_over_engine",
+           "run_generate_over_engine",
            "run_pairs_over_engine", "target_runtime", "verifier_over_engines"]

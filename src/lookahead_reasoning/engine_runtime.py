@@ -48,6 +48,9 @@ from .verifiers.options import VerifierSettings, build_verifier
 from .verifiers.registry import make_verifier
 
 ENGINE_MODES = ("auto", "lr", "ar")
+# Settings an engine target cannot honour: token SD inside the rows runs in this process (an engine started with
+# its own SD drafts its tokens itself, and mode ar runs it)
+LOCAL_ONLY_SETTINGS = ("gamma", "draft_stop_below", "token_sd")
 ENGINE_NAMES = ("template", "target_model", "draft_model", "scorer")  # options that only an engine target takes
 Prompt = str | Messages | Sequence[int]
 
@@ -89,6 +92,7 @@ class EngineRuntime:
         """One answer in ``mode`` with ``settings`` (a question string is wrapped as a math problem
         unless ``raw``); ``k``: mode lr's drafted steps, mode auto's cap on them; ``on_text`` receives
         the kept text as each cycle ends (mode ar: the whole answer, its one cycle's, at its end)."""
+        self.check(mode, settings)  # before the first request (a tokenization is one)
         ids = self.prompt_ids(prompt, raw)
 
         def each(trace, run) -> None:
@@ -102,10 +106,7 @@ class EngineRuntime:
         """:meth:`generate` for asyncio, from the prompt's token ids; ``on_cycle(trace, run)`` each cycle.
         Runs on one event loop may share the runtime (their connections are closed by whoever runs the
         loop); mode ``auto``'s runs then fork one planner, measured by the first to ask."""
-        require(mode in ENGINE_MODES, f"mode {mode} runs token-level SD in this process; over an engine the modes "
-                f"are {', '.join(ENGINE_MODES)} (for the engine's own token SD, start it with its SD and use ar)")
-        require(settings.gamma is None, "gamma is not used over engines (the engine drafts its own tokens, if "
-                                        "started with SD): leave it unset")
+        self.check(mode, settings)
         self.pair.use(settings)
         if mode == "ar":
             policy = FixedPlan(0, mode="engine-ar", gamma=0)
@@ -117,6 +118,13 @@ class EngineRuntime:
         result = await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
         result.mode = f"engine-{mode}"
         return result
+
+    @staticmethod
+    def check(mode: str, settings: Settings) -> None:
+        """ConfigError for a mode or a setting an engine cannot honour (before anything is sent)."""
+        require(mode in ENGINE_MODES, f"mode {mode} runs token-level SD in this process; over an engine the modes "
+                f"are {', '.join(ENGINE_MODES)} (for the engine's own token SD, start it with its SD and use ar)")
+        refuse_local_settings({"gamma": settings.gamma})
 
     async def aplanner(self, ids: list[int], k: int | None = None, learn: bool = True) -> Planner:
         """A planner for one run: the endpoints are measured once, after the prompt ``ids``, by the first
@@ -187,6 +195,13 @@ async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | 
     return result
 
 
+def refuse_local_settings(given: dict[str, Any]) -> None:
+    """ConfigError naming the settings of :data:`LOCAL_ONLY_SETTINGS` given (not None) for an engine target."""
+    named = sorted(name for name in LOCAL_ONLY_SETTINGS if given.get(name) is not None)
+    require(not named, f"{', '.join(named)}: token-level SD inside the rows runs in this process; over an engine "
+            "each row is one request (start the engine with its own SD and use mode ar for token SD there)")
+
+
 def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
     """ConfigError naming the loading options given with an engine target (the engine loads its models)."""
     given = sorted(name for name, value in options.items() if value is not None)
@@ -197,5 +212,5 @@ def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
                           f"target loads its own (set them where the engine starts)")
 
 
-__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "EngineRuntime", "alr", "ar", "ar_windows", "engine_verifier", "is_url",
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "engine_verifier", "is_url",
            "refuse_local_options"]

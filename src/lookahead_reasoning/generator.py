@@ -27,10 +27,12 @@ from .decoding.driver import decode, fixed_policy
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
+    LOCAL_ONLY_SETTINGS,
     EngineRuntime,
     engine_verifier,
     is_url,
     refuse_local_options,
+    refuse_local_settings,
 )
 from .errors import require
 from .models.kernels import quantize_draft_int8
@@ -143,14 +145,17 @@ class LookaheadGenerator:
                 f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         self.engine: EngineRuntime | None = None
         if is_url(target):
+            EngineRuntime.check(self.mode, Settings())  # a mode an engine cannot run, before connecting
             require(self.planner is None, "planner=: over engines mode auto plans from the endpoints' own measured "
                     "costs (PlannerConfig.over_engine: chunks and LR rows, the engine's own token SD if it was started "
                     "with one); a PlannerConfig is for models this process loads")
             refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
                                  precision)
+            refuse_local_settings({**{name: getattr(settings, name) for name in ("gamma",) if settings is not None},
+                                   **{name: knobs.get(name) for name in LOCAL_ONLY_SETTINGS}})
             self.pair, self.draft_quantize = None, None
-            self.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
-            self.engine = EngineRuntime(target, draft, self.settings, self.verifier, own)
+            self.engine = EngineRuntime(target, draft, self.settings, None, own)  # connects: a dead URL fails first
+            self.verifier = self.engine.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
@@ -323,6 +328,7 @@ class LookaheadGenerator:
         overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
         settings = self.settings.with_overrides(**overrides)
         if self.engine is not None:
+            refuse_local_settings(overrides)
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
         settings = local_settings(settings)

@@ -115,17 +115,17 @@ class EngineRunner:
 
     def __init__(self, bench: EngineBench):
         self.bench = bench
-        self.verifier = engine_verifier(bench.verifier)
         self.runtimes: dict[str, EngineRuntime] = {}
-        plain = EngineRuntime(bench.target, bench.draft, bench.settings, self.verifier,
+        plain = EngineRuntime(bench.target, bench.draft, bench.settings, None,
                               {"template": bench.template, "scorer": bench.scorer})
         self.runtimes["plain"], template = plain, plain.pair.template  # loaded once, if named
         if bench.sd:
-            self.runtimes["sd"] = EngineRuntime(bench.sd, bench.draft, bench.settings, self.verifier,
-                                                {"template": template})
+            self.runtimes["sd"] = EngineRuntime(bench.sd, bench.draft, bench.settings, None, {"template": template})
         if bench.ngram:
-            self.runtimes["ngram"] = EngineRuntime(bench.ngram, None, bench.settings, self.verifier,
-                                                   {"template": template})
+            self.runtimes["ngram"] = EngineRuntime(bench.ngram, None, bench.settings, None, {"template": template})
+        self.verifier = engine_verifier(bench.verifier)  # after connecting: a dead URL fails before a judge loads
+        for runtime in self.runtimes.values():
+            runtime.verifier = self.verifier
         self.models = {"target": plain.pair.target.client.model_name(),
                        "draft": plain.pair.draft.client.model_name() if bench.draft else None}
 

@@ -24,6 +24,7 @@ from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from ..prompts import math_messages
 from ..verifiers.base import verifier_fields
+from ..verifiers.options import VerifierSettings
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .peers import Peer, hf_generate
@@ -117,10 +118,12 @@ class ModeRunner:
             needs_draft = bool(bases & {"sd", "lr", "lr-sd", "auto", "hf-assisted"})
             settings = config.generator
             if not bases & set(STEP_MODES):  # no verifier needed: do not load one
-                settings = dataclasses.replace(settings, verifier=dataclasses.replace(settings.verifier, name="exact",
-                                                                                      threshold=None))
+                settings = dataclasses.replace(settings, verifier=VerifierSettings(name="exact"))
             if not needs_draft:
                 settings = dataclasses.replace(settings, draft=None, draft_quantize=None)
+            ours = [parse_mode(m)[0] for m in config.modes if parse_mode(m)[0] in OUR_MODES]
+            if ours and "auto" not in ours:  # the generator checks its settings against a mode the run uses
+                settings = dataclasses.replace(settings, mode=ours[0])
             generator = settings.build()
         self.gen = generator
         check_fits_context(generator.target.model, config.max_new_tokens)
