@@ -69,3 +69,13 @@ def test_the_best_plan_alone_may_be_token_sd():
     with_sd = break_even(STEP, TokenRates.plain(0.9), target, draft, ks=(1,)).alpha1[1]
     plain = break_even(STEP, TokenRates.plain(0.9), target, draft, ks=(1,), gammas=(0,)).alpha1[1]
     assert with_sd is not None and plain is not None and with_sd != plain
+
+
+def test_over_an_engine_the_bar_is_a_step_in_one_request():
+    """Requests, not forwards: where R concurrent requests cost about one, LR pays from a low alpha1; where
+    they cost R times one, never."""
+    from lookahead_reasoning.theory.breakeven import break_even_requests
+
+    cheap = break_even_requests(STEP, linear_costs(1.0, 0.05, 0.02), linear_costs(0.3, 0.05, 0.02)).alpha1
+    dear = break_even_requests(STEP, linear_costs(1.0, 1.0, 0.02), linear_costs(0.3, 1.0, 0.02)).alpha1
+    assert cheap[1] is not None and cheap[1] < 0.5 and dear == {1: None, 2: None}

@@ -39,7 +39,7 @@ from typing import Callable
 from ..errors import require
 from ..settings import CyclePlan
 from ..presets import PRESET_K, SCHEDULES
-from ..theory.breakeven import BreakEven, break_even
+from ..theory.breakeven import BreakEven, break_even, break_even_requests
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
@@ -236,6 +236,9 @@ class Planner:
         by the formulas on this table at ``context`` and the token rates learned so far (at the
         generator's confidence stop): :mod:`lookahead_reasoning.theory.breakeven`."""
         target, draft = self._costs_at(context)
+        if self.per_request:  # over an engine: requests, not forwards
+            return break_even_requests(self.book.step.model(), target, draft if self.costs.draft else None, ks,
+                                       overlap=self.costs.overlap)
         token = self.book.token.model(self.draft_stop_below)
         gammas = (0, *self.config.gammas) if self.can_sd else (0,)
         return break_even(self.book.step.model(), token, target, draft, ks, gammas)

@@ -34,7 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import require
-from .costed import CostFn, StepRates, TokenRates, iteration_seconds, lr_cycle, step_cycle, tokens_per_iteration
+from .costed import (
+    CostFn, StepRates, TokenRates, chunk_cycle, iteration_seconds, lr_cycle, request_cycle, step_cycle,
+    tokens_per_iteration,
+)
 
 GAMMAS = (0, 4, 6, 8, 12)  # token SD plans priced beside plain decoding (0), on both sides
 
@@ -87,23 +90,40 @@ def break_even(step: StepRates, token: TokenRates, target: CostFn, draft: CostFn
     0.01 and refined by bisection to ``tolerance``."""
     require(all(isinstance(k, int) and k >= 1 for k in ks), f"ks must be integers >= 1, got {ks!r}")
     gamma, alone = best_alone(step, token, target, draft, gammas)
-    found: dict[int, float | None] = {}
-    for k in ks:
-        gain = lambda a1: lr_rate(k, a1, step, token, target, draft, gammas) - alone  # noqa: E731
-        if gain(0.0) > 0:
-            found[k] = 0.0
-            continue
-        grid = [i / 100 for i in range(1, 100)]  # alpha1 < 1: at 1 a cycle would never end
-        above = next((a for a in grid if gain(a) > 0), None)
-        if above is None:
-            found[k] = None
-            continue
-        low, high = above - 0.01, above
-        while high - low > tolerance:
-            middle = (low + high) / 2
-            low, high = (low, middle) if gain(middle) > 0 else (middle, high)
-        found[k] = high
+    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, target, draft, gammas) - alone, tolerance)
+             for k in ks}  # alpha1 < 1: at 1 a cycle would never end
     return BreakEven(gamma, alone, found)
 
 
-__all__ = ["BreakEven", "GAMMAS", "best_alone", "break_even", "break_even_k1", "lr_rate"]
+def _search(gain, tolerance: float) -> float | None:
+    """The smallest alpha1 in [0, 0.99] where ``gain`` turns positive: a grid of 0.01, then bisection."""
+    if gain(0.0) > 0:
+        return 0.0
+    above = next((a for a in (i / 100 for i in range(1, 100)) if gain(a) > 0), None)
+    if above is None:
+        return None
+    low, high = above - 0.01, above
+    while high - low > tolerance:
+        middle = (low + high) / 2
+        low, high = (low, middle) if gain(middle) > 0 else (middle, high)
+    return high
+
+
+def break_even_requests(step: StepRates, target: CostFn, draft: CostFn | None, ks: tuple[int, ...] = (1, 2),
+                        schedules: tuple[str, ...] = ("sync", "async"), overlap: float = 1.0,
+                        tolerance: float = 1e-4) -> BreakEven:
+    """The same question over a serving engine, where the unit is a request: ``T(R, n)`` is R concurrent
+    requests of n tokens after a cached prefix. Without drafted steps the target writes a step in one
+    request (:func:`~.costed.chunk_cycle`); with k, a cycle is :func:`~.costed.request_cycle` on the
+    better of ``schedules``. (The engine's own token SD, where it was started with one, is in ``target``.)"""
+    require(all(isinstance(k, int) and k >= 1 for k in ks), f"ks must be integers >= 1, got {ks!r}")
+    alone = chunk_cycle(step.target_tokens, target).rate
+
+    def rate(k: int, a1: float) -> float:
+        at = replace(step, alpha1=a1)
+        return max(request_cycle(k, s, at, target, draft, 0, overlap).rate for s in schedules)
+
+    return BreakEven(0, alone, {k: _search(lambda a1, k=k: rate(k, a1) - alone, tolerance) for k in ks})
+
+
+__all__ = ["BreakEven", "GAMMAS", "best_alone", "break_even", "break_even_k1", "break_even_requests", "lr_rate"]
