@@ -4,6 +4,7 @@ shards merged by the report, clear errors on bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,26 @@ def test_a_record_names_its_verifiers_rule_and_threshold():
     assert verifier_fields(make_verifier("likelihood", threshold=0.3)) == {"verifier": "likelihood:min-prob",
                                                                            "verifier_threshold": 0.3}
     assert verifier_fields(make_verifier("exact")) == {"verifier": "exact", "verifier_threshold": None}
+
+
+def test_every_committed_record_names_its_rates_and_its_verifiers_threshold():
+    """benchmarks/results/ holds each record's token-level rates under their own names (``alpha_judged``:
+    accepted / judged, with its source where it was estimated; ``accepted_per_drafted``), never the older
+    ambiguous ``alpha`` or ``acceptance_rate``, and the threshold its verifier ran at (None with
+    ``verifier_threshold_recorded`` false where the run did not record it)."""
+    import glob
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    checked = 0
+    for path in sorted(glob.glob(str(root / "**" / "*.jsonl"), recursive=True)):
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            assert "alpha" not in record and "acceptance_rate" not in record, path
+            if record.get("verifier"):
+                assert "verifier_threshold" in record, path
+                assert record["verifier_threshold"] is not None or record["verifier"] == "exact" or \
+                    record.get("verifier_threshold_recorded") is False, path
+            checked += 1
+    assert checked > 1000
