@@ -79,3 +79,30 @@ def test_over_an_engine_the_bar_is_a_step_in_one_request():
     cheap = break_even_requests(STEP, linear_costs(1.0, 0.05, 0.02), linear_costs(0.3, 0.05, 0.02)).alpha1
     dear = break_even_requests(STEP, linear_costs(1.0, 1.0, 0.02), linear_costs(0.3, 1.0, 0.02)).alpha1
     assert cheap[1] is not None and cheap[1] < 0.5 and dear == {1: None, 2: None}
+
+
+def test_the_planner_s_break_even_is_where_its_own_choice_turns_to_lr():
+    """On a planner's table and book, below its break-even the planner prices no LR plan above the best plan
+    without drafted steps, above it one (mode auto's own pricing, overheads included)."""
+    from lookahead_reasoning.planning.costs import CostGrid, CostTable
+    from lookahead_reasoning.planning.estimates import Beta, Book, StepBook, TokenBook
+    from lookahead_reasoning.planning.planner import Planner, PlannerConfig
+
+    def grid(per_row: float, c: float) -> CostGrid:
+        return CostGrid({r: {n: c * (1 + per_row * (r - 1)) * (1 + 0.01 * (n - 1)) for n in (1, 2, 4, 8, 13)}
+                         for r in (1, 2, 3, 4)}, prefix=256)
+
+    costs = CostTable(grid(0.2, 1.0), grid(0.2, 0.3))  # seconds: the host overhead priors are small beside them
+    config = PlannerConfig(gammas=(), row_gammas=(0,), draft_stop_below_choices=(), margin=0.0, learn=False,
+                           refine=False, progress=False)
+
+    def book(alpha1: float) -> Book:
+        return Book(TokenBook.from_rates(1.0, 0.8, 0.8), StepBook(alpha1=Beta(alpha1 * 1e4, (1 - alpha1) * 1e4)))
+
+    point = Planner(costs, book(0.5), config, draft_stop_below=None).break_even(300).alpha1[1]
+    assert point is not None and 0.05 < point < 0.95
+    for shift, lr_wins in ((-0.03, False), (0.03, True)):
+        planner = Planner(costs, book(point + shift), config, draft_stop_below=None)
+        rates = {plan: planner.rate(plan, 300) for plan in planner.candidates() if plan.k <= 1}
+        best = max(rates, key=rates.get)
+        assert (best.k == 1) == lr_wins, (shift, best.label)

@@ -240,8 +240,9 @@ class Planner:
             return break_even_requests(self.book.step.model(), target, draft if self.costs.draft else None, ks,
                                        overlap=self.costs.overlap)
         token = self.book.token.model(self.draft_stop_below)
-        gammas = (0, *self.config.gammas) if self.can_sd else (0,)
-        return break_even(self.book.step.model(), token, target, draft, ks, gammas)
+        gammas = (0, *self.config.gammas) if self.can_sd and self.draft_stop_below_choices else (0,)
+        overheads = (self.book.token.iteration_overhead.value, self.book.step.cycle_overhead.value)
+        return break_even(self.book.step.model(), token, target, draft, ks, gammas, overheads=overheads)
 
     def best_alone(self, context: int, prefill: Prefill = (0, 0)) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),

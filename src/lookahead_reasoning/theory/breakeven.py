@@ -53,18 +53,20 @@ class BreakEven:
 
 
 def best_alone(step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
-               gammas: tuple[int, ...] = GAMMAS) -> tuple[int, float]:
-    """The fastest plan that drafts no step: (gamma, tokens per second), gamma 0 being plain decoding."""
-    rates = {g: step_cycle(g, step, token, target, draft).rate for g in gammas}
+               gammas: tuple[int, ...] = GAMMAS, overhead: float = 0.0) -> tuple[int, float]:
+    """The fastest plan that drafts no step: (gamma, tokens per second), gamma 0 being plain decoding;
+    ``overhead``: the host's seconds per iteration (per token of plain decoding) beside the forwards."""
+    rates = {g: step_cycle(g, step, token, target, draft, overhead).rate for g in gammas}
     gamma = max(rates, key=rates.get)
     return gamma, rates[gamma]
 
 
 def lr_rate(k: int, alpha1: float, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
-            gammas: tuple[int, ...] = GAMMAS) -> float:
-    """Tokens per second of the best LR plan with k drafted steps (over ``gammas`` inside the rows) at ``alpha1``."""
+            gammas: tuple[int, ...] = GAMMAS, overhead: float = 0.0) -> float:
+    """Tokens per second of the best LR plan with k drafted steps (over ``gammas`` inside the rows) at ``alpha1``;
+    ``overhead``: the host's seconds per cycle beside the forwards."""
     at = replace(step, alpha1=alpha1)
-    return max(lr_cycle(k, g, at, token, target, draft).rate for g in gammas)
+    return max(lr_cycle(k, g, at, token, target, draft, overhead).rate for g in gammas)
 
 
 def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRates, target: CostFn,
@@ -84,14 +86,19 @@ def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRa
 
 
 def break_even(step: StepRates, token: TokenRates, target: CostFn, draft: CostFn, ks: tuple[int, ...] = (1, 2),
-               gammas: tuple[int, ...] = GAMMAS, tolerance: float = 1e-4) -> BreakEven:
+               gammas: tuple[int, ...] = GAMMAS, tolerance: float = 1e-4,
+               overheads: tuple[float, float] = (0.0, 0.0)) -> BreakEven:
     """Per k in ``ks``, the smallest alpha1 at which the best LR plan with k drafted steps writes more
     tokens a second than the best plan with none (``step.alpha1`` is not read). Found on a grid of
-    0.01 and refined by bisection to ``tolerance``."""
+    0.01 and refined by bisection to ``tolerance``. ``overheads``: the host's seconds beside the forwards,
+    per iteration of a plan without drafted steps (per token of plain decoding) and per LR cycle (the
+    planner's ``iteration_overhead`` and ``cycle_overhead``); where a forward takes milliseconds, as on a
+    GPU, they move the answer."""
     require(all(isinstance(k, int) and k >= 1 for k in ks), f"ks must be integers >= 1, got {ks!r}")
-    gamma, alone = best_alone(step, token, target, draft, gammas)
-    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, target, draft, gammas) - alone, tolerance)
-             for k in ks}  # alpha1 < 1: at 1 a cycle would never end
+    per_iteration, per_cycle = overheads
+    gamma, alone = best_alone(step, token, target, draft, gammas, per_iteration)
+    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, target, draft, gammas, per_cycle) - alone,
+                        tolerance) for k in ks}  # alpha1 < 1: at 1 a cycle would never end
     return BreakEven(gamma, alone, found)
 
 
