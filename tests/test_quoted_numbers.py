@@ -192,3 +192,18 @@ def test_the_harness_table_and_the_readme_s_sentence_are_the_committed_results()
     assert sentence in " ".join(README.split())
     assert f"{boxed['lr-exact']} in `lr` with `exact` and {boxed['lr-likelihood']} with the likelihood verifier" \
         in " ".join(README.split())
+
+
+def test_what_int8_keeps_of_its_own_ar_is_what_the_runs_hold():
+    float32, bf16 = _agreement(["auto-int8-cpu.jsonl"], "auto"), _agreement(["auto-int8-avx512-cpu.jsonl"], "auto")
+    assert float32[0] == float32[2] and bf16[0] == bf16[2]  # every answer kept, in both
+    assert (f"`auto` kept the int8 `ar`'s answer on {bf16[0]} of\n{bf16[2]} problems in both int8 runs, but its text on "
+            f"{float32[1]} of {float32[2]} with float32 activations") in BENCH_README
+    assert f"and on {bf16[1]} of {bf16[2]} with bf16 ones" in BENCH_README
+
+
+def test_the_flip_counts_of_the_run_log_are_the_file():
+    flips = _jsonl("flips-gsm8k-llamacpp.jsonl")
+    first = sum(f["index"] <= 344 for f in flips)  # the first file holds problems 300-344
+    assert (f"{len(flips)} of the 538 complete non-exact pairs ({first} of the first\nfile, "
+            f"{len(flips) - first} of the second)") in BENCH_README
