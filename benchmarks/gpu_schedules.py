@@ -73,7 +73,7 @@ def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 409
         for at in range(chunk, context, chunk):
             session.extend(0, ids[at:at + chunk])
             session.logits()
-        for i in range(8):  # warm: this width's graph recorded
+        for i in range(8):  # warm: this span's graph recorded
             session.extend(0, [(11 + i) % vocab])
             session.logits()
         sync(lm.device)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from test_costed import linear_costs
 
 from lookahead_reasoning.theory import CostedPlay, StepRates, TokenRates, simulate_costed_lr, simulate_costed_sd
-from lookahead_reasoning.theory.breakeven import best_alone, break_even, break_even_k1, lr_rate
+from lookahead_reasoning.theory.breakeven import Machine, best_alone, break_even, break_even_k1, lr_rate
 
 STEP = StepRates(0.5, 40, 38, 10, 0.01)
 TOKEN = TokenRates.plain(0.8)
@@ -24,14 +24,14 @@ CPU_LIKE = linear_costs(1.0, 0.9, 0.3), linear_costs(0.3, 0.9, 0.3)  # a row cos
 def test_the_search_finds_the_closed_form_at_one_drafted_step(per_row, per_token, c, lt, ld, head):
     target, draft = linear_costs(1.0, per_row, per_token), linear_costs(c, per_row, per_token)
     step = StepRates(0.5, lt, ld, min(head, ld, lt - 1), 0.0)
-    found = break_even(step, TOKEN, target, draft, ks=(1,), gammas=(0,)).alpha1[1]
-    closed = break_even_k1(best_alone(step, TOKEN, target, draft, (0,))[1], 0, step, TOKEN, target, draft)
+    machine = Machine(target, draft, 0.002, 0.01)
+    found = break_even(step, TOKEN, machine, ks=(1,), gammas=(0,)).alpha1[1]
+    alone = best_alone(step, TOKEN, machine, (0,))[1]
+    closed = break_even_k1(alone, 0, step, TOKEN, machine)
     if found is None:
-        assert not 0 <= closed <= 0.99 or lr_rate(1, 0.99, step, TOKEN, target, draft, (0,)) <= \
-            best_alone(step, TOKEN, target, draft, (0,))[1]
+        assert not 0 <= closed <= 0.99 or lr_rate(1, 0.99, step, TOKEN, machine, (0,)) <= alone
     elif found == 0.0:
-        assert closed <= 0 or lr_rate(1, 0.0, step, TOKEN, target, draft, (0,)) > \
-            best_alone(step, TOKEN, target, draft, (0,))[1]
+        assert closed <= 0 or lr_rate(1, 0.0, step, TOKEN, machine, (0,)) > alone
     else:
         assert found == pytest.approx(closed, abs=2e-4)
 
@@ -41,7 +41,7 @@ def test_simulated_cycles_lose_below_the_break_even_and_win_above_it(k):
     """Played token by token (no closed form), LR with k drafted steps writes fewer tokens a second than
     the best plan without drafted steps 0.1 below the break-even, and more 0.1 above it."""
     target, draft = MIDDLE
-    point = break_even(STEP, TOKEN, target, draft, ks=(k,), gammas=(0,)).alpha1[k]
+    point = break_even(STEP, TOKEN, Machine(target, draft), ks=(k,), gammas=(0,)).alpha1[k]
     assert point is not None and 0.15 < point < 0.85
     alone = simulate_costed_sd(0, TOKEN, target, draft, iterations=2000, seed=1).speedup
     for shift, wins in ((-0.1, False), (0.1, True)):
@@ -51,23 +51,23 @@ def test_simulated_cycles_lose_below_the_break_even_and_win_above_it(k):
 
 
 def test_where_a_row_costs_nearly_a_forward_no_acceptance_pays():
-    target, draft = CPU_LIKE
-    assert break_even(STEP, TOKEN, target, draft).alpha1 == {1: None, 2: None}
+    assert break_even(STEP, TOKEN, Machine(*CPU_LIKE)).alpha1 == {1: None, 2: None}
 
 
 def test_cheaper_rows_and_cheaper_drafts_lower_the_break_even():
-    points = [break_even(STEP, TOKEN, linear_costs(1.0, per_row, 0.01), linear_costs(c, per_row, 0.01), ks=(1,)).alpha1[1]
+    points = [break_even(STEP, TOKEN, Machine(linear_costs(1.0, per_row, 0.01), linear_costs(c, per_row, 0.01)),
+                         ks=(1,)).alpha1[1]
               for per_row, c in ((0.3, 0.3), (0.1, 0.3), (0.1, 0.1))]
     assert None not in points and points[0] > points[1] > points[2]
 
 
 def test_the_best_plan_alone_may_be_token_sd():
     """Where scoring tokens is cheap and the draft is good, the bar LR must clear is token SD's, not plain decoding's."""
-    target, draft = GPU_LIKE
-    gamma, rate = best_alone(STEP, TokenRates.plain(0.9), target, draft)
-    assert gamma > 0 and rate > best_alone(STEP, TokenRates.plain(0.9), target, draft, (0,))[1]
-    with_sd = break_even(STEP, TokenRates.plain(0.9), target, draft, ks=(1,)).alpha1[1]
-    plain = break_even(STEP, TokenRates.plain(0.9), target, draft, ks=(1,), gammas=(0,)).alpha1[1]
+    machine = Machine(*GPU_LIKE)
+    gamma, rate = best_alone(STEP, TokenRates.plain(0.9), machine)
+    assert gamma > 0 and rate > best_alone(STEP, TokenRates.plain(0.9), machine, (0,))[1]
+    with_sd = break_even(STEP, TokenRates.plain(0.9), machine, ks=(1,)).alpha1[1]
+    plain = break_even(STEP, TokenRates.plain(0.9), machine, ks=(1,), gammas=(0,)).alpha1[1]
     assert with_sd is not None and plain is not None and with_sd != plain
 
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from lookahead_reasoning import LookaheadGenerator
 from lookahead_reasoning.cache import KVState, StaticKVState
 from lookahead_reasoning.errors import ConfigError
-from lookahead_reasoning.runtime.compiled import FastPathConfig, attended_columns, default_backend
+from lookahead_reasoning.cache.static import attended_columns
+from lookahead_reasoning.runtime.compiled import FastPathConfig, default_backend
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.testing import perturbed_copy, tiny_model
@@ -80,7 +81,7 @@ def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference
 def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkeypatch, stale):
     """The rehearsal checks the graphs' input copies: a replay that leaves one of its recorded inputs as
     the recording left it writes other tokens than the eager path (so the lossless test above would fail)."""
-    import lookahead_reasoning.runtime.compiled as compiled
+    import lookahead_reasoning.runtime.graphs as graphs
 
     def replay(graph, ids, mask, cols):
         for name, value in (("ids", ids), ("mask", mask), ("cols", cols)):
@@ -89,7 +90,7 @@ def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkey
         graph._launch()
         return graph.output
 
-    monkeypatch.setattr(compiled._Graph, "replay", replay)
+    monkeypatch.setattr(graphs.Graph, "replay", replay)
     gen, prompt, tokens = reference
     gen.target.use_fast_path("rehearsed-graphs")
     gen.draft.use_fast_path("rehearsed-graphs")
@@ -267,7 +268,7 @@ def test_a_cache_the_memory_cannot_hold_is_refused_by_name(monkeypatch):
     session = lm.session([list(range(3, 30))])
     session.logits()
     monkeypatch.setattr(compiled, "free_bytes", lambda device: 1000)
-    with pytest.raises(ConfigError, match=r"needs 1024 columns per row .*generate fewer tokens"):
+    with pytest.raises(ConfigError, match=r"needs 1024 columns per row .*can give 0.0 GB: generate fewer tokens"):
         session.logits(extra=[list(range(3, 10))])
 
 
@@ -281,7 +282,7 @@ def test_attention_reads_the_used_columns_rounded_up_not_the_allocation():
     session.logits()
     for i in range(80):  # from 197 to 277 columns: the recordings read 256, then 512 columns
         session.logits(extra=[[5 + i % 50]])
-    assert sorted({width for rows, n, width in lm.fast._graphs}) == [256, 512]
+    assert sorted({span for rows, n, span in lm.fast._graphs}) == [256, 512]
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -31,6 +31,7 @@ from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finis
 from .bench.pairs import PairsConfig
 from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
 from .errors import ConfigError, require
+from .generator import LookaheadGenerator
 from .presets import (
     DEFAULT_DRAFT,
     DEFAULT_TARGET,
@@ -220,8 +221,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def engine_generator(args: argparse.Namespace):
     """``lr --target-url``'s :class:`~lookahead_reasoning.LookaheadGenerator` over the engines: the options
     it honours there (:data:`OVER_ENGINE`), the same class and checks as for models of this process."""
-    from .generator import LookaheadGenerator
-
     require(args.mode in ENGINE_MODES, f"--mode {args.mode} runs token-level SD in this process; over an engine "
             f"the modes are {', '.join(ENGINE_MODES)} (start the engine with its own SD and use ar for token SD there)")
     return LookaheadGenerator(target=args.target_url, draft=args.draft_url, verifier=verifier_settings_from_args(args),

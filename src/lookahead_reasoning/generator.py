@@ -19,8 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import tempfile
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .decoding.driver import decode, fixed_policy
@@ -39,8 +37,6 @@ from .models.kernels import quantize_draft_int8
 from .models import LoadOptions
 from .models.precision import split_precision
 from .planning import PlannerConfig, Planning, generate_auto
-from .planning.estimates import Book
-from .planning.planner import Planner
 from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_MODE,
@@ -253,10 +249,7 @@ class LookaheadGenerator:
         """When the step layer pays here: on mode ``auto``'s measured cost table and the token rates this pair
         has learned, the step acceptance alpha1 above which one and two drafted steps a cycle beat the best
         plan without them (a :class:`~lookahead_reasoning.theory.breakeven.BreakEven`; None where none pays)."""
-        planning = self.planning()
-        planner = Planner(planning.costs, planning.book, planning.config, can_sd=self.same_vocab,
-                          draft_stop_below=self.draft_stop_below)
-        return planner.break_even(context)
+        return self.planning().break_even(context, self.same_vocab, self.draft_stop_below)
 
     def plan_with(self, costs: Any, book: Any = None) -> None:
         """Make mode ``auto`` price its plans with ``costs`` (a :class:`~lookahead_reasoning.planning.costs.CostTable`,
@@ -265,9 +258,7 @@ class LookaheadGenerator:
         choose there, on this machine's acceptance."""
         require(self.engine is None, "plan_with prices forwards of this process's models; over engines the "
                                      "planner measures the endpoints")
-        folder = Path(tempfile.mkdtemp(prefix="lookahead-plan-with-"))
-        paths = tuple(folder / f"{name}.json" for name in ("target", "draft", "book", "rates", "token-rates"))
-        self._planning = Planning(costs, book if book is not None else Book(), paths, self.planner or PlannerConfig())
+        self._planning = Planning.elsewhere(costs, book, self.planner or PlannerConfig())
 
     # ------------------------------------------------------------------ prompts
     def _prompts(self, prompt: str | list[dict[str, str]] | list[int], raw: bool) -> tuple[list[int], list[int]]:

@@ -26,6 +26,7 @@ masked column still enters attention, as weight 0 times its value.
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 
@@ -33,6 +34,30 @@ import torch
 
 from ..errors import ConfigError
 from .kv import Columns
+
+
+FIRST_SPAN, SPAN_STEP = 256, 4096  # attended columns: 256, 512, ... doubling to 4096, then steps of 4096
+
+
+def attended_columns(used: int, length: int) -> int:
+    """The columns a forward's attention reads when its rows hold ``used`` columns (these tokens
+    included) in an arena of ``length``: the next of 256, 512, 1024, 2048, 4096, 8192, 12288, ... (at
+    most twice the used ones below 4096, at most 4095 more above), capped at ``length``."""
+    span = FIRST_SPAN
+    while span < used:
+        span = span * 2 if span < SPAN_STEP else span + SPAN_STEP
+    return min(span, length)
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Bytes ``device`` can still allocate: the GPU's free memory; the host's free memory for a CPU
+    (None where the system does not say)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -86,14 +111,36 @@ class StaticArena:
         self._resident = weakref.ref(state)
         return state
 
-    def write(self, layer: int, rows: int, width: int, at: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    def write(self, layer: int, rows: int, span: int, at: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
               keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write (rows, H_kv, n, D) keys and values of ``layer`` at ``at`` = (row (rows, 1, 1), head (1, H_kv, 1),
-        column (1, 1, n)) indices; return the first ``rows`` working rows' first ``width`` columns (the
-        ones attention reads): (rows, H_kv, width, D) each, views at fixed addresses."""
+        column (1, 1, n)) indices; return the first ``rows`` working rows' first ``span`` columns (the
+        ones attention reads): (rows, H_kv, span, D) each, views at fixed addresses."""
         self.keys[layer].index_put_(at, keys)
         self.values[layer].index_put_(at, values)
-        return self.keys[layer][:rows, :, :width], self.values[layer][:rows, :, :width]
+        return self.keys[layer][:rows, :, :span], self.values[layer][:rows, :, :span]
+
+    def reserve(self, columns: int, budget: float | None) -> None:
+        """Make the working rows hold ``columns`` columns: twice as long as now, or, where that does not fit
+        in ``budget`` bytes, just long enough (in steps of 1024). ConfigError naming the sizes where even
+        that does not fit (None: no limit known)."""
+        if columns <= self.shape.length:
+            return
+        old = self.shape
+        need = -(-columns // 1024) * 1024
+
+        def size(length: int) -> int:
+            return ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, length).bytes(self.keys[0].dtype)
+
+        length = max(need, 2 * old.length)
+        if budget is not None and size(length) >= budget:
+            length = need
+        if budget is not None and size(length) >= budget:
+            raise ConfigError(f"the static cache needs {length} columns per row for {columns} tokens "
+                              f"({size(length) / 1e9:.1f} GB for {old.rows} rows) and the {self.device.type} can give "
+                              f"{budget / 1e9:.1f} GB: generate fewer tokens, give the compiled path fewer rows "
+                              "(FastPathConfig(rows=...)), or run eagerly (fast_path='off')")
+        self.grow(length)
 
     def grow(self, length: int) -> None:
         """Make every working row ``length`` columns long (new tensors: the resident rows' first T columns
@@ -228,4 +275,4 @@ class StaticKVState(Columns):
         return self
 
 
-__all__ = ["ArenaShape", "Parked", "StaticArena", "StaticKVState"]
+__all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes"]

@@ -240,8 +240,7 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPlan]:
 
 def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
            policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
-           draft_ids: Sequence[int] | None = None,
-           pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
+           draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """One prompt, any mode, on this process's runtime: cycles of ``policy``'s plans until EOS or the budget.
 
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`), which knows whether they share
@@ -250,8 +249,9 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPlan` from
     :func:`fixed_policy`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
     (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
-    tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows; ``pads``: the n each
-    model runs a forward of n new tokens at (:class:`TorchCycles`).
+    tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. A policy's ``pads``
+    (target's, draft's), where it has them, are the n each model runs a forward of n new tokens at
+    (:class:`TorchCycles`): mode ``auto`` runs forwards at the n its cost table prices them at.
     """
     settings = local_settings(settings)
     if policy is None or isinstance(policy, str):
@@ -263,7 +263,7 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     stats = LRStats(k=getattr(policy, "k", settings.k or 0))
     tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
     state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    result = run_lr(state, tools, policy, stats, on_text, pads)
+    result = run_lr(state, tools, policy, stats, on_text, getattr(policy, "pads", (None, None)))
     if isinstance(policy, FixedPlan) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
         result.stats = stats.target_sd if policy.gamma else None
     return result

@@ -178,10 +178,10 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
 
     ``settings`` (default ``Settings()``): this loop reads its ``k`` (None: 2, mode lr's preset),
     ``max_new_tokens``, ``steps``, ``sampling`` and ``seed``, which mean what they mean for
-    :func:`.driver.generate_lr`; it has none of the rest (it needs one shared tokenizer and has no
+    :func:`.driver.decode`; it has none of the rest (it needs one shared tokenizer and has no
     width, no token-level SD, no streaming). Returns the new token ids and text with
     ``mode="lr-reference"`` and an :class:`LRStats` of the cycles; with greedy decoding they equal
-    ``generate_lr``'s.
+    ``decode``'s.
     """
     settings = settings or Settings()
     k, max_new_tokens = settings.drafted_steps, settings.max_new_tokens

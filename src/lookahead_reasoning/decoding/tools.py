@@ -50,6 +50,18 @@ class Translator:
         return self.draft.encode(self.target.decode(target_generated, skip_special_tokens=False))
 
 
+@dataclass(frozen=True)
+class WriteRule:
+    """How one :meth:`StepWriter.write` call writes: ``gamma`` drafted tokens an SD iteration (None: the
+    writer's own), ``overshoot`` (an SD iteration keeps what it accepted past the step's delimiter, the step
+    then ending with ``end="overshoot"``, mid-step), ``free`` (no step ends, only EOS and the budget: a
+    "step" of the whole budget, plain decoding or token SD with nothing step-level about it)."""
+
+    gamma: int | None = None
+    overshoot: bool = False
+    free: bool = False
+
+
 class StepWriter:
     """Writes steps for one model: plain AR, or token-level SD inside the step."""
 
@@ -59,20 +71,16 @@ class StepWriter:
         self.sd_drafter, self.gamma, self.sd_stats = sd_drafter, gamma, sd_stats
 
     def write(self, session: Session, budgets: Sequence[int], drafter: Drafter | None = None,
-              starts: Sequence[int] | None = None, on_done=None, gamma: int | None = None,
-              overshoot: bool = False, free: bool = False, on_token=None) -> list[Step]:
+              starts: Sequence[int] | None = None, on_done=None, on_token=None, rule: WriteRule = WriteRule()) -> list[Step]:
         """Extend every row of ``session`` by one step (each within its own token budget).
 
         ``starts[b]`` is where row b's step begins (default: its current end; tokens already after it
-        count as the step's first tokens). ``on_done`` is passed to the decoding loop. ``drafter``
-        and ``gamma`` override the writer's own token-level SD for this call; ``overshoot`` lets an
-        SD iteration keep the tokens it accepted past the step's delimiter (the step then ends with
-        ``end="overshoot"``, mid-step). ``free``: no step ends, only EOS and the budget (a "step" of
-        ``budgets[b]`` tokens: plain decoding or token SD with nothing step-level about it). ``on_token(b,
-        new)`` hears row b's step so far after every token (or accepted block) it gains.
+        count as the step's first tokens). ``on_done`` is passed to the decoding loop; ``on_token(b, new)``
+        hears row b's step so far after every token (or accepted block) it gains. ``drafter`` and
+        ``rule.gamma`` override the writer's own token-level SD for this call (:class:`WriteRule`).
         """
         starts = [len(r) for r in session.rows] if starts is None else list(starts)
-        conditions = [StopCondition(self.lm.eos_ids, (), b) if free else self.steps.stop_condition(self.lm.eos_ids, b)
+        conditions = [StopCondition(self.lm.eos_ids, (), b) if rule.free else self.steps.stop_condition(self.lm.eos_ids, b)
                       for b in budgets]
         checkers = [StopChecker(condition, self.lm.decode) for condition in conditions]
         drafter = drafter or self.sd_drafter
@@ -80,7 +88,8 @@ class StepWriter:
             hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_token=on_token,
                                on_done=on_done)
         else:
-            run = TokenSDRun(self.sampling, drafter, gamma or self.gamma, self.generator, self.sd_stats, overshoot)
+            run = TokenSDRun(self.sampling, drafter, rule.gamma or self.gamma, self.generator, self.sd_stats,
+                             rule.overshoot)
             hits = decode_rows_sd(session, starts, checkers, run, on_token=on_token, on_done=on_done)
         return [Step(session.rows[b][starts[b]:], self.lm.decode(session.rows[b][starts[b]:]), hit.reason)
                 for b, hit in enumerate(hits)]

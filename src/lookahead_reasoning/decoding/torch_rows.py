@@ -30,7 +30,7 @@ from ..runtime.session import Session
 from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
-from .tools import CycleTools, Gate, LRState, StepWriter, Translator
+from .tools import CycleTools, Gate, LRState, StepWriter, Translator, WriteRule
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
 from .speculative import greedy_accept, speculative_accept
 from .results import CycleTrace
@@ -141,10 +141,9 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier, scores)
     use_rows = tools.row_drafter is not None and plan.gamma != 0
     row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
+    rule = WriteRule(plan.gamma if use_rows else None, plan.overshoot and not drafted, free)
     steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
-                                      gamma=plan.gamma if use_rows else None,
-                                      overshoot=plan.overshoot and not drafted, free=free,
-                                      on_token=kept_as_written(state, rows, drafted))
+                                      on_token=kept_as_written(state, rows, drafted), rule=rule)
     return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
 
 

@@ -14,7 +14,7 @@ The loop (the one every mode runs, :func:`lookahead_reasoning.decoding.driver.de
 
 Every forward runs at the n (new tokens per row) the cost table prices it at: where a forward of a
 larger measured n is cheaper than the one asked for, it is padded to that n (``PlannerConfig.pad``,
-``CostGrid.padded_n``, handed to the runtime as ``decode``'s ``pads``).
+``CostGrid.padded_n``, handed to the runtime as the policy's ``pads``).
 
 A drafted step must start at a step boundary: when a plan with k >= 1 wins but the text is mid-step
 (after an overshooting cycle), the target first finishes the step alone. With draft == target, the
@@ -36,6 +36,7 @@ import logging
 import os
 import platform
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -51,6 +52,7 @@ from ..presets import LR_SD_TOKEN_SD, TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.pair import ModelPair
 from ..settings import Settings, TokenSD, local_settings
+from ..theory.breakeven import BreakEven
 from ..verifiers.base import Verifier
 from . import costs
 from .costs import DRAFT_GRID, TARGET_GRID, CostGrid, CostTable
@@ -178,6 +180,20 @@ class Planning:
             book = Book()
         return cls(CostTable(t_grid, d_grid), book, (t_path, d_path, book_path, rates_path, token_path), config)
 
+    @classmethod
+    def elsewhere(cls, costs: CostTable, book: Book | None = None, config: PlannerConfig | None = None) -> "Planning":
+        """Planning with a given table (measured on another machine, say) and ``book`` (None: nothing learned
+        yet), saved to a throwaway folder only: what ``auto`` would choose there, at the rates learned here."""
+        folder = Path(tempfile.mkdtemp(prefix="lookahead-planning-"))
+        paths = tuple(folder / f"{name}.json" for name in ("target", "draft", "book", "rates", "token-rates"))
+        return cls(costs, book if book is not None else Book(), paths, config or PlannerConfig())
+
+    def break_even(self, context: int, can_sd: bool = True, draft_stop_below: float | None = None) -> BreakEven:
+        """The step acceptance above which k drafted steps beat the best plan without them, on this table
+        and book (:meth:`Planner.break_even <.planner.Planner.break_even>`)."""
+        planner = Planner(self.costs, self.book, self.config, can_sd=can_sd, draft_stop_below=draft_stop_below)
+        return planner.break_even(context)
+
     def save(self) -> None:
         write_json(self.costs.target.to_json(), self.paths[0])
         write_json(self.costs.draft.to_json(), self.paths[1])
@@ -229,7 +245,8 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
         grid.padding = config.pad
     pads = tuple(grid.padded_n if config.pad else None for grid in grids)  # forwards run at the n they are priced at
     policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
-    return decode(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids, pads=pads)
+    policy.pads = pads
+    return decode(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
 
 
 __all__ = ["Planning", "auto_token_sd", "cache_path", "cost_key", "generate_auto", "load_or_profile"]

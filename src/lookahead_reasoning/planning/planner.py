@@ -39,7 +39,7 @@ from typing import Callable
 from ..errors import require
 from ..settings import CyclePlan
 from ..presets import PRESET_K, SCHEDULES
-from ..theory.breakeven import BreakEven, break_even, break_even_requests
+from ..theory.breakeven import BreakEven, Machine, break_even, break_even_requests
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
 from .costs import CostTable
 from .estimates import Book
@@ -241,8 +241,8 @@ class Planner:
                                        overlap=self.costs.overlap)
         token = self.book.token.model(self.draft_stop_below)
         gammas = (0, *self.config.gammas) if self.can_sd and self.draft_stop_below_choices else (0,)
-        overheads = (self.book.token.iteration_overhead.value, self.book.step.cycle_overhead.value)
-        return break_even(self.book.step.model(), token, target, draft, ks, gammas, overheads=overheads)
+        machine = Machine(target, draft, self.book.token.iteration_overhead.value, self.book.step.cycle_overhead.value)
+        return break_even(self.book.step.model(), token, machine, ks, gammas)
 
     def best_alone(self, context: int, prefill: Prefill = (0, 0)) -> tuple[CyclePlan, float]:
         """The fastest plan without drafted steps that writes one step at most (a chunk cut to one step),

@@ -39,6 +39,7 @@ class AutoPolicy:
                  mode: str = "auto"):
         self.planner, self.delimiters, self.on_finish, self.mode = planner, tuple(delimiters), on_finish, mode
         self.k = planner.config.max_k  # the most drafted steps a plan may use (what a run's stats report as k)
+        self.pads: tuple = (None, None)  # the n (target's, draft's) each forward runs at, as the table prices it
         self.chosen: tuple[CyclePlan, float, Position] | None = None  # this cycle's plan, its predicted speed, where
 
     def plan(self, position: Position) -> CyclePlan:

@@ -11,13 +11,12 @@ forward has fixed shapes and fixed addresses, so this path changes two things an
   rows are scratch rows that attend to themselves only), n new tokens per row rounded up to the next
   of ``token_buckets`` (dummy tokens after the real ones, cropped off the cache afterwards, as
   :class:`~.lm.LM`'s ``pad_to`` does), and the cache columns attention reads rounded up to the next
-  *width* (:func:`attended_columns`: 256, 512, ... 4096, then steps of 4096), so that a token's
+  *span* (:func:`~lookahead_reasoning.cache.static.attended_columns`: 256, 512, ... 4096, then steps of 4096), so that a token's
   attention costs what the used columns cost, not the allocation. A shape beyond the buckets (a long
   prompt) runs the same code uncompiled.
 
-The cache needs no sizing: when a row would outgrow the allocated columns, the working rows are
-reallocated longer (twice as long, or as long as the free memory allows) and the recorded forwards,
-which read the old tensors, are made again (:meth:`FastPath.make_room`).
+The cache needs no sizing: a row that would outgrow the allocated columns makes them grow
+(:meth:`FastPath.make_room`; the recordings, which read the old tensors, are made again).
 
 One function, :meth:`FastPath.body`, is what runs: ``(ids, mask, cols) -> hidden``, with the causal
 mask and the positions built inside from the (R, L) mask of real columns. The ``backend`` says how:
@@ -27,20 +26,17 @@ mask and the positions built inside from the (R, L) mask of real columns. The ``
 * ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler);
 * ``"cuda-graphs"``: recorded by hand as one CUDA graph per bucket (needs no compiler);
 * ``"inductor+cuda-graphs"``: inductor's kernels, recorded as CUDA graphs;
-* ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device, without a GPU: a bucket's inputs
-  are copied into the recording's own tensors and its result read from its one output tensor, as a
-  replay does, but each replay runs the forward again. The tests check the graphs' input copies with
-  it, and a walkthrough can show them on a CPU.
+* ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device (:mod:`.graphs`), each replay
+  running the forward again: how the tests check the graphs' input copies without a GPU.
 
-Attention runs through PyTorch's SDPA with the mask, grouped-query heads folded into the query
-(no copy of the keys per query head). flash-attn's kernels take no mask with holes, so this path
-does not use them. The language-model head runs outside the graph on the positions a loop keeps.
+Attention runs through PyTorch's SDPA with the mask, grouped-query heads folded into the query (no
+copy of the keys per query head); flash-attn's kernels take no mask with holes. The language-model
+head runs outside the graph on the positions a loop keeps.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from contextlib import AbstractContextManager, nullcontext
 import functools
 from dataclasses import dataclass
@@ -50,14 +46,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..cache.static import ArenaShape, StaticArena, StaticKVState
+from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes
 from ..errors import ConfigError, require
+from .graphs import Graph, RehearsedGraph
 
 BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")
 GRAPH_BACKENDS = ("cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")  # a recording per bucket shape
 ROW_BUCKETS = (1, 2, 4, 8)
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32)
-FIRST_WIDTH, WIDTH_STEP = 256, 4096  # attended columns: 256, 512, ... doubling to 4096, then steps of 4096
 ATTENTION_NAME = "lookahead-static-sdpa"
 
 
@@ -83,27 +79,6 @@ def default_backend(device: torch.device) -> str | None:
     """The backend a model on ``device`` runs by default: CUDA graphs on a GPU; none (the eager
     ``DynamicCache`` loops) on a CPU, where no compiled backend has been measured faster."""
     return "cuda-graphs" if device.type == "cuda" else None
-
-
-def attended_columns(used: int, length: int) -> int:
-    """The columns a forward's attention reads when its rows hold ``used`` columns (these tokens
-    included) in an arena of ``length``: the next of 256, 512, 1024, 2048, 4096, 8192, 12288, ... (at
-    most twice the used ones below 4096, at most 4095 more above), capped at ``length``."""
-    width = FIRST_WIDTH
-    while width < used:
-        width = width * 2 if width < WIDTH_STEP else width + WIDTH_STEP
-    return min(width, length)
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """Bytes ``device`` can still allocate: the GPU's free memory; the host's free memory for a CPU
-    (None where the system does not say)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -138,8 +113,8 @@ class _Writes:
     """The cache the model's attention layers see in one static forward: ``update`` writes the new
     keys and values of the first R working rows at columns ``cols`` (n,) and returns all L columns."""
 
-    def __init__(self, arena: StaticArena, rows: int, width: int, heads: int, cols: torch.Tensor):
-        self.arena, self.rows, self.width = arena, rows, width
+    def __init__(self, arena: StaticArena, rows: int, span: int, heads: int, cols: torch.Tensor):
+        self.arena, self.rows, self.span = arena, rows, span
         device = cols.device  # where each (row, head, new token) goes: built once, used by every layer
         self.at = (torch.arange(rows, device=device)[:, None, None], torch.arange(heads, device=device)[None, :, None],
                    cols[None, None, :])
@@ -147,7 +122,7 @@ class _Writes:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: Any = None,
                kwargs: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(transformers 5.17 passes ``cache_kwargs``, 5.24 ``kwargs=``: neither says anything needed here.)"""
-        return self.arena.write(layer_idx, self.rows, self.width, self.at, key_states, value_states)
+        return self.arena.write(layer_idx, self.rows, self.span, self.at, key_states, value_states)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # positions are always given: never used for them
         return 0
@@ -229,7 +204,7 @@ class FastPath:
         self.compiles = 0
         self.captures = 0
         self._compiled: Callable | None = None
-        self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        self._graphs: dict[tuple[int, int, int], Graph] = {}
         self._pool = None
         _register_attention()
 
@@ -245,37 +220,22 @@ class FastPath:
         return self.arena.state(rows)
 
     def make_room(self, state: StaticKVState, n: int) -> None:
-        """Make sure ``state`` can take ``n`` more columns: when it cannot, reallocate the working rows
-        twice as long (or just long enough, in steps of 1024, where twice does not fit in the free
-        memory) and forget the recordings, which read the old tensors. ConfigError only when the device
-        cannot hold even that."""
+        """Make sure ``state`` can take ``n`` more columns: where it cannot, the arena grows
+        (:meth:`StaticArena.reserve <lookahead_reasoning.cache.static.StaticArena.reserve>`, within 90% of the
+        free memory) and the recordings, which read the old tensors, are forgotten."""
         if state.room(n):
             return
-        old = self.arena.shape
-        need = -(-(state.length + n) // 1024) * 1024
         free = free_bytes(self.device)
-        budget = None if free is None else 0.9 * (free + old.bytes(self.dtype))
-
-        def fits(length: int) -> bool:
-            return budget is None or ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, length).bytes(
-                self.dtype) < budget
-
-        length = max(need, 2 * old.length) if fits(max(need, 2 * old.length)) else need
-        require(fits(length), f"the static cache needs {length} columns per row for {state.length + n} tokens "
-                f"({ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, length).bytes(self.dtype) / 1e9:.1f} GB "
-                f"for {old.rows} rows) and the {self.device.type} has {(free or 0) / 1e9:.1f} GB free: generate "
-                "fewer tokens, give the compiled path fewer rows (FastPathConfig(rows=...)), or run eagerly "
-                "(fast_path='off')", ConfigError)
-        self._graphs.clear()  # recorded over the old tensors
+        self.arena.reserve(state.length + n, None if free is None else 0.9 * (free + self.arena.shape.bytes(self.dtype)))
+        self._graphs.clear()
         self._compiled = None
-        self.arena.grow(length)
         self.grown += 1
 
     # ------------------------------------------------------------------ the forward
     def body(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """The forward of R rows x n new tokens: ``ids`` (R, n), ``mask`` (R, W) 1 at the columns a row
         holds once these tokens are in (the new ones included), over the W columns attention reads
-        (:func:`attended_columns`), ``cols`` (n,) the columns the new tokens take. Writes their keys and
+        (:func:`~lookahead_reasoning.cache.static.attended_columns`), ``cols`` (n,) the columns the new tokens take. Writes their keys and
         values into the working rows; returns the hidden states (R, n, H)."""
         rows, length = mask.shape
         n = cols.shape[0]
@@ -301,8 +261,8 @@ class FastPath:
         rb, nb, bucketed = self.shape(bsz, n)
         require(nb == n, f"run takes its tokens padded to a bucket already: n={n}, bucket {nb}")
         require(used <= self.arena.shape.length, f"{used} columns do not fit in {self.arena.shape.length}: make_room first")
-        width = attended_columns(used, self.arena.shape.length)
-        mask = torch.zeros(rb, width, dtype=torch.long, device=self.device)
+        span = attended_columns(used, self.arena.shape.length)
+        mask = torch.zeros(rb, span, dtype=torch.long, device=self.device)
         mask[:bsz, :used] = full_mask
         if rb > bsz:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
@@ -339,28 +299,28 @@ class FastPath:
         if graph is None:
             fn = self._compiled_body() if self.config.backend.startswith("inductor") else self.body
             if self.config.backend == "rehearsed-graphs":
-                graph = self._graphs[key] = _RehearsedGraph(fn, ids, mask, cols, None)
+                graph = self._graphs[key] = RehearsedGraph(fn, ids, mask, cols, None)
             else:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
-                graph = self._graphs[key] = _Graph(fn, ids, mask, cols, self._pool)
+                graph = self._graphs[key] = Graph(fn, ids, mask, cols, self._pool)
             self.captures += 1
             return graph.output
         return graph.replay(ids, mask, cols)
 
     def warm(self, rows: tuple[int, ...] | None = None, tokens: tuple[int, ...] | None = None,
-             widths: tuple[int, ...] = (FIRST_WIDTH,)) -> None:
+             spans: tuple[int, ...] = (FIRST_SPAN,)) -> None:
         """Compile (or record) the bucket shapes now, on scratch rows, so that no run pays for it: every
-        row and token bucket (or those given) at each of ``widths`` attended columns (a width is rounded
-        as :func:`attended_columns` rounds it; others are made when a run first needs them)."""
+        row and token bucket (or those given) at each of ``spans`` attended columns (a span is rounded
+        as :func:`~lookahead_reasoning.cache.static.attended_columns` rounds it; others are made when a run first needs them)."""
         if self.config.backend == "eager":
             return
-        for width in sorted({attended_columns(w, self.arena.shape.length) for w in widths}):
+        for span in sorted({attended_columns(w, self.arena.shape.length) for w in spans}):
             for rb in rows or self.config.row_buckets:
                 for nb in tokens or self.config.token_buckets:
                     state = self.new_state(rb)
                     ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
-                    held = torch.ones(rb, max(width, nb), dtype=torch.long, device=self.device)
+                    held = torch.ones(rb, max(span, nb), dtype=torch.long, device=self.device)
                     self.run(ids, held, state)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -368,56 +328,5 @@ class FastPath:
         return self.head(hidden).float()
 
 
-class _Graph:
-    """One bucket's forward recorded as a CUDA graph, with the static tensors it reads and writes.
-
-    A replay reads its inputs from the tensors the recording read (``ids``, ``mask``, ``cols``: each
-    forward's are copied into them) and writes its result into the one tensor the recording wrote
-    (``output``, overwritten by the next replay). Recording runs the forward twice first (on a side
-    stream, as CUDA requires) with the real inputs of the forward that asked for it, so the keys and
-    values it writes are the right ones.
-    """
-
-    def __init__(self, fn: Callable, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor, pool: Any):
-        self.ids, self.mask, self.cols = ids.clone(), mask.clone(), cols.clone()
-        self.output = self._record(fn, pool)
-
-    def _record(self, fn: Callable, pool: Any) -> torch.Tensor:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn(self.ids, self.mask, self.cols)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            output = fn(self.ids, self.mask, self.cols)
-        self.graph.replay()
-        return output
-
-    def _launch(self) -> None:
-        self.graph.replay()
-
-    def replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        self.ids.copy_(ids)
-        self.mask.copy_(mask)
-        self.cols.copy_(cols)
-        self._launch()
-        return self.output
-
-
-class _RehearsedGraph(_Graph):
-    """A :class:`_Graph` without a GPU (backend ``"rehearsed-graphs"``): "recording" keeps the function,
-    a "replay" runs it again on the recording's own input tensors and copies its result into the one
-    output tensor. What a replay would read and return is the same; only the launch is not one."""
-
-    def _record(self, fn: Callable, pool: Any) -> torch.Tensor:
-        self.fn = fn
-        return fn(self.ids, self.mask, self.cols).clone()
-
-    def _launch(self) -> None:
-        self.output.copy_(self.fn(self.ids, self.mask, self.cols))
-
-
-__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "attended_columns", "free_bytes", "check_fast_path", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
+__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "check_fast_path", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
            "default_backend", "masked_attention"]

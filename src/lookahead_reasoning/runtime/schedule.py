@@ -40,6 +40,20 @@ if TYPE_CHECKING:  # pragma: no cover
 Event = list  # one of the module docstring's lists
 
 
+@dataclass(frozen=True)
+class ForwardCall:
+    """One ``Session.logits`` call as a session reports it: the ``extra`` tokens and ``active`` flags it was
+    given, ``keep``, the tokens each row ``fed``, the cache ``columns`` before it, and its clock."""
+
+    extra: list[list[int]]
+    active: list[bool]
+    keep: int
+    fed: list[int]
+    columns: int
+    started: float
+    seconds: float
+
+
 @dataclass
 class ScheduleRecorder:
     """Records the session verbs of the models it is attached to (``attach(lm, "target")``).
@@ -78,10 +92,9 @@ class ScheduleRecorder:
     def new(self, model: str, session: "Session") -> None:
         self.events.append(["new", model, self.sid(session), [len(r) for r in session.rows]])
 
-    def forward(self, model: str, session: "Session", extra: list[list[int]], active: list[bool], keep: int,
-                fed: list[int], columns: int, started: float, seconds: float) -> None:
-        self.events.append(["fwd", model, self.sid(session), [len(e) for e in extra], [int(a) for a in active], keep,
-                            fed, columns, round(started - self.start, 6), round(seconds, 6)])
+    def forward(self, model: str, session: "Session", call: "ForwardCall") -> None:
+        self.events.append(["fwd", model, self.sid(session), [len(e) for e in call.extra], [int(a) for a in call.active],
+                            call.keep, call.fed, call.columns, round(call.started - self.start, 6), round(call.seconds, 6)])
 
     def fork(self, parent: "Session", child: "Session", k: int) -> None:
         self.events.append(["fork", self.sid(parent), self.sid(child), k])
@@ -169,18 +182,7 @@ def replay(events: Sequence[Event], models: dict[str, "LM"], sync: Any = None) -
             _, sid, rows = event
             sessions[sid].select(rows)
         elif kind == "set":
-            _, sid, cached, lengths = event
-            session = sessions[sid]
-            rows = []
-            for row, keep, length in zip(session.rows, cached, lengths):
-                new = row[:keep]
-                if len(new) < length:  # the first new token differs from the old one there: the cache stops at keep
-                    new.append(tokens.other_than(row[keep]) if keep < len(row) else tokens.take(1)[0])
-                    new += tokens.take(length - len(new))
-                rows.append(new)
-            session.set_rows(rows)
-            require(list(session.cached) == list(cached), f"replay of a rollback kept {session.cached} cached tokens, "
-                    f"the recorded run {cached}", ValueError)
+            _set_rows(sessions[event[1]], event[2], event[3], tokens)
         elif kind == "ext":
             _, sid, row, count = event
             sessions[sid].extend(row, tokens.take(count))
@@ -190,6 +192,21 @@ def replay(events: Sequence[Event], models: dict[str, "LM"], sync: Any = None) -
     wall = time.perf_counter() - start
     spent = sum(lm.stats.since(before[name]).seconds for name, lm in models.items())
     return Replayed(wall, spent, counts)
+
+
+def _set_rows(session: "Session", cached: list[int], lengths: list[int], tokens: _Tokens) -> None:
+    """A recorded rollback: each row keeps its first ``cached[b]`` tokens and gets made-up ones up to
+    ``lengths[b]``, the first of them unlike the token it replaces (so the cache stops exactly there)."""
+    rows = []
+    for row, keep, length in zip(session.rows, cached, lengths):
+        new = row[:keep]
+        if len(new) < length:
+            new.append(tokens.other_than(row[keep]) if keep < len(row) else tokens.take(1)[0])
+            new += tokens.take(length - len(new))
+        rows.append(new)
+    session.set_rows(rows)
+    require(list(session.cached) == list(cached), f"replay of a rollback kept {session.cached} cached tokens, "
+            f"the recorded run {cached}", ValueError)
 
 
 def _fed(session: "Session", active: Sequence[Any]) -> list[int]:
@@ -211,4 +228,4 @@ def summary(events: Sequence[Event]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Event", "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]
+__all__ = ["Event", "ForwardCall", "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]

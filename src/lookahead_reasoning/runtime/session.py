@@ -28,6 +28,7 @@ import torch
 
 from ..cache import KVState
 from ..stopping import common_prefix
+from .schedule import ForwardCall
 
 
 class Forward(Protocol):
@@ -97,8 +98,8 @@ class Session:
         started = time.perf_counter()
         logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
         if self.recorder is not None:
-            self.recorder[0].forward(self.recorder[1], self, extra, active, keep, [len(c) for c in chunks], columns,
-                                     started, time.perf_counter() - started)
+            self.recorder[0].forward(self.recorder[1], self, ForwardCall(extra, active, keep, [len(c) for c in chunks],
+                                                                         columns, started, time.perf_counter() - started))
         return logits
 
     # ------------------------------------------------------------------ edits

@@ -43,6 +43,20 @@ GAMMAS = (0, 4, 6, 8, 12)  # token SD plans priced beside plain decoding (0), on
 
 
 @dataclass(frozen=True)
+class Machine:
+    """What a machine costs: ``target(R, n)`` and ``draft(R, n)``, the seconds of a forward of R rows and n
+    new tokens per row, and the host's seconds beside the forwards, ``per_iteration`` of a plan without
+    drafted steps (per token of plain decoding) and ``per_cycle`` of an LR cycle (the planner's
+    ``iteration_overhead`` and ``cycle_overhead``; where a forward takes milliseconds, as on a GPU, they
+    move the answer)."""
+
+    target: CostFn
+    draft: CostFn
+    per_iteration: float = 0.0
+    per_cycle: float = 0.0
+
+
+@dataclass(frozen=True)
 class BreakEven:
     """The best plan without drafted steps (``alone``: its gamma, 0 for plain decoding, and its tokens a
     second) and, per k, the step acceptance above which k drafted steps a cycle beat it (None: never)."""
@@ -52,32 +66,30 @@ class BreakEven:
     alpha1: dict[int, float | None]
 
 
-def best_alone(step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
-               gammas: tuple[int, ...] = GAMMAS, overhead: float = 0.0) -> tuple[int, float]:
-    """The fastest plan that drafts no step: (gamma, tokens per second), gamma 0 being plain decoding;
-    ``overhead``: the host's seconds per iteration (per token of plain decoding) beside the forwards."""
-    rates = {g: step_cycle(g, step, token, target, draft, overhead).rate for g in gammas}
+def best_alone(step: StepRates, token: TokenRates, machine: Machine, gammas: tuple[int, ...] = GAMMAS) -> tuple[int, float]:
+    """The fastest plan that drafts no step on ``machine``: (gamma, tokens per second), gamma 0 being plain decoding."""
+    rates = {g: step_cycle(g, step, token, machine.target, machine.draft, machine.per_iteration).rate for g in gammas}
     gamma = max(rates, key=rates.get)
     return gamma, rates[gamma]
 
 
-def lr_rate(k: int, alpha1: float, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
-            gammas: tuple[int, ...] = GAMMAS, overhead: float = 0.0) -> float:
-    """Tokens per second of the best LR plan with k drafted steps (over ``gammas`` inside the rows) at ``alpha1``;
-    ``overhead``: the host's seconds per cycle beside the forwards."""
+def lr_rate(k: int, alpha1: float, step: StepRates, token: TokenRates, machine: Machine,
+            gammas: tuple[int, ...] = GAMMAS) -> float:
+    """Tokens per second of the best LR plan with k drafted steps (over ``gammas`` inside the rows) at ``alpha1``."""
     at = replace(step, alpha1=alpha1)
-    return max(lr_cycle(k, g, at, token, target, draft, overhead).rate for g in gammas)
+    return max(lr_cycle(k, g, at, token, machine.target, machine.draft, machine.per_cycle).rate for g in gammas)
 
 
-def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRates, target: CostFn,
-                  draft: CostFn) -> float:
+def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRates, machine: Machine) -> float:
     """The closed form of the module docstring for one drafted step and SD at ``gamma`` in the rows (the
     raw root: it may fall outside [0, 1], or be infinite where the plan's speed does not depend on a1)."""
+    target, draft = machine.target, machine.draft
     per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
     lt, ld = step.target_tokens, step.draft_tokens
     n_head = max(0.0, lt - step.head_tokens - 1) / per_iteration
     n_full = max(0.0, lt - 1) / per_iteration
-    fixed = draft(1, max(1, round(lt))) + ld * draft(1, 1) + target(1, max(1, round(ld)) + 1) + step.verify_s
+    fixed = (draft(1, max(1, round(lt))) + ld * draft(1, 1) + target(1, max(1, round(ld)) + 1) + step.verify_s
+             + machine.per_cycle)
     batch = iteration_seconds(gamma, token, target, draft, 2)
     denominator = ld - rate_alone * batch * (n_full - n_head)
     if denominator == 0:
@@ -85,20 +97,15 @@ def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRa
     return (rate_alone * (fixed + batch * n_head) - lt) / denominator
 
 
-def break_even(step: StepRates, token: TokenRates, target: CostFn, draft: CostFn, ks: tuple[int, ...] = (1, 2),
-               gammas: tuple[int, ...] = GAMMAS, tolerance: float = 1e-4,
-               overheads: tuple[float, float] = (0.0, 0.0)) -> BreakEven:
+def break_even(step: StepRates, token: TokenRates, machine: Machine, ks: tuple[int, ...] = (1, 2),
+               gammas: tuple[int, ...] = GAMMAS, tolerance: float = 1e-4) -> BreakEven:
     """Per k in ``ks``, the smallest alpha1 at which the best LR plan with k drafted steps writes more
-    tokens a second than the best plan with none (``step.alpha1`` is not read). Found on a grid of
-    0.01 and refined by bisection to ``tolerance``. ``overheads``: the host's seconds beside the forwards,
-    per iteration of a plan without drafted steps (per token of plain decoding) and per LR cycle (the
-    planner's ``iteration_overhead`` and ``cycle_overhead``); where a forward takes milliseconds, as on a
-    GPU, they move the answer."""
+    tokens a second on ``machine`` than the best plan with none (``step.alpha1`` is not read). Found on
+    a grid of 0.01 and refined by bisection to ``tolerance``."""
     require(all(isinstance(k, int) and k >= 1 for k in ks), f"ks must be integers >= 1, got {ks!r}")
-    per_iteration, per_cycle = overheads
-    gamma, alone = best_alone(step, token, target, draft, gammas, per_iteration)
-    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, target, draft, gammas, per_cycle) - alone,
-                        tolerance) for k in ks}  # alpha1 < 1: at 1 a cycle would never end
+    gamma, alone = best_alone(step, token, machine, gammas)
+    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, machine, gammas) - alone, tolerance)
+             for k in ks}  # alpha1 < 1: at 1 a cycle would never end
     return BreakEven(gamma, alone, found)
 
 
@@ -117,8 +124,7 @@ def _search(gain, tolerance: float) -> float | None:
 
 
 def break_even_requests(step: StepRates, target: CostFn, draft: CostFn | None, ks: tuple[int, ...] = (1, 2),
-                        schedules: tuple[str, ...] = ("sync", "async"), overlap: float = 1.0,
-                        tolerance: float = 1e-4) -> BreakEven:
+                        schedules: tuple[str, ...] = ("sync", "async"), overlap: float = 1.0) -> BreakEven:
     """The same question over a serving engine, where the unit is a request: ``T(R, n)`` is R concurrent
     requests of n tokens after a cached prefix. Without drafted steps the target writes a step in one
     request (:func:`~.costed.chunk_cycle`); with k, a cycle is :func:`~.costed.request_cycle` on the
@@ -130,7 +136,7 @@ def break_even_requests(step: StepRates, target: CostFn, draft: CostFn | None, k
         at = replace(step, alpha1=a1)
         return max(request_cycle(k, s, at, target, draft, 0, overlap).rate for s in schedules)
 
-    return BreakEven(0, alone, {k: _search(lambda a1, k=k: rate(k, a1) - alone, tolerance) for k in ks})
+    return BreakEven(0, alone, {k: _search(lambda a1, k=k: rate(k, a1) - alone, 1e-4) for k in ks})
 
 
-__all__ = ["BreakEven", "GAMMAS", "best_alone", "break_even", "break_even_k1", "break_even_requests", "lr_rate"]
+__all__ = ["BreakEven", "GAMMAS", "Machine", "best_alone", "break_even", "break_even_k1", "break_even_requests", "lr_rate"]
