@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_compiled import Budget, Report, env, fast, free, lossless, sync  # noqa: E402
 
-from lookahead_reasoning.runtime.schedule import forwards, host_gaps, replay  # noqa: E402
+from lookahead_reasoning.planning.costs import price_schedule  # noqa: E402
+from lookahead_reasoning.runtime.schedule import host_gaps, replay  # noqa: E402
 from lookahead_reasoning.testing import real_shape_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,15 +174,6 @@ def main(argv: list[str] | None = None) -> int:
 
 # ---------------------------------------------------------------------------------------------- the report
 
-def priced(events: list, costs: Any) -> float:
-    """The planner's price of a schedule's forwards: T(R, n) of each, from the table it planned with."""
-    total = 0.0
-    for e in forwards(events):
-        grid = costs.target if e[1] == "target" else costs.draft
-        total += grid.seconds(sum(e[4]), max(e[6]), e[7])
-    return total
-
-
 def print_report(data: dict, schedules: Path) -> None:
     """Per target shape and configuration: median tokens/s, speed against ar on the same problems, the
     price the H100 table puts on the same forwards against the replayed time, and the recorded host time."""
@@ -213,7 +205,7 @@ def print_report(data: dict, schedules: Path) -> None:
                 rec = records.get((r["problem_id"], config))
                 if rec is not None:
                     if name == "qwen2.5-coder-1.5b":
-                        ratio.append(priced(rec["events"], costs) / r["forward_s"])
+                        ratio.append(price_schedule(rec["events"], costs) / r["forward_s"])
                     host.append(sum(host_gaps(rec["events"])) / max(1, rec["new_tokens"]))
             med = (lambda xs: f"{statistics.median(xs):.2f}" if xs else "-")
             print(f"| {config} | {med(rates)} | {med(vs)} | {med(ratio)} | {med([h * 1000 for h in host])} ms |")

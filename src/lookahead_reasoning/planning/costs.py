@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..errors import ConfigError, require
 from ..runtime.lm import LM, ForwardTiming
+from ..runtime.schedule import forwards
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,17 @@ def profile(lm: LM, grid: dict[int, tuple[int, ...]] = TARGET_GRID, *, prefix: i
     return CostGrid(points, prefix, per_context)
 
 
+def price_schedule(events: list, costs: CostTable) -> float:
+    """The seconds ``costs`` puts on a recorded run's forwards (:mod:`lookahead_reasoning.runtime.schedule`):
+    T(R, n) of each forward, R its active rows, n the most tokens a row fed, at the cache columns it had
+    (the target's or the draft's grid by the model that ran it). Forwards only: no host time between them."""
+    total = 0.0
+    for event in forwards(events):
+        grid = costs.target if event[1] == "target" else costs.draft
+        total += grid.seconds(sum(event[4]), max(event[6]), event[7])
+    return total
+
+
 def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> set[tuple[int, int]]:
     """Grid points that break what any forward's cost obeys, beyond ``slack``: more tokens per row
     never cost less (T(R, n) <= T(R, n') for n < n'), and more rows never cost less (T(R, n) <=
@@ -279,5 +291,5 @@ def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> se
     return bad
 
 
-__all__ = ["COST_UNITS", "CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "forward_seconds", "out_of_order",
+__all__ = ["COST_UNITS", "CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "forward_seconds", "out_of_order", "price_schedule",
            "profile"]
