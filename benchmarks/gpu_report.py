@@ -28,7 +28,7 @@ from lookahead_reasoning.testing import REAL_SHAPES, REAL_VOCABS
 
 DRAFT = "qwen2.5-coder-0.5b"
 TARGETS = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
-# Acceptance (notebook 07, section 4: auto-bf16-cpu.jsonl): the offline pair's token alpha (accepted / judged),
+# Acceptance (notebook 10, section 5: auto-bf16-cpu.jsonl): the offline pair's token alpha (accepted / judged),
 # its step alpha1 with the exact verifier, and its steps' length; the paper's alpha1 (GSM8K, 7B judge,
 # R1-Distill 1.5B -> 32B).
 OFFLINE = {"alpha": 0.90, "alpha1": 0.40, "step_tokens": 41.0}

@@ -222,21 +222,42 @@ drafted steps are kept up to the first mismatch, which the target's step replace
 """
 
 
-# The order to read the notebooks in (by the number their file name starts with), and what each teaches.
-READING_ORDER: dict[str, str] = {
-    "05": "one token-level SD iteration opened up on tiny models: drafting, one scoring forward, rejection "
+# What each notebook teaches, by the number its file name starts with: the numbers are the reading order
+# (the loop before its formula, measurements last).
+ABOUT: dict[str, str] = {
+    "01": "one token-level SD iteration opened up on tiny models: drafting, one scoring forward, rejection "
           "sampling, the correction or bonus token, the KV cache after it.",
-    "01": "the closed form S(alpha, gamma, c) of token SD and its ceiling 1/(1 - alpha), checked by simulation.",
-    "06": "one Lookahead Reasoning cycle stage by stage (draft k steps, target rows in one batch, verify, "
+    "02": "the same iteration ten thousand times: the emitted token is distributed as the target's p, "
+          "whatever the draft's q, and greedy SD emits the target's argmax.",
+    "03": "the closed form S(alpha, gamma, c) of token SD and its ceiling 1/(1 - alpha), checked by simulation.",
+    "04": "one Lookahead Reasoning cycle stage by stage (draft k steps, target rows in one batch, verify, "
           "accept), checked against the plain reference.",
-    "02": "the step-level formulas f_sync and f_async: when speculating whole steps pays, in units of target steps.",
-    "03": "both layers at once: how to split a parallel budget between drafted steps and drafted tokens.",
-    "04": "the committed benchmark runs against `theory.costed`: predicted and measured speeds, and why "
+    "05": "the same cycle over llama.cpp's server, request by request: the sync and async schedules in time, "
+          "and the planner's price of each.",
+    "06": "the step-level formulas f_sync and f_async: when speculating whole steps pays, in units of target steps.",
+    "07": "both layers at once: how to split a parallel budget between drafted steps and drafted tokens.",
+    "08": "the compiled path a GPU runs: a static KV cache through every fork, selection and rollback beside a "
+          "DynamicCache, bucket shapes, CUDA graphs, and real runs' forward schedules priced for an H100.",
+    "09": "the committed benchmark runs against `theory.costed`: predicted and measured speeds, and why "
           "acceptance is not geometric.",
-    "07": "a measured cost table T(R, n), every plan `auto` may run priced with it, an `auto` trace, and the "
-          "real pair's rates on a model of spare compute: when each layer pays.",
-    "08": "the verifiers on one real step pair, the acceptance / harm-proxy frontier of the pair bank, and a "
+    "10": "a measured cost table T(R, n), every plan `auto` may run priced with it, an `auto` trace, and the "
+          "real pair's rates on a model of spare compute.",
+    "11": "the step acceptance above which a drafted step pays, derived and computed for every runtime measured "
+          "here, against what every verifier reached.",
+    "12": "the verifiers on one real step pair, the acceptance / harm-proxy frontier of the pair bank, and a "
           "drafted step that an embedding accepts and that changes the answer.",
+    "13": "harm measured by the answer: flips of continued pairs, a prediction checked against a run, and the "
+          "end-to-end runs over llama.cpp.",
+}
+
+# The notebooks' earlier names, for links kept elsewhere: old name -> new file stem(s).
+RENAMED: dict[str, str] = {
+    "01_token_sd_ceiling": "03_token_sd_ceiling", "02_step_speculation": "06_step_speculation",
+    "03_budget_split": "07_budget_split", "04_theory_meets_measurement": "09_theory_meets_measurement",
+    "05_inside_one_sd_iteration": "01_inside_one_sd_iteration, 02_sd_is_lossless",
+    "06_inside_one_lr_cycle": "04_inside_one_lr_cycle, 05_lr_over_an_engine",
+    "07_when_each_layer_pays": "10_a_cost_table_and_the_planner, 11_when_each_layer_pays",
+    "08_verifiers": "12_what_a_verifier_accepts, 13_what_a_verifier_costs",
 }
 
 SYNC_NOTE = """\
@@ -254,41 +275,40 @@ FIGURES = """\
 - [auto-regimes.png](../benchmarks/results/auto-regimes.png): the AVX2-only CPU, float32 with oneDNN and
   with the default linears, the same two panels.
 - [verifier-ablation.png](../benchmarks/results/verifier-ablation.png): every verifier on the step-pair
-  bank, acceptance against the share of accepted pairs whose numbers differ (notebook 08 redraws it).
+  bank, acceptance against the share of accepted pairs whose numbers differ (notebook 12 redraws it).
 - Per-run plots (`speedup.png`, `accept_hist.png`, `predicted.png`) sit in `benchmarks/results/*-plots/`;
   [benchmarks/README.md](../benchmarks/README.md#every-figure-in-results) lists and explains them.
 """
 
 
-def _order_key(notebook: Path) -> tuple[int, str]:
-    prefix = notebook.stem.split("_", 1)[0]
-    order = list(READING_ORDER)
-    return (order.index(prefix) if prefix in order else len(order), notebook.name)
 
 
 def index_markdown(notebooks: list[Path], docs: Path = DOCS) -> str:
     """docs/README.md: the notebooks in reading order, one line each, a page marked when missing or stale."""
     lines = ["# Walkthroughs", "",
              "Each notebook runs on tiny random-weight models or on committed benchmark runs, most in under a",
-             "minute on two CPU cores (06 ends by serving the offline pair with llama.cpp's server, where it is",
-             "built: a minute or two more); the pages below show them as they ran, with their printed results",
-             "and figures. Read them in this order: the mechanisms first (05, 06), each followed by its formulas",
-             "(01, then 02 and 03), then the measurements (04, 07, 08).", ""]
-    for n, nb in enumerate(sorted(notebooks, key=_order_key), start=1):
+             "minute on two CPU cores (05 serves the offline pair with llama.cpp's server, where it is built: a",
+             "minute or two more); each opens with what it teaches and how long it runs, and the pages below show",
+             "them as they ran, with their printed results and figures. Their numbers are the reading order: a",
+             "loop first, then its formula (01-03 token SD, 04-07 Lookahead Reasoning), then the compiled path a",
+             "GPU runs (08), then the measurements (09-13).", ""]
+    for n, nb in enumerate(sorted(notebooks), start=1):
         page = page_path(nb, docs)
         state = ""
         if recorded_hash(page) is None:
             state = " (not rendered yet)"
         elif recorded_hash(page) != source_hash(nb):
             state = " (out of date)"
-        about = READING_ORDER.get(nb.stem.split("_", 1)[0], "")
+        about = ABOUT.get(nb.stem.split("_", 1)[0], "")
         lines.append(f"{n}. [{title(nb)}]({page.name}){state}: {about}")
     lines += ["", SYNC_NOTE,
               "The notebooks in `notebooks/` are stored without outputs. Re-render after editing one:", "",
               "    .venv/bin/python scripts/render_docs.py            # all notebooks",
               "    .venv/bin/python scripts/render_docs.py 05         # one of them", "",
               "`tests/test_docs.py` fails when a page is missing or older than its notebook (each page records",
-              "a hash of the notebook's cells in its first line).", ""]
+              "a hash of the notebook's cells in its first line).", "",
+              "Earlier names of the notebooks (links elsewhere may still use them): " +
+              "; ".join(f"`{old}` is now `{new}`" for old, new in RENAMED.items()) + ".", ""]
     return "\n".join(lines) + "\n" + FIGURES + "\n" + DIAGRAMS
 
 

@@ -155,13 +155,36 @@ def test_draw_diagrams_writes_both_pictures(tmp_path):
 
 
 def test_index_gives_the_reading_order_and_says_where_asynchronous_lr_runs():
+    """The index lists the notebooks in the order of their numbers, which is the reading order: list item n
+    is the notebook numbered n."""
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     assert index == render_docs.index_markdown(NOTEBOOKS), "docs/README.md is not what render_docs writes: run it"
-    links = re.findall(r"^\d+\. \[[^\]]*\]\((\d\d)_[^)]*\.md\)", index, re.M)
-    wanted = [n for n in render_docs.READING_ORDER if any(nb.name.startswith(n) for nb in NOTEBOOKS)]
-    assert links == wanted, f"reading order {links}, expected {wanted}"
-    assert all(render_docs.READING_ORDER.get(n) for n in links), "a notebook without its one-line summary"
+    items = re.findall(r"^(\d+)\. \[[^\]]*\]\((\d\d)_[^)]*\.md\)", index, re.M)
+    assert [int(item) for item, _ in items] == [int(number) for _, number in items] == list(range(1, len(NOTEBOOKS) + 1))
+    assert all(render_docs.ABOUT.get(number) for _, number in items), "a notebook without its one-line summary"
     assert "synchronous" in index and "lookahead_reasoning.engine_runtime" in index
+    for old in render_docs.RENAMED:  # an earlier name is listed with what replaced it
+        assert f"`{old}` is now" in index
+
+
+# ------------------------------------------------------------------------------------------ the notebooks
+
+MAX_NOTEBOOK_LINES = 350
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_a_notebook_teaches_one_idea_says_what_and_how_long(notebook):
+    """At most 350 lines of cell source (prose and code, outputs aside), and an opening that says what the
+    reader can do after it and how long it runs."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    lines = sum(len("".join(c["source"]).splitlines()) for c in cells)
+    assert lines <= MAX_NOTEBOOK_LINES, f"{notebook.name}: {lines} lines of cell source (split it)"
+    first = "".join(cells[0]["source"])
+    number = notebook.stem.split("_", 1)[0]
+    assert cells[0]["cell_type"] == "markdown" and first.startswith(f"# {number} · "), notebook.name
+    assert "**After this notebook** you can " in first, f"{notebook.name} does not say what it teaches"
+    assert re.search(r"\*\*Runs in\*\* (about |a few |under )?[\w ,-]*(second|minute)", first), \
+        f"{notebook.name} does not say how long it runs"
 
 
 def test_every_results_figure_is_linked_from_where_a_reader_looks():
@@ -170,3 +193,47 @@ def test_every_results_figure_is_linked_from_where_a_reader_looks():
     for figure in sorted(results.glob("*.png")) + sorted(results.glob("*-plots/*.png")):
         name = figure.relative_to(results).as_posix()
         assert f"results/{name})" in readers, f"benchmarks/results/{name} is linked from no README"
+
+
+# A figure in a page's prose: a decimal, possibly a speedup ("2.94x") or a percentage ("16.7%"); formulas ($...$),
+# inline code and link targets are not prose.
+FIGURE = re.compile(r"(?<![\w.$\\])(\d+\.\d+)(x|%)?(?![\w.])")
+
+
+def _prose_and_printed(page: str) -> tuple[str, str]:
+    """A rendered page split into its prose and what its cells hold or printed (code and output blocks)."""
+    prose, printed, block = [], [], None
+    for line in page.splitlines():
+        if line.startswith("```"):
+            block = None if block else (line[3:].strip() or "code")
+            continue
+        (prose if block is None else printed).append(line)
+    text = "\n".join(prose)
+    for pattern in (r"\$\$.*?\$\$", r"\$[^$\n]*\$", r"`[^`\n]*`", r"\]\([^)]*\)", r"<!--.*?-->"):
+        text = re.sub(pattern, " ", text, flags=re.S)
+    return text, "\n".join(printed)
+
+
+def _is_printed(figure: str, unit: str | None, printed: list[str]) -> bool:
+    digits = len(figure.split(".")[1])
+    wanted = [float(figure)] + ([float(figure) / 100] if unit == "%" else [])
+    for number in printed:
+        places = len(number.split(".")[1])
+        for value, need in zip(wanted, (digits, digits + 2)):
+            if places >= need and round(float(number), need) == round(value, need):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_every_figure_a_page_states_is_one_it_prints(notebook):
+    """The prose of a rendered notebook states no decimal, speedup or percentage that the notebook does not
+    compute or print itself (rounded as printed, or a printed fraction as a percentage): a figure edited by
+    hand, or a notebook rerun to other numbers without its prose, fails here."""
+    page = render_docs.page_path(notebook)
+    if not page.exists():
+        pytest.fail(f"{notebook.name} has no rendered page: {_rerender_hint(notebook)}")
+    prose, printed = _prose_and_printed(page.read_text(encoding="utf-8"))
+    numbers = re.findall(r"\d+\.\d+", printed)
+    stray = sorted({m.group(0) for m in FIGURE.finditer(prose) if not _is_printed(m.group(1), m.group(2), numbers)})
+    assert not stray, f"{page.name} states figures its cells do not print: {stray}"

@@ -139,7 +139,7 @@ def test_the_budget_split_page_quotes_where_each_split_stops_gaining():
     M = 1..64 is reached)."""
     from lookahead_reasoning.theory import best_split
 
-    page = (ROOT / "docs" / "03_budget_split.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "07_budget_split.md").read_text(encoding="utf-8")
     quoted = re.search(r"keeps rising until M = (\d+) in async mode \(([\d.]+)x\) and M = (\d+) in sync mode\s+"
                        r"\(([\d.]+)x\)", page)
     assert quoted, "docs/03 no longer quotes where the split stops gaining: update this test with the page"

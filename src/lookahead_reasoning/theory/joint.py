@@ -20,7 +20,7 @@ The speedup over plain decoding (one token per pass) is ``E[steps] E[L] / E[time
 ``E[max] / E[N]`` wherever rows vary (long gamma, low alpha2, many rows), and by the tokens a step's
 last iteration writes past its end (dropped; this remains at ``k1 = 1``); and where step lengths vary,
 by the batch waiting for its longest step (this remains at ``k2 = 1``). With one step length and
-``k2 = 1`` the two agree (theory/README, section 4; notebook 03 maps the ratio).
+``k2 = 1`` the two agree (theory/README, section 4; notebook 07 maps the ratio).
 """
 
 from __future__ import annotations
