@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
-from lookahead_reasoning.decoding.driver import FixedPlan, run_lr, start_state
+from lookahead_reasoning.decoding.driver import FixedPolicy, run_lr, start_state
 from lookahead_reasoning.decoding.results import LRStats, SDStats
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.settings import Settings, TokenSD
@@ -116,7 +116,7 @@ def test_each_lr_trace_carries_its_cycle_s_token_outcomes_in_row_order():
     stats = LRStats(k=2)
     pair = model_pair(target, draft)
     tools = make_tools(pair, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats)
-    result = run_lr(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedPlan(2), stats)
+    result = run_lr(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedPolicy(2), stats)
     cycles = result.stats.cycles
     assert [o for c in cycles for o in c.token_outcomes] == stats.target_sd.log
     assert len(stats.target_sd.log) > len(cycles) and all(c.sd_iterations == len(c.token_outcomes) for c in cycles)

@@ -19,7 +19,7 @@ import pytest
 from conftest import USER_CACHE, unavailable
 
 from lookahead_reasoning.bench.datasets import load_dataset
-from lookahead_reasoning.decoding.driver import FixedPlan
+from lookahead_reasoning.decoding.driver import FixedPolicy
 from lookahead_reasoning import engine_runtime as runs
 from lookahead_reasoning.steps import closing
 from lookahead_reasoning.errors import EngineError
@@ -123,7 +123,7 @@ def check_lr_writes_the_engines_greedy_text(pair, problems, tokens: int = TOKENS
     for problem in problems:
         messages = math_messages(problem.question)
         reference, logprobs = _engine_greedy(pair, messages, tokens)
-        lr = lr_over(pair, messages, exact, FixedPlan(2), tokens)
+        lr = lr_over(pair, messages, exact, FixedPolicy(2), tokens)
         assert_engine_text(lr.token_ids, reference, logprobs)
         assert lr.stats.cycles and lr.text == "".join(s.text for c in lr.stats.cycles for s in c.kept_steps)
 
@@ -132,8 +132,8 @@ def check_async_and_sync_agree(pair, problem, tokens: int = TOKENS) -> None:
     exact = make_verifier("exact")
     messages = math_messages(problem.question)
     reference, logprobs = _engine_greedy(pair, messages, tokens)
-    asyn = lr_over(pair, messages, exact, FixedPlan(2, schedule="async"), tokens)
-    sync = lr_over(pair, messages, exact, FixedPlan(2), tokens)
+    asyn = lr_over(pair, messages, exact, FixedPolicy(2, schedule="async"), tokens)
+    sync = lr_over(pair, messages, exact, FixedPolicy(2), tokens)
     assert_engine_text(asyn.token_ids, reference, logprobs)
     assert_engine_text(sync.token_ids, reference, logprobs)
     assert any(c.target_rows > 1 for c in asyn.stats.cycles)
@@ -196,7 +196,7 @@ def check_a_server_killed_after_the_first_cycle_is_named(pair, server, question:
 
     with pytest.raises(EngineError, match=f"cannot connect to the engine at {re.escape(server.url)}"):
         try:
-            asyncio.run(runs.alr(pair, math_messages(question), make_verifier("exact"), FixedPlan(1), tokens,
+            asyncio.run(runs.alr(pair, math_messages(question), make_verifier("exact"), FixedPolicy(1), tokens,
                                  kill_after_first))
         finally:  # a run that ends in its first cycle never meets the dead server: the check proves nothing
             assert first_cycle_tokens and first_cycle_tokens[0] < tokens, (
@@ -280,7 +280,7 @@ def test_the_target_loaded_here_scores_llama_cpp_steps_for_the_likelihood_verifi
         own, _ = _engine_greedy(scored, messages, 48)
         view = scored.target.score(scored.prompt_ids(messages), own)
         assert sum(r == 0 for r in view.ranks) >= 0.9 * len(own) and min(view.probs) > 0
-        lr = lr_over(scored, messages, make_verifier("likelihood"), FixedPlan(2), TOKENS)
+        lr = lr_over(scored, messages, make_verifier("likelihood"), FixedPolicy(2), TOKENS)
         judged = [v for c in lr.stats.cycles for v in c.verdicts if v.verifier.startswith("likelihood")]
         assert judged and all(v.score is not None for v in judged)
         assert scorer.calls >= len(judged)

@@ -33,7 +33,7 @@ from test_engine_real import (
 )
 
 from lookahead_reasoning.cli import main
-from lookahead_reasoning.decoding.driver import FixedPlan
+from lookahead_reasoning.decoding.driver import FixedPolicy
 from lookahead_reasoning import engine_runtime as runs
 from lookahead_reasoning.steps import closing
 from lookahead_reasoning.errors import EngineError
@@ -129,7 +129,7 @@ def test_the_commands_run_unchanged_against_vllm(vllm_server, draft_server, tmp_
 
 
 def test_no_llama_cpp_route_or_field_reaches_vllm(pair, vllm_server, sent):
-    lr_over(pair, math_messages("What is 4 + 4?"), make_verifier("exact"), FixedPlan(1), 16)
+    lr_over(pair, math_messages("What is 4 + 4?"), make_verifier("exact"), FixedPolicy(1), 16)
     to_vllm = [(path, body) for url, path, body in sent if url == vllm_server.url]
     assert any(path == "/tokenize" and "messages" in (body or {}) for path, body in to_vllm)
     assert not {path for path, _ in to_vllm} & LLAMA_CPP_ROUTES
@@ -174,7 +174,7 @@ def test_vllm_scores_a_step_as_it_wrote_it_and_the_likelihood_verifier_runs_over
         tie = len(lp.top) > 1 and lp.top[0][1] - lp.top[1][1] <= NEAR_TIE
         assert rank == 0 or tie, f"token {i} of vLLM's greedy text has rank {rank} when scored"
         assert abs(math.log(p) - lp.logprob) <= NEAR_TIE, (i, p, lp.logprob)
-    lr = lr_over(pair, messages, LikelihoodVerifier("max-rank", 0), FixedPlan(2), TOKENS)
+    lr = lr_over(pair, messages, LikelihoodVerifier("max-rank", 0), FixedPolicy(2), TOKENS)
     assert_engine_text(lr.token_ids, reference, logprobs)
     assert [v.verifier for c in lr.stats.cycles for v in c.verdicts] and \
         all(v.verifier == "likelihood:max-rank" for c in lr.stats.cycles for v in c.verdicts)

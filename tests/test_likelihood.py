@@ -19,7 +19,7 @@ from lr_helpers import frequent_char, tiny_lm
 
 from lookahead_reasoning import LookaheadGenerator, Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
-from lookahead_reasoning.decoding.driver import FixedPlan
+from lookahead_reasoning.decoding.driver import FixedPolicy
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
 from lookahead_reasoning.errors import ConfigError, EngineError, VerifierError
@@ -60,7 +60,7 @@ def _three(prompt, draft: str, k: int, make, n: int = 48):
     fast = gen.generate(prompt, max_new_tokens=n)
     ref = generate_lr_reference(TARGET, DRAFTS[draft](), prompt, verifiers[1], Settings(k=k, steps=steps, max_new_tokens=n))
     seam = generate_stepwise(LocalSteps(TARGET, steps), LocalSteps(DRAFTS[draft](), steps), prompt, verifiers[2],
-                             policy=FixedPlan(k), max_new_tokens=n)
+                             policy=FixedPolicy(k), max_new_tokens=n)
     return (fast, ref, seam), verifiers
 
 
@@ -187,7 +187,7 @@ def test_a_step_model_that_cannot_score_is_refused_with_the_verifiers_name():
 
     with pytest.raises(ConfigError, match="likelihood:min-prob.*plain"):
         generate_stepwise(Plain(), LocalSteps(tiny_lm(0), _steps((5, 6, 7))), [5, 6, 7], LikelihoodVerifier(),
-                          policy=FixedPlan(2), max_new_tokens=16)
+                          policy=FixedPolicy(2), max_new_tokens=16)
 
 
 def test_width_two_scores_the_alternatives_too():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
-from lookahead_reasoning.decoding import FixedPlan, decode, generate, run_lr
+from lookahead_reasoning.decoding import FixedPolicy, decode, generate, run_lr
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
@@ -58,7 +58,7 @@ def test_run_lr_with_a_fixed_plan_is_decode():
     stats = LRStats(k=2)
     tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=stats)
     state = start_state(pair, prompt, None, settings.max_new_tokens)
-    result = run_lr(state, tools, FixedPlan(2), stats)
+    result = run_lr(state, tools, FixedPolicy(2), stats)
     assert result.token_ids == expected.token_ids and result.mode == "lr"
     assert len(result.stats.cycles) == len(expected.stats.cycles)
 

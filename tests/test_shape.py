@@ -16,6 +16,7 @@ front doors (generator, cli) import everything.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -205,3 +206,49 @@ def test_the_architecture_notes_list_every_settings_class_and_no_other():
     listed = _table_classes()
     assert settings_like <= listed, f"add to ARCHITECTURE.md's table: {sorted(settings_like - listed)}"
     assert listed <= defined, f"ARCHITECTURE.md's table names classes that are gone: {sorted(listed - defined)}"
+
+
+def _unit(path: Path) -> str:
+    """The unit a source file belongs to: its subpackage, or for a top-level file its module's name."""
+    parts = path.relative_to(SRC).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def _unit_imports() -> dict[str, set[str]]:
+    """unit -> the other units its files import (relative and absolute imports, at any depth in the code)."""
+    units = {_unit(p) for p, _ in _modules()}
+    edges: dict[str, set[str]] = defaultdict(set)
+    for path, tree in _modules():
+        parts = path.relative_to(SRC).parts[:-1]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                target = list(parts)[:len(parts) - node.level + 1] + (node.module.split(".") if node.module else [])
+                names = [target[0]] if target else [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lookahead_reasoning."):
+                names = [node.module.split(".")[1]]
+            else:
+                continue
+            edges[_unit(path)].update(n for n in names if n in units and n != _unit(path))
+    return edges
+
+
+def _floors() -> list[tuple[str, set[str]]]:
+    """ARCHITECTURE.md's floors, bottom first: (floor, its units)."""
+    text = (SRC.parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("## Floors", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    return [(row[1].strip(), set(re.findall(r"`([\w.]+)`", row[2]))) for row in rows]
+
+
+def test_the_architecture_floors_are_the_code_s():
+    """Every unit of the package is on exactly one floor of ARCHITECTURE.md, and none imports a unit on a
+    floor above its own (the package's __init__ and __main__, which wire it, aside)."""
+    floors = _floors()
+    level = {unit: i for i, (_, units) in enumerate(floors) for unit in units}
+    units = {_unit(p) for p, _ in _modules()} - {"__init__", "__main__"}
+    counted = [unit for _, names in floors for unit in names]
+    assert sorted(units) == sorted(counted), (f"not on a floor: {sorted(units - set(counted))}; on one that is not a "
+                                              f"unit, or twice: {sorted(u for u in counted if counted.count(u) > 1 or u not in units)}")
+    upward = [f"{unit} ({floors[level[unit]][0]}) imports {dep} ({floors[level[dep]][0]})"
+              for unit, deps in _unit_imports().items() if unit in level for dep in deps if level[dep] > level[unit]]
+    assert not upward, "\n".join(upward)

@@ -20,7 +20,7 @@ from lr_helpers import (ScriptedPolicy, ScriptedVerifier, at, engine_planner, en
 
 from lookahead_reasoning import Settings, StepConfig
 from lookahead_reasoning.decoding import generate, generate_lr_reference
-from lookahead_reasoning.decoding.driver import FixedPlan
+from lookahead_reasoning.decoding.driver import FixedPolicy
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.stepwise import cycle_over, generate_stepwise
 from lookahead_reasoning.errors import ConfigError
@@ -43,7 +43,7 @@ def _run(prompt, draft: str, plan: CyclePlan, rule=lambda d, t: d == t, n: int =
     steps = _steps(tuple(prompt), cap)
     verifier = ScriptedVerifier(rule)
     result = generate_stepwise(LocalSteps(TARGET, steps), LocalSteps(DRAFTS[draft](), steps), prompt, verifier,
-                               policy=FixedPlan(plan.k, width=plan.width, schedule=plan.schedule), max_new_tokens=n)
+                               policy=FixedPolicy(plan.k, width=plan.width, schedule=plan.schedule), max_new_tokens=n)
     return result, verifier
 
 

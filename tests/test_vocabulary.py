@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "lookahead_reasoning"
 
 OLD_STOP = re.compile(r"\bstop_below\b|\bcheck_stop_below\b|\bstops=|\.stops\b|\b[Pp]lan\.stop\b"
-                      r"|\b(?:Planner|Plan|CyclePlan|FixedPlan|from_rates|model)\([^)]*\bstop=")
+                      r"|\b(?:Planner|Plan|CyclePlan|FixedPolicy|from_rates|model)\([^)]*\bstop=")
 OLD_WIDTH = re.compile(r"\bwidths\b|\.width\(|\bWidthPolicy\b|\b\w*[Tt]iming\.width\b|\bt\.width\b"
                        r"|Timing\([^)]*\bwidth\b|seconds\(\w+, width\b|\bwidth policy\b")
 

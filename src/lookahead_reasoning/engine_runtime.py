@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import CyclePolicy, FixedPlan
+from .decoding.driver import CyclePolicy, FixedPolicy
 from .decoding.results import GenerationResult
 from .decoding.stepwise import agenerate_stepwise
 from .errors import ConfigError, EngineError, require
@@ -109,9 +109,9 @@ class EngineRuntime:
         self.check(mode, settings)
         self.pair.use(settings)
         if mode == "ar":
-            policy = FixedPlan(0, mode="engine-ar", gamma=0)
+            policy = FixedPolicy(0, mode="engine-ar", gamma=0)
         elif mode == "lr":
-            policy = FixedPlan(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
+            policy = FixedPolicy(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
         else:
             require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
@@ -173,7 +173,7 @@ def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
     def each(trace, run) -> None:
         timeline.append((len(run.new), round(time.perf_counter() - start, 4)))
 
-    plan = FixedPlan(0, mode="engine-ar", gamma=0, chunk=window)
+    plan = FixedPolicy(0, mode="engine-ar", gamma=0, chunk=window)
     result = asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), plan, max_new_tokens, each), pair))
     return result, timeline
 
@@ -183,7 +183,7 @@ async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | 
     """The one loop over the engines, for asyncio: cycles of ``policy``'s plans (default: sync LR with mode
     lr's k); the caller that runs the event loop closes the pair's connections on it (other runs may share
     them). Only a policy that drafts needs a draft endpoint."""
-    policy = policy or FixedPlan(mode_k("lr"))
+    policy = policy or FixedPolicy(mode_k("lr"))
     require(pair.draft is not None or getattr(policy, "k", 1) == 0,
             "Lookahead Reasoning over engines needs a draft endpoint or draft model", EngineError)
     ids = pair.prompt_ids(prompt)

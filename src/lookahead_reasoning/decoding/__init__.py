@@ -3,11 +3,11 @@ plain loops it is tested against: autoregressive (``generate``), token-level spe
 and the paper's Algorithm 1 (``generate_lr_reference``)."""
 
 from .autoregressive import decode_rows, generate
-from .driver import CyclePolicy, FixedPlan, decode, fixed_policy, run_lr
+from .driver import CyclePolicy, FixedPolicy, decode, fixed_policy, run_lr
 from .lookahead import run_cycle
 from .reference import generate_lr_reference
 from .results import GenerationResult, SDStats
 from .speculative import decode_rows_sd, generate_sd
 
-__all__ = ["CyclePolicy", "FixedPlan", "GenerationResult", "SDStats", "decode", "decode_rows", "decode_rows_sd",
+__all__ = ["CyclePolicy", "FixedPolicy", "GenerationResult", "SDStats", "decode", "decode_rows", "decode_rows_sd",
            "fixed_policy", "generate", "generate_lr_reference", "generate_sd", "run_cycle", "run_lr"]

@@ -15,7 +15,7 @@ batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles`
 rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
 never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
 
-A mode is a plan. :class:`FixedPlan` plans the same cycle every time and learns nothing: ``ar`` is k = 0
+A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
 that writes the whole answer (``chunk``: no step ends); ``lr`` and ``lr-sd`` draft k steps a cycle
 (:func:`fixed_policy` builds each mode's). Mode ``auto``
@@ -86,7 +86,7 @@ class Cycles(Protocol):
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace: ...
 
 
-class FixedPlan:
+class FixedPolicy:
     """Every cycle runs the same plan: ``k`` drafted steps (``width`` drafts per position, on the
     ``schedule``), the target's rows drafting ``gamma`` tokens an SD iteration (None: the writers' own; 0:
     none) with the draft's confidence stop ``draft_stop_below``. Mid-step the target first writes to the
@@ -214,7 +214,7 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
 FIXED_MODES = ("ar", "sd", "sd-ngram", "lr", "lr-sd")
 
 
-def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPlan]:
+def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
     """Mode ``mode`` as a fixed plan: the settings its runtime reads (``token_sd`` as the mode drafts
     tokens: none for ``ar`` and ``lr``, the draft model for ``sd``, prompt lookup for ``sd-ngram``, the
     given one for ``lr-sd``, each at the mode's gamma) and the policy. ``settings.k`` and ``gamma`` None
@@ -222,20 +222,20 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPlan]:
     require(mode in FIXED_MODES, f"mode {mode!r} is not a fixed plan; fixed plans: {', '.join(FIXED_MODES)}")
     stop = settings.draft_stop_below
     if mode == "ar":
-        return settings.with_overrides(token_sd=None), FixedPlan(0, None, "ar", gamma=0)
+        return settings.with_overrides(token_sd=None), FixedPolicy(0, None, "ar", gamma=0)
     if mode in ("sd", "sd-ngram"):
         gamma = mode_gamma(mode, settings.gamma)
         drafter = "draft" if mode == "sd" else "ngram"
         token_sd = TokenSD(target=drafter, gamma=gamma, ngram_max=(settings.token_sd or TokenSD()).ngram_max,
                            ngram_min=(settings.token_sd or TokenSD()).ngram_min)
         return (settings.with_overrides(token_sd=token_sd),
-                FixedPlan(0, stop if mode == "sd" else None, mode, gamma=gamma))
+                FixedPolicy(0, stop if mode == "sd" else None, mode, gamma=gamma))
     k = mode_k(mode, settings.k)
     if mode == "lr":
-        return settings.with_overrides(token_sd=None, k=k), FixedPlan(k, stop, "lr", width=settings.width)
+        return settings.with_overrides(token_sd=None, k=k), FixedPolicy(k, stop, "lr", width=settings.width)
     given = settings.token_sd or TokenSD(**LR_SD_TOKEN_SD)
     token_sd = replace(given, gamma=mode_gamma(mode, settings.gamma, given.target))
-    return settings.with_overrides(token_sd=token_sd, k=k), FixedPlan(k, stop, "lr-sd", width=settings.width)
+    return settings.with_overrides(token_sd=token_sd, k=k), FixedPolicy(k, stop, "lr-sd", width=settings.width)
 
 
 def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
@@ -246,7 +246,7 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`), which knows whether they share
     one vocabulary. ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps,
     sampling, ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
-    ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPlan` from
+    ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPolicy` from
     :func:`fixed_policy`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
     (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
     tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. A policy's ``pads``
@@ -264,10 +264,10 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
     state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
     result = run_lr(state, tools, policy, stats, on_text, getattr(policy, "pads", (None, None)))
-    if isinstance(policy, FixedPlan) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
+    if isinstance(policy, FixedPolicy) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
         result.stats = stats.target_sd if policy.gamma else None
     return result
 
 
-__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPlan", "Position", "TorchCycles", "decode", "drive",
+__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "decode", "drive",
            "fixed_policy", "run_lr", "run_sync", "start_state"]

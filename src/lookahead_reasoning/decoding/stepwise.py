@@ -33,7 +33,7 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..steps import Step, StepModel, StepRequest, closing
 from ..verifiers.base import Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores
-from .driver import CyclePolicy, FixedPlan, Position, drive
+from .driver import CyclePolicy, FixedPolicy, Position, drive
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle
 from .results import CycleTrace, GenerationResult, LRStats, PlanNote
 from .progress import OnText, stream_for
@@ -255,7 +255,7 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k)."""
     streamer = stream_for(on_text, target.decode)
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedPlan(mode_k("lr")),
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedPolicy(mode_k("lr")),
                                                     max_new_tokens, on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)
