@@ -29,29 +29,12 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..errors import require
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .lm import LM
-    from .session import Session
+from .session import ForwardCall, Session
 
 Event = list  # one of the module docstring's lists
-
-
-@dataclass(frozen=True)
-class ForwardCall:
-    """One ``Session.logits`` call as a session reports it: the ``extra`` tokens and ``active`` flags it was
-    given, ``keep``, the tokens each row ``fed``, the cache ``columns`` before it, and its clock."""
-
-    extra: list[list[int]]
-    active: list[bool]
-    keep: int
-    fed: list[int]
-    columns: int
-    started: float
-    seconds: float
 
 
 @dataclass
@@ -66,12 +49,12 @@ class ScheduleRecorder:
     start: float = field(default_factory=time.perf_counter)
     _next_sid: int = 0
 
-    def attach(self, lm: "LM", model: str) -> None:
+    def attach(self, lm: Any, model: str) -> None:
         """Record ``lm``'s sessions under the name ``model`` (e.g. "target", "draft")."""
         lm.recorder = (self, model)
 
     @staticmethod
-    def detach(lm: "LM") -> None:
+    def detach(lm: Any) -> None:
         lm.recorder = None
 
     @contextmanager
@@ -81,7 +64,7 @@ class ScheduleRecorder:
         yield self.events
 
     # ------------------------------------------------------------------ what a session reports
-    def sid(self, session: "Session") -> int:
+    def sid(self, session: Session) -> int:
         """The number of ``session``, given when it is first seen."""
         sid = getattr(session, "sid", None)
         if sid is None:
@@ -89,23 +72,23 @@ class ScheduleRecorder:
             self._next_sid += 1
         return sid
 
-    def new(self, model: str, session: "Session") -> None:
+    def new(self, model: str, session: Session) -> None:
         self.events.append(["new", model, self.sid(session), [len(r) for r in session.rows]])
 
-    def forward(self, model: str, session: "Session", call: "ForwardCall") -> None:
+    def forward(self, model: str, session: Session, call: ForwardCall) -> None:
         self.events.append(["fwd", model, self.sid(session), [len(e) for e in call.extra], [int(a) for a in call.active],
                             call.keep, call.fed, call.columns, round(call.started - self.start, 6), round(call.seconds, 6)])
 
-    def fork(self, parent: "Session", child: "Session", k: int) -> None:
+    def fork(self, parent: Session, child: Session, k: int) -> None:
         self.events.append(["fork", self.sid(parent), self.sid(child), k])
 
-    def select(self, session: "Session", rows: list[int]) -> None:
+    def select(self, session: Session, rows: list[int]) -> None:
         self.events.append(["select", self.sid(session), list(rows)])
 
-    def set_rows(self, session: "Session") -> None:
+    def set_rows(self, session: Session) -> None:
         self.events.append(["set", self.sid(session), list(session.cached), [len(r) for r in session.rows]])
 
-    def extend(self, session: "Session", row: int, count: int) -> None:
+    def extend(self, session: Session, row: int, count: int) -> None:
         self.events.append(["ext", self.sid(session), row, count])
 
 
@@ -146,7 +129,7 @@ class _Tokens:
         return fresh if fresh != token else (token + 1) % self.vocab
 
 
-def replay(events: Sequence[Event], models: dict[str, "LM"], sync: Any = None) -> Replayed:
+def replay(events: Sequence[Event], models: dict[str, Any], sync: Any = None) -> Replayed:
     """Run ``events`` (:class:`ScheduleRecorder`'s) again on ``models`` (a name -> LM map with the
     recorded names): the same sessions, forks, selections, rollbacks and forwards, on made-up tokens.
 
@@ -194,7 +177,7 @@ def replay(events: Sequence[Event], models: dict[str, "LM"], sync: Any = None) -
     return Replayed(wall, spent, counts)
 
 
-def _set_rows(session: "Session", cached: list[int], lengths: list[int], tokens: _Tokens) -> None:
+def _set_rows(session: Session, cached: list[int], lengths: list[int], tokens: _Tokens) -> None:
     """A recorded rollback: each row keeps its first ``cached[b]`` tokens and gets made-up ones up to
     ``lengths[b]``, the first of them unlike the token it replaces (so the cache stops exactly there)."""
     rows = []
@@ -209,7 +192,7 @@ def _set_rows(session: "Session", cached: list[int], lengths: list[int], tokens:
             f"the recorded run {cached}", ValueError)
 
 
-def _fed(session: "Session", active: Sequence[Any]) -> list[int]:
+def _fed(session: Session, active: Sequence[Any]) -> list[int]:
     """Tokens each active row will feed of its own (its uncached ones, or its last one fed again)."""
     return [max(1, len(r) - c) if a else 0 for r, c, a in zip(session.rows, session.cached, active)]
 
@@ -228,4 +211,4 @@ def summary(events: Sequence[Event]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Event", "ForwardCall", "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]
+__all__ = ["Event", ForwardCall, "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]

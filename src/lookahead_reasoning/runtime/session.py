@@ -22,13 +22,27 @@ recorded: the forward schedule of a run, to replay elsewhere.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
 
 from ..cache import KVState
 from ..stopping import common_prefix
-from .schedule import ForwardCall
+
+
+@dataclass(frozen=True)
+class ForwardCall:
+    """One ``Session.logits`` call as a session reports it: the ``extra`` tokens and ``active`` flags it was
+    given, ``keep``, the tokens each row ``fed``, the cache ``columns`` before it, and its clock."""
+
+    extra: list[list[int]]
+    active: list[bool]
+    keep: int
+    fed: list[int]
+    columns: int
+    started: float
+    seconds: float
 
 
 class Forward(Protocol):
