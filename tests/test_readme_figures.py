@@ -1,0 +1,250 @@
+"""Every figure the README states has its source here: the committed file and the computation it comes from,
+or the constant of the code it restates.
+
+A figure is a decimal ("0.64"), a speedup ("2.94x") or a percentage ("16.0%", "92%") in the README's text
+or tables (code, inline code and link targets aside; the what-to-expect table's rows are held by
+``test_readme.py``). Each one must match an entry of :data:`SOURCES` (the same figure, on a line that holds
+the entry's context) whose computation, run on the committed files, prints that figure. A figure without a
+source fails, and so does one whose source now computes another: a number edited by hand, or a file rerun
+without its sentence.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import statistics
+import tomllib
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from test_harness_table import _script as harness_table_script
+
+from lookahead_reasoning.bench.report import load_results, summarize
+from lookahead_reasoning.planning.costs import CostGrid
+from lookahead_reasoning.presets import DRAFT_STOP_BELOW
+from lookahead_reasoning.testing import REAL_SHAPES, REAL_VOCABS
+from lookahead_reasoning.theory import StepRates, TokenRates, judged_alpha
+from lookahead_reasoning.theory.breakeven import Machine, break_even
+import inspect
+
+from lookahead_reasoning.verifiers.embedding import EmbeddingVerifier
+from lookahead_reasoning.verifiers.likelihood import DEFAULT_THRESHOLDS
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+FIGURE = re.compile(r"(?<![\w.$\\/-])(\d+\.\d+(?:x|%)?|\d+(?:x|%))(?![\w.])")
+
+
+def figures(text: str) -> list[tuple[str, str]]:
+    """(figure, its line) for every figure of the README's prose and tables, as the module docstring says."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    expect = text.split("## What to expect", 1)[1].split("\n## ", 1)[0]
+    found = []
+    for line in text.splitlines():
+        if line.startswith("|") and line in expect:
+            continue
+        clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+", " ", line)
+        found += [(m.group(1), line) for m in FIGURE.finditer(clean)]
+    return found
+
+
+# ------------------------------------------------------------------------------------------ the sources
+
+@functools.cache
+def _jsonl(name: str) -> list[dict]:
+    return [json.loads(line) for line in (RESULTS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _speedup(name: str, mode: str) -> float:
+    return next(row.speedup_of_medians for row in summarize(load_results(RESULTS / name)) if row.mode == mode)
+
+
+def _median_tps(name: str, mode: str) -> float:
+    return next(row.tps_median for row in summarize(load_results(RESULTS / name)) if row.mode == mode)
+
+
+@functools.cache
+def _harness() -> dict[str, list[str]]:
+    table = harness_table_script().report(RESULTS / "harness")
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in table.splitlines()[2:])}
+
+
+@functools.cache
+def _bank() -> dict[str, float]:
+    """Shares of the step-pair bank each verifier accepts (the committed decisions of `verifiers`)."""
+    committed = json.loads((RESULTS / "verifier-ablation.json").read_text(encoding="utf-8"))
+    return {name: sum(d == "1" for d in decisions) / len(decisions) for name, decisions in committed["accepted"].items()}
+
+
+@functools.cache
+def _harm() -> dict:
+    """Flip rates and predicted answers kept per verifier, as notebook 13 computes them."""
+    import numpy as np
+
+    from lookahead_reasoning.bench.ablation import numbers_differ
+    from lookahead_reasoning.bench.flips import harm_rows, read_bank
+
+    grown, _ = read_bank([RESULTS / "pairs-gsm8k.jsonl", RESULTS / "pairs-gsm8k-llamacpp.jsonl"])
+    committed = json.loads((RESULTS / "verifier-ablation.json").read_text(encoding="utf-8"))
+    where = {tuple(key): i for i, key in enumerate(committed["keys"])}
+    at = [where[(r["problem_id"], r["mode"])] for r in grown]
+    min_p = np.array([min(r["target_probs_of_draft"], default=1.0) for r in grown])
+    decisions = {"exact": np.array([r["exact"] for r in grown]),
+                 "embedding-numbers": np.array([committed["accepted"]["embedding-numbers"][i] == "1" for i in at]),
+                 "likelihood@0.3": min_p >= 0.3}
+    assert not numbers_differ([])  # the helper is the bank's own
+    return {row.verifier: row for row in harm_rows(grown, decisions, _jsonl("flips-gsm8k-llamacpp.jsonl"))}
+
+
+def _kept_foreign(name: str, mode: str) -> float:
+    from lookahead_reasoning.bench.flips import kept_foreign_steps
+
+    return statistics.mean(kept_foreign_steps(r) for r in _jsonl(name) if r["mode"] == mode)
+
+
+def _alpha1(name: str, mode_prefix: str) -> float:
+    runs = [r for r in _jsonl(name) if r["mode"].startswith(mode_prefix)]
+    return sum(r["accepted_steps"] for r in runs) / sum(r["judged_pairs"] for r in runs)
+
+
+@functools.cache
+def _gpu(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _grid(points: dict) -> CostGrid:
+    return CostGrid({int(r): {int(n): s for n, s in row.items()} for r, row in points.items()}, prefix=256)
+
+
+_H100 = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
+
+
+def _points(name: str) -> dict[int, dict[int, float]]:
+    """T(R, n) of a shape on the compiled path, as the first H100 run measured it (seconds)."""
+    points = _gpu("gpu-compiled-h100.json")["shapes"][name]["points"]
+    return {int(r): {int(n): s for n, s in row.items()} for r, row in points.items()}
+
+
+def _weight_ms(name: str) -> float:
+    s = REAL_SHAPES[name]
+    h, kv = s["hidden"], s["hidden"] // s["heads"] * s["kv_heads"]
+    layer = 2 * h * h + 2 * h * kv + 3 * h * s["intermediate"]
+    return 2.0 * (s["layers"] * layer + REAL_VOCABS[name] * h) / 3.35e12 * 1e3
+
+
+@functools.cache
+def _pair_rates() -> tuple[float, float]:
+    """The offline pair's token alpha (median of the judged alpha of its sd@g12 runs) and tokens a step (lr@k1)."""
+    records = _jsonl("auto-bf16-cpu.jsonl")
+    alpha = statistics.median(judged_alpha(r) for r in records if r["mode"] == "sd@g12")
+    logs = [c for r in records if r["mode"] == "lr@k1" for c in r["cycle_log"]]
+    return alpha, sum(c["tokens"] for c in logs) / sum(c["accepted"] + c["appended_target_step"] for c in logs)
+
+
+def _pays_above(target: str, key: str) -> str:
+    shapes = _gpu("gpu-compiled-h100-recheck.json")["shapes"]
+    t, d = _grid(shapes[target][key]), _grid(shapes["qwen2.5-coder-0.5b"][key])
+    alpha, step = _pair_rates()
+    point = break_even(StepRates(0.5, round(step), round(step)), TokenRates.plain(alpha),
+                       Machine(lambda r, n: t.seconds(r, n, 300), lambda r, n: d.seconds(r, n, 300))).alpha1[1]
+    return "none" if point is None else f"{point:.2f}"
+
+
+def _fidelity(mode: str, verifier_file: str) -> float:
+    return _speedup(verifier_file, mode)
+
+
+Source = tuple[str, str, Callable[[], str]]  # (context on the figure's line, the figure, what computes it)
+SOURCES: list[Source] = [
+    ("Python 3.11", "3.11", lambda: tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"][2:]),
+    ("stops after a token it gives less than 0.4", "0.4", lambda: f"{DRAFT_STOP_BELOW}"),
+    ("cosine >= 0.85", "0.85", lambda: f"{inspect.signature(EmbeddingVerifier).parameters['threshold'].default}"),
+    ("target probability >= 0.3", "0.3", lambda: f"{DEFAULT_THRESHOLDS['min-prob']}"),
+    # lm-evaluation-harness: the committed table (benchmarks/results/harness), as `harness_table.py --report` prints it
+    ("scored the target alone", "0.64", lambda: _harness()["hf"][2]),
+    ("`--model lookahead` 0.64", "0.64", lambda: _harness()["auto"][2]),
+    ("with `exact` and", "0.64", lambda: _harness()["lr-exact"][2]),
+    ("with the likelihood verifier", "0.62", lambda: _harness()["lr-likelihood"][2]),
+    ("less time a problem", "2.8x", lambda: f"{float(_harness()['hf'][6]) / float(_harness()['auto'][6]):.1f}x"),
+    ("against this library's loop", "2.5x", lambda: f"{float(_harness()['ar'][6]) / float(_harness()['auto'][6]):.1f}x"),
+    # the Modes table's bf16 answers of auto (18/20)
+    ("answers 0.90 for `auto`", "0.90", lambda: f"{_answers_auto_bf16()[0] / _answers_auto_bf16()[1]:.2f}"),
+    # the verifiers table: GSM8K train 200-229, float32
+    ("| `exact` |", "0.78x", lambda: f"{_speedup('fidelity30-exact-fp32-cpu.jsonl', 'lr'):.2f}x"),
+    ("| `exact` |", "2.04x", lambda: f"{_speedup('fidelity30-exact-fp32-cpu.jsonl', 'auto'):.2f}x"),
+    ("| `exact` |", "17.4%", lambda: f"{_bank()['exact']:.1%}"),
+    ("| `embedding-numbers` |", "0.85x", lambda: f"{_speedup('fidelity30-fp32-cpu.jsonl', 'lr'):.2f}x"),
+    ("| `embedding-numbers` |", "2.11x", lambda: f"{_speedup('fidelity30-fp32-cpu.jsonl', 'auto'):.2f}x"),
+    ("| `embedding-numbers` |", "52.0%", lambda: f"{_bank()['embedding-numbers']:.1%}"),
+    # the bank's flips and the likelihood rule
+    ("non-exact pairs `embedding-numbers` accepts change the answer", "16.0%", lambda: f"{_harm()['embedding-numbers'].rate:.1%}"),
+    ("which predicts the 22/30 above", "74%", lambda: f"{(1 - _harm()['embedding-numbers'].rate) ** _kept_foreign('fidelity30-fp32-cpu.jsonl', 'lr'):.0%}"),
+    ("`likelihood` at 0.3 accepts", "0.3", lambda: f"{DEFAULT_THRESHOLDS['min-prob']}"),
+    ("`likelihood` at 0.3 accepts", "25.2%", lambda: f"{_bank()['likelihood@0.3']:.1%}"),
+    ("`likelihood` at 0.3 accepts", "1.45x", lambda: f"{_bank()['likelihood@0.3'] / _bank()['exact']:.2f}x"),
+    ("predicted to keep", "92%", lambda: f"{_harm()['likelihood@0.3'].retention:.0%}"),
+    ("it accepted 1.61x what `exact` accepted", "1.61x",
+     lambda: f"{_alpha1('e2e-llamacpp-likelihood@0.3.jsonl', 'lr@') / _alpha1('e2e-llamacpp.jsonl', 'lr@'):.2f}x"),
+    # the engine against this library's loops (GSM8K train 400-409)
+    ("the engine's plain decoding alone runs", "7.5x",
+     lambda: f"{_median_tps('engine-llamacpp-avx512-cpu.jsonl', 'ar') / _median_tps('engine-scale-pytorch-cpu.jsonl', 'ar'):.1f}x"),
+    # the GPU paragraph: the H100's files
+    *[("On one H100", value, fn) for value, fn in (
+        ("24.2", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-0.5b']['eager_ar_ms']:.1f}"),
+        ("4.62", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-0.5b']['compiled_ar_ms']:.2f}"),
+        ("3.51", lambda: f"{_gpu('gpu-compiled-h100.json')['inductor']['qwen2.5-coder-0.5b']['ar_ms']:.2f}"),
+        ("0.29", lambda: f"{_weight_ms('qwen2.5-coder-0.5b'):.2f}"),
+        ("20.2", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-1.5b']['eager_ar_ms']:.1f}"),
+        ("6.04", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-1.5b']['compiled_ar_ms']:.2f}"),
+        ("4.99", lambda: f"{_gpu('gpu-compiled-h100.json')['inductor']['qwen2.5-coder-1.5b']['ar_ms']:.2f}"),
+        ("0.92", lambda: f"{_weight_ms('qwen2.5-coder-1.5b'):.2f}"),
+        ("28.4", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-7b']['eager_ar_ms']:.1f}"),
+        ("10.6", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-7b']['compiled_ar_ms']:.1f}"),
+        ("4.2", lambda: f"{_weight_ms('qwen2.5-7b'):.1f}"),
+        ("68.1", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-32b']['eager_ar_ms']:.1f}"),
+        ("35.6", lambda: f"{_gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-32b']['compiled_ar_ms']:.1f}"),
+        ("19.1", lambda: f"{_weight_ms('qwen2.5-32b'):.1f}"),
+        ("1.21", lambda: f"{max(_points(n)[r][t] / _points(n)[1][t] for n in _H100 for r in (2, 3, 4) for t in _points(n)[r] if t <= 13):.2f}"),
+        ("0.80", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-coder-1.5b')[1][1]:.2f}"),
+        ("0.13", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-32b')[1][1]:.2f}"),
+        ("0.90", lambda: f"{_pair_rates()[0]:.2f}"),
+        ("0.78", lambda: _pays_above("qwen2.5-7b", "points")),
+        ("0.52", lambda: _pays_above("qwen2.5-32b", "points")),
+        ("0.70", lambda: _pays_above("qwen2.5-7b", "eager_points")),
+        ("0.29", lambda: _pays_above("qwen2.5-32b", "eager_points")),
+        ("0.17", lambda: f"{_alpha1('e2e-llamacpp.jsonl', 'lr@'):.2f}"),
+        ("0.40", lambda: f"{_alpha1('auto-bf16-cpu.jsonl', 'lr@k1'):.2f}"),
+        ("0.63", lambda: "0.63"),  # the paper's reported step acceptance (GSM8K, a 7B judge): a citation
+    )],
+]
+
+
+def _answers_auto_bf16() -> tuple[int, int]:
+    from test_quoted_numbers import _agreement
+
+    answers, _, runs = _agreement(["auto-bf16-calibrated-cpu.jsonl", "engine-scale-pytorch-cpu.jsonl"], "auto")
+    return answers, runs
+
+
+def test_every_figure_the_readme_states_has_its_source():
+    stray = [(figure, line[:100]) for figure, line in figures(README)
+             if not any(figure == value and context in line for context, value, _ in SOURCES)]
+    assert not stray, "figures without a source in tests/test_readme_figures.py:\n" + "\n".join(map(str, stray))
+
+
+@pytest.mark.parametrize("context, figure, compute", SOURCES, ids=[f"{f}@{c[:30]}" for c, f, _ in SOURCES])
+def test_each_source_computes_the_figure_the_readme_states(context, figure, compute):
+    lines = [line for line in README.splitlines() if context in line and figure in line]
+    assert lines, f"the README no longer says {figure} beside {context!r}: drop the source"
+    assert compute() == figure, f"{context!r}: the files give {compute()}, the README says {figure}"
+
+
+def test_a_figure_changed_by_hand_fails():
+    edited = README.replace("1.45x", "1.55x", 1)
+    sources = {(c, f) for c, f, _ in SOURCES}
+    assert any(not any(fig == f and c in line for c, f in sources) for fig, line in figures(edited))
