@@ -143,3 +143,33 @@ def test_ar_and_sd_as_plans_write_what_their_plain_loops_write(temperature):
                 {k: v for k, v in plain.stats.summary().items() if k not in timing}
         else:
             assert one.stats is None
+
+
+class _SameParity:
+    """Accepts a drafted step whose length in characters has the parity of the target's: steps that are
+    not the target's own are kept, deterministically on both runtimes."""
+
+    name = "same-parity"
+
+    def verify(self, pairs):
+        from lookahead_reasoning.verifiers.base import Verdict
+
+        return [Verdict(len(d) % 2 == len(t) % 2, 1.0, "parity", 0.0, self.name) for d, t in pairs]
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_a_loose_verifier_keeps_the_same_steps_on_both_runtimes_cycle_for_cycle(served, width):
+    """Width 1 and 2 with a verifier that accepts steps that are not the target's: the same drafted, accepted
+    and kept steps in every cycle here and over an engine serving the same models."""
+    local = LookaheadGenerator(target=TARGET, draft=DRAFT, verifier=_SameParity(), steps=STEPS, mode="lr", k=2,
+                               width=width)
+    remote = LookaheadGenerator(target=served[0].url, draft=served[1].url, verifier=_SameParity(), steps=STEPS,
+                                mode="lr", k=2, width=width)
+    try:
+        here, there = local.generate(PROMPT, max_new_tokens=N), remote.generate(PROMPT, max_new_tokens=N)
+    finally:
+        remote.close()
+    shape = lambda r: [([s.text for s in c.drafted], c.accepted, [s.text for s in c.kept_steps]) for c in r.stats.cycles]  # noqa: E731
+    assert shape(here) == shape(there) and here.text == there.text
+    foreign = [s for c in here.stats.cycles for s, t in zip(c.drafted[:c.accepted], c.target) if s.text != t.text]
+    assert foreign  # the verifier kept a step the target would not have written
