@@ -5,6 +5,8 @@ changes but the batch it runs in.
         --offset 1000 --limit 50 --max-new-tokens 1024
     .venv/bin/python benchmarks/noise_floor.py --runtime pytorch --dtype bfloat16 \
         --out benchmarks/results/floor-pytorch-bf16-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 512
+    .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --no-cache-prompt --repeat --no-batched \
+        --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 1024
     lookahead-reasoning report benchmarks/results/floor-llamacpp-avx512.jsonl --no-plots
 
 Each problem is decoded greedily (the offline 1.5B target, the question in its chat template) twice:
@@ -110,12 +112,12 @@ class EngineRows:
             return list(pool.map(lambda i: self._one(i, questions[i], budget), range(len(questions))))
 
 
-def run(rows, problems, out: Path, budget: int, repeat: bool = False) -> None:
+def run(rows, problems, out: Path, budget: int, repeat: bool = False, batched: bool = True) -> None:
     from lookahead_reasoning.bench.results import append_record, done_pairs
 
     done = {(pid, mode) for pid, mode, _ in done_pairs(out)}
     alone = ("ar", "ar-again") if repeat else ("ar",)
-    with tqdm(total=(len(alone) + 1) * len(problems), desc="floor", unit="run") as bar:
+    with tqdm(total=(len(alone) + batched) * len(problems), desc="floor", unit="run") as bar:
         def write(rec: dict) -> None:
             append_record(out, rec)  # whole lines, on disk before the next run: an interrupted run resumes
             bar.update(1)
@@ -126,7 +128,7 @@ def run(rows, problems, out: Path, budget: int, repeat: bool = False) -> None:
                     bar.update(1)
                     continue
                 write(record(p, mode, *rows.alone(p.question, budget), rows.label))
-        for i in range(0, len(problems) - 1, 2):
+        for i in range(0, len(problems) - 1 if batched else 0, 2):
             two = problems[i:i + 2]
             if all((p.id, "ar-batched") in done for p in two):
                 bar.update(2)
@@ -149,6 +151,10 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2, help="llama.cpp: the server's threads")
     p.add_argument("--repeat", action="store_true", help="also decode every problem alone a second time (ar-again)")
+    p.add_argument("--no-batched", action="store_true", help="leave out ar-batched (two problems at once)")
+    p.add_argument("--no-cache-prompt", action="store_true",
+                   help="llama.cpp: start the server with its prompt cache off (--no-cache-prompt)")
+    p.add_argument("--slots", type=int, default=4, help="llama.cpp: the server's slots (--parallel)")
     args = p.parse_args()
     if args.limit < 2 or args.limit % 2:
         p.error(f"--limit must be an even number >= 2 (problems run in pairs), got {args.limit}")
@@ -160,14 +166,17 @@ def main() -> int:
     if args.runtime == "pytorch":
         rows = PyTorchRows(args.dtype)
         rows.label.update(machine)
-        run(rows, problems, out, args.max_new_tokens, args.repeat)
+        run(rows, problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
     else:
-        from engine_run import server
+        from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
 
-        with server("llama.cpp", TARGET, args.threads, parallel=4, context=8192) as srv:
+        extra = ("--no-cache-prompt",) if args.no_cache_prompt else ()
+        config = ServerConfig(TARGET, parallel=args.slots, context=2048 * args.slots, threads=args.threads, extra=extra)
+        label = {"runtime": "llama.cpp", "dtype": "q4_k_m", "engine": True, "slots": args.slots,
+                 "cache_prompt": not args.no_cache_prompt, **machine}
+        with LlamaServer(config) as srv:
             print(f"target: {srv.label} at {srv.url}", file=sys.stderr)
-            run(EngineRows(srv.url, {"runtime": "llama.cpp", "dtype": "q4_k_m", "engine": True, **machine}),
-                problems, out, args.max_new_tokens, args.repeat)
+            run(EngineRows(srv.url, label), problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
     return 0
 
 
