@@ -208,11 +208,13 @@ def kernel_profile(lm: LM, forwards: int = 5) -> dict:
         lm.use_fast_path(fast(backend, row_buckets=(1,), token_buckets=(1,)))
         session = lm.session([[(7 + 31 * i) % 200 for i in range(256)]])
         session.logits()
-        for i in range(3):
-            session.logits(extra=[[100 + i]])
+        for i in range(3):  # one new token a forward (extend, then feed): the one-token bucket, recorded
+            session.extend(0, [100 + i])
+            session.logits()
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             for i in range(forwards):
-                session.logits(extra=[[110 + i]])
+                session.extend(0, [110 + i])
+                session.logits()
         rows = prof.key_averages()
         busy = sum(getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)) for r in rows)
         top = sorted(rows, key=lambda r: -getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)))
