@@ -11,8 +11,9 @@ with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU
    tokens (``gpu_compiled.lossless``).
 3. ``context``: the 1.5B shape's greedy AR milliseconds per token after 1k, 4k, 16k and 32k cached
    tokens (the cache grows to hold them; attention reads the used columns rounded up).
-4. ``replay``: per target shape, problem by problem while its share of the budget lasts, every
-   configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
+4. ``replay``: per target shape, first its greedy AR milliseconds a token after 4k cached tokens and T(R, n)
+   for up to 4 rows of 1 and 13 tokens (beta), then problem by problem while its share of the budget lasts,
+   every configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
    seconds inside forwards, forwards per model.
 
     python benchmarks/gpu_schedules.py --out gpu-schedules.json                     # a CUDA machine
@@ -39,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_compiled import Budget, Report, env, fast, free, lossless, sync  # noqa: E402
+from gpu_compiled import Budget, Report, env, fast, free, lossless, points_json, steady_points, sync  # noqa: E402
 
 from lookahead_reasoning.planning.costs import price_schedule  # noqa: E402
 from lookahead_reasoning.runtime.schedule import host_gaps, replay  # noqa: E402
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     report.section(result, "lossless", 30, lambda: lossless(device, (backend,)))
     records = load_schedules(Path(args.schedules), problems=1 if args.rehearse else None)
     draft = real_shape_lm(DRAFT, device, **changes).use_fast_path(fast(backend))
+    report.section(result, "draft", 10, lambda: {"ar_ms_4k": context_ms(draft, (256,) if args.rehearse else (4096,),
+                                                                         16 if args.rehearse else 64)})
 
     def context() -> dict:
         lm = real_shape_lm("qwen2.5-coder-1.5b", device, **changes).use_fast_path(fast(backend, length=4096))
@@ -159,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             target = holder["lm"] = real_shape_lm(name, device, **changes).use_fast_path(fast(backend))
             sync(device)
+            shape = {"ar_ms_4k": context_ms(target, (256,) if args.rehearse else (4096,), 16 if args.rehearse else 64),
+                     "points": points_json(steady_points(target, {1: (1, 13), 2: (1, 13), 4: (1, 13)}, repeats=3))}
             out = replay_shape(target, draft, records, SHARE.get(name, 0.3) * left - (time.perf_counter() - start))
+            out["shape"] = shape
             out["draw_s"] = round(time.perf_counter() - start, 1)
             return out
 
@@ -191,6 +197,12 @@ def print_report(data: dict, schedules: Path) -> None:
             print(f"{name}: {shape.get('error') or shape.get('skipped') if isinstance(shape, dict) else shape}")
             continue
         print(f"\n{name} <- {shape['draft']} ({len({r['problem_id'] for r in runs})} problems)")
+        facts = shape.get("shape", {})
+        if facts:
+            p = {int(r): {int(n): v for n, v in row.items()} for r, row in facts["points"].items()}
+            ms = list(facts["ar_ms_4k"].values())[0]
+            print(f"AR after 4k cached tokens: {ms} ms a token; beta(4 rows, 1 token) {p[4][1] / p[1][1]:.2f}, "
+                  f"beta(4 rows, 13 tokens) {p[4][13] / p[1][13]:.2f}")
         print("| configuration | tok/s (median) | vs ar (median of per-problem ratios) | priced / replayed "
               "(forwards) | host s a token (recorded) |")
         print("|---|---|---|---|---|")
