@@ -234,6 +234,7 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
 
     bench = EngineBench(args.dataset, args.out, args.target_url, draft=args.draft_url, sd=args.sd_url,
                         ngram=args.ngram_url, template=args.template, scorer=args.scorer, modes=args.modes,
+                        target_model=args.target_model, draft_model=args.draft_model,
                         limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=verifier_settings_from_args(args), settings=engine_settings(args))

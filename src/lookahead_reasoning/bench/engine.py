@@ -29,6 +29,7 @@ from typing import Any
 
 from ..decoding.results import GenerationResult
 from ..engine_runtime import EngineRuntime, ar_windows, engine_verifier
+from ..generator import LookaheadGenerator
 from ..errors import ConfigError, require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
@@ -59,7 +60,8 @@ class EngineBench:
     ``draft`` the draft, ``sd`` and ``ngram`` the targets started with the engine's own SD (each needed by
     the modes that use it); ``template``: the served model's tokenizer, for engines that apply no chat
     template themselves; ``scorer``: what scores drafted tokens for the likelihood verifiers
-    (EnginePair's ``scorer``: a name, a URL, or one loaded already)."""
+    (EnginePair's ``scorer``: a name, a URL, or one loaded already); ``target_model``, ``draft_model``: the
+    served models' names, where a server serves several."""
 
     dataset: str
     out: str
@@ -69,6 +71,8 @@ class EngineBench:
     ngram: str | None = None
     template: str | None = None
     scorer: Any = None
+    target_model: str | None = None  # the model names the engines serve (servers of several models)
+    draft_model: str | None = None
     modes: tuple[str, ...] = ("ar", "auto")
     limit: int | None = None
     offset: int = 0
@@ -115,17 +119,26 @@ class EngineRunner:
 
     def __init__(self, bench: EngineBench):
         self.bench = bench
-        self.runtimes: dict[str, EngineRuntime] = {}
-        plain = EngineRuntime(bench.target, bench.draft, bench.settings, None,
-                              {"template": bench.template, "scorer": bench.scorer})
-        self.runtimes["plain"], template = plain, plain.pair.template  # loaded once, if named
+        names = {"target_model": bench.target_model, "draft_model": bench.draft_model}
+
+        bases = {parse_engine_mode(m)[0] for m in bench.modes}
+        mode = "auto" if "auto" in bases else "lr" if bases & {"lr", "lr-sd"} else "ar"  # what the checks hold to
+
+        def runtime(target: str, draft: str | None, names: dict[str, Any]) -> EngineRuntime:
+            """What a LookaheadGenerator over these URLs runs (its checks and refusals included)."""
+            return LookaheadGenerator(target=target, draft=draft, verifier="exact", settings=bench.settings, mode=mode,
+                                      **{k: v for k, v in names.items() if v is not None}).engine
+
+        plain = runtime(bench.target, bench.draft, {**names, "template": bench.template, "scorer": bench.scorer})
+        self.runtimes: dict[str, EngineRuntime] = {"plain": plain}
+        template = plain.pair.template  # loaded once, if named
         if bench.sd:
-            self.runtimes["sd"] = EngineRuntime(bench.sd, bench.draft, bench.settings, None, {"template": template})
+            self.runtimes["sd"] = runtime(bench.sd, bench.draft, {**names, "template": template})
         if bench.ngram:
-            self.runtimes["ngram"] = EngineRuntime(bench.ngram, None, bench.settings, None, {"template": template})
+            self.runtimes["ngram"] = runtime(bench.ngram, None, {"template": template, "target_model": bench.target_model})
         self.verifier = engine_verifier(bench.verifier)  # after connecting: a dead URL fails before a judge loads
-        for runtime in self.runtimes.values():
-            runtime.verifier = self.verifier
+        for each in self.runtimes.values():
+            each.verifier = self.verifier
         self.models = {"target": plain.pair.target.client.model_name(),
                        "draft": plain.pair.draft.client.model_name() if bench.draft else None}
 
