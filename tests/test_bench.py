@@ -165,7 +165,7 @@ def test_mode_suffixes_sweep_gamma_and_k(dataset, tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("sd@x4", "bad mode suffix"), ("sd@g0", "must be >= 1"), ("ar@g4", "does not apply"),
+    ("sd@x4", "bad mode .sd@x4.: write base"), ("sd@g0", "must be >= 1"), ("ar@g4", "does not apply"),
     ("sd@k2", "only applies to lr"), ("auto@g4", "does not apply"), ("warp@g2", "unknown mode"), ("sd,sd", "listed twice"),
 ])
 def test_bad_mode_suffixes(dataset, tmp_path, bad, message):
@@ -316,3 +316,16 @@ def test_every_committed_record_names_its_rates_and_its_verifiers_threshold():
                     record.get("verifier_threshold_recorded") is False, path
             checked += 1
     assert checked > 1000
+
+
+def test_one_label_grammar_reads_every_mode_and_prints_every_plan():
+    """Modes as a user types them (benchmark sweeps, engine modes) and plans as mode auto names them are one
+    grammar: CyclePlan.parse reads what CyclePlan.label prints."""
+    from lookahead_reasoning.settings import CyclePlan, Label
+
+    plans = [CyclePlan(0, gamma=0), CyclePlan(0, gamma=0, chunk=256), CyclePlan(0, gamma=8, draft_stop_below=0.4),
+             CyclePlan(2), CyclePlan(1, gamma=8), CyclePlan(2, 2, "async")]
+    assert [CyclePlan.parse(p.label) for p in plans] == plans
+    assert Label.parse("lr-sd@k2g3") == Label("lr-sd", k=2, gamma=3) and Label.parse("lr@k2-async").schedule == "async"
+    with pytest.raises(ConfigError, match="write base"):
+        Label.parse("lr@g3k2")  # the knobs in their order

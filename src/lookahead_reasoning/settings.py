@@ -13,10 +13,11 @@ in :mod:`lookahead_reasoning.presets`. Single knobs (``k=3``, ``max_new_tokens=6
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import require
+from .errors import ConfigError, require
 from .presets import (
     ALT_TEMPERATURE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -163,9 +164,17 @@ class CyclePlan:
         require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
                 f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
 
+    @classmethod
+    def parse(cls, text: str) -> "CyclePlan":
+        """The plan :attr:`label` printed as ``text`` (:class:`Label`'s grammar); ConfigError otherwise."""
+        label = Label.parse(text)
+        require(label.base in ("ar", "sd", "lr", "lr-sd"), f"{text!r} names no plan: a plan is ar, sd, lr or lr-sd")
+        gamma = label.gamma if label.base in ("sd", "lr-sd") else (0 if label.base == "ar" else None)
+        return cls(label.k or 0, label.width or 1, label.schedule, gamma, label.draft_stop_below, chunk=label.chunk or 0)
+
     @property
     def label(self) -> str:
-        """A short name: "ar", "ar@c256", "sd@g8s0.4", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async"."""
+        """A short name: "ar", "ar@c256", "sd@g8s0.4", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async" (:meth:`parse` reads it)."""
         stop = f"s{self.draft_stop_below:g}" if self.draft_stop_below is not None else ""
         if self.k == 0:
             if self.chunk:
@@ -173,6 +182,47 @@ class CyclePlan:
             return f"sd@g{self.gamma}{stop}" if self.gamma else "ar"
         head = f"lr-sd@k{self.k}g{self.gamma}{stop}" if self.gamma else f"lr@k{self.k}"
         return head + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
+
+
+_LABEL = re.compile(r"^(?P<base>[a-z][a-z-]*?)(?:@(?P<knobs>(?:[kgswc][0-9.]+)+))?(?P<asyn>-async)?$")
+_KNOB = re.compile(r"([kgswc])([0-9.]+)")
+KNOB_NAMES = {"k": "k", "g": "gamma", "s": "draft_stop_below", "w": "width", "c": "chunk"}
+
+
+@dataclass(frozen=True)
+class Label:
+    """A mode or a plan as a user types it and as :attr:`CyclePlan.label` prints it: ``base[@knobs][-async]``,
+    the knobs ``kN`` (drafted steps), ``gN`` (gamma), ``sX`` (the draft's confidence stop), ``wN`` (width)
+    and ``cN`` (chunk) in that order, e.g. ``lr-sd@k2g3``, ``sd@g8s0.4``, ``lr@k2w2-async``, ``ar@c256``."""
+
+    base: str
+    k: int | None = None
+    gamma: int | None = None
+    draft_stop_below: float | None = None
+    width: int | None = None
+    chunk: int | None = None
+    schedule: str = SCHEDULE
+
+    @classmethod
+    def parse(cls, text: str) -> "Label":
+        """The label ``text`` names; ConfigError saying the grammar for anything else."""
+        match = _LABEL.match(text.strip()) if isinstance(text, str) else None
+        knobs = _KNOB.findall(match.group("knobs") or "") if match else []
+        letters = "".join(letter for letter, _ in knobs)
+        require(match is not None and letters == "".join(c for c in "kgswc" if c in letters),
+                f"bad mode {text!r}: write base[@kN][gN][sX][wN][cN][-async] (e.g. lr-sd@k2g3, sd@g8s0.4, lr@k2-async)")
+        values: dict[str, Any] = {}
+        for letter, number in knobs:
+            try:
+                values[KNOB_NAMES[letter]] = float(number) if letter == "s" else int(number)
+            except ValueError:
+                raise ConfigError(f"bad mode {text!r}: {letter}{number} is not a number of the right kind") from None
+        return cls(match.group("base"), schedule="async" if match.group("asyn") else SCHEDULE, **values)
+
+    def given(self) -> set[str]:
+        """The knobs the label sets (``schedule`` when async)."""
+        return {name for name in KNOB_NAMES.values() if getattr(self, name) is not None} | \
+            ({"schedule"} if self.schedule != SCHEDULE else set())
 
 
 def local_settings(settings: Settings | None) -> Settings:
@@ -190,4 +240,4 @@ def local_settings(settings: Settings | None) -> Settings:
     return settings
 
 
-__all__ = ["CyclePlan", "Settings", "TokenSD", "check_draft_stop_below", "local_settings"]
+__all__ = ["CyclePlan", "Label", "Settings", "TokenSD", "check_draft_stop_below", "local_settings"]

@@ -21,7 +21,6 @@ throughput under load.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,25 +32,31 @@ from ..generator import LookaheadGenerator
 from ..errors import ConfigError, require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
-from ..settings import Settings
+from ..settings import Label, Settings
 from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .results import append_record, check_writable, done_pairs, read_records
 from .runner import cycle_records
 
-_MODE = re.compile(r"^(ar|sd|ngram|auto|lr|lr-sd)(?:@k(\d+))?(-async)?$")
+ENGINE_BENCH_MODES = ("ar", "sd", "ngram", "auto", "lr", "lr-sd")
 
 
 def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
-    """(base, k, schedule) of an engine mode name; ConfigError naming the valid forms."""
-    match = _MODE.match(mode.strip())
-    require(match is not None, f"unknown engine mode {mode!r}: use ar, sd, ngram, auto, lr@kN, lr-sd@kN "
-                               f"(append -async to an lr mode for the async schedule)")
-    base, k, asyn = match.group(1), match.group(2), match.group(3)
-    require(k is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take @kN")
-    require(asyn is None or base.startswith("lr"), f"engine mode {mode!r}: only lr modes take -async")
-    return base, int(k) if k else (mode_k("lr") if base.startswith("lr") else None), "async" if asyn else "sync"
+    """(base, k, schedule) of an engine mode name, in :class:`~..settings.Label`'s grammar: ``ar``, ``sd`` and
+    ``ngram`` (the engine's own SD), ``auto``, ``lr@kN`` and ``lr-sd@kN``, an lr mode with ``-async``;
+    ConfigError naming the valid forms."""
+    forms = ("use ar, sd, ngram, auto, lr@kN, lr-sd@kN (append -async to an lr mode for the async schedule)")
+    try:
+        label = Label.parse(mode)
+    except ConfigError:
+        raise ConfigError(f"unknown engine mode {mode!r}: {forms}") from None
+    require(label.base in ENGINE_BENCH_MODES and not label.given() - {"k", "schedule"},
+            f"unknown engine mode {mode!r}: {forms}")
+    lr = label.base.startswith("lr")
+    require(label.k is None or lr, f"engine mode {mode!r}: only lr modes take @kN")
+    require(label.schedule == "sync" or lr, f"engine mode {mode!r}: only lr modes take -async")
+    return label.base, label.k if label.k else (mode_k("lr") if lr else None), label.schedule
 
 
 @dataclass

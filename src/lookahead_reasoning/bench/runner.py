@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Iterable
 from ..errors import require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
+from ..settings import Label
 from ..prompts import math_messages
 from ..verifiers.base import verifier_fields
 from ..verifiers.options import VerifierSettings
@@ -85,27 +85,23 @@ def parse_modes(modes: str | Iterable[str]) -> tuple[str, ...]:
     return names
 
 
-_SUFFIX_RE = re.compile(r"^(?:k(\d+))?(?:g(\d+))?$")
-
-
 def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
     """``"sd@g6"`` -> ("sd", k=None, gamma=6); ``"lr-sd@k2g3"`` -> ("lr-sd", 2, 3); ``"ar"`` -> ("ar", None, None).
 
-    The suffix lets one run sweep gamma (drafted tokens) or k (drafted steps; for ``auto`` the most a
-    plan may use) with the models loaded once; each variant is its own row in the report.
+    The grammar is :class:`~..settings.Label`'s, the one every mode and plan label is written in; a benchmark
+    of this process takes ``@kN`` (k; for ``auto`` the most a plan may use) and ``@gN`` (gamma), so that one
+    run can sweep them with the models loaded once; each variant is its own row in the report.
     """
-    base, _, suffix = mode.partition("@")
-    require(base in ALL_MODES, f"unknown mode {base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
-    if not suffix:
-        return base, None, None
-    m = _SUFFIX_RE.match(suffix)
-    require(m is not None and (m.group(1) or m.group(2)),
-            f"bad mode suffix in {mode!r}: write @gN (gamma), @kN (k) or @kNgM, N >= 1")
-    k, gamma = (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) else None)
+    label = Label.parse(mode)
+    require(label.base in ALL_MODES, f"unknown mode {label.base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
+    extra = sorted(label.given() - {"k", "gamma"})
+    require(not extra, f"{mode!r}: a benchmark of this process takes @kN and @gN, not {', '.join(extra)}")
+    k, gamma = label.k, label.gamma
     require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"k and gamma must be >= 1 in {mode!r}")
-    require(k is None or base in STEP_MODES, f"@k only applies to lr, lr-sd and auto, not {base!r} ({mode!r})")
-    require(gamma is None or base not in ("ar", "hf-generate", "lr", "auto"), f"@g does not apply to {base!r} ({mode!r})")
-    return base, k, gamma
+    require(k is None or label.base in STEP_MODES, f"@k only applies to lr, lr-sd and auto, not {label.base!r} ({mode!r})")
+    require(gamma is None or label.base not in ("ar", "hf-generate", "lr", "auto"),
+            f"@g does not apply to {label.base!r} ({mode!r})")
+    return label.base, k, gamma
 
 
 class ModeRunner:
