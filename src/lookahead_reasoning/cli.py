@@ -30,12 +30,11 @@ from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
-from .decoding.autoregressive import generate
 from .engine_cli import (add_flips_command, add_serve_command, add_url_options, engine_generator, refuse_engine_options,
                          refuse_local_only_options, run_generate_over_engine)
 from .errors import LookaheadError, PromptError, require
+from .generator import LookaheadGenerator
 from .integrations import harness
-from .models import load_model
 from .options import (
     DTYPES,
     add_generator_args,
@@ -47,7 +46,6 @@ from .options import (
 from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET
 from .prompts import math_messages
 from .render import render_html, render_terminal
-from .runtime.lm import LM
 from .sampling import SamplingConfig
 
 
@@ -99,10 +97,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     check_fits_context(args.model, args.max_new_tokens)
     prompt, _ = _question(args)
-    lm = LM.from_loaded(load_model(args.model, dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear))
-    check_fits_context(lm.model, args.max_new_tokens)
-    ids = lm.prompt_ids(prompt, raw=args.raw)
-    result = generate(lm, ids, max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, on_text=_stream)
+    gen = LookaheadGenerator(target=args.model, mode="ar", sampling=sampling, dtype=args.dtype, device=args.device,
+                             cpu_linear=args.cpu_linear)  # one model: the target alone, through the one loop
+    check_fits_context(gen.target.model, args.max_new_tokens)
+    result = gen.generate(prompt, raw=args.raw, max_new_tokens=args.max_new_tokens, seed=args.seed, on_text=_stream)
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
           f"{result.target_forwards} forwards, stop: {result.stop_reason}]")
     return 0
