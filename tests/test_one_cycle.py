@@ -173,3 +173,13 @@ def test_a_loose_verifier_keeps_the_same_steps_on_both_runtimes_cycle_for_cycle(
     assert shape(here) == shape(there) and here.text == there.text
     foreign = [s for c in here.stats.cycles for s, t in zip(c.drafted[:c.accepted], c.target) if s.text != t.text]
     assert foreign  # the verifier kept a step the target would not have written
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd"])
+def test_a_plan_of_one_cycle_streams_its_text_as_it_is_written(mode):
+    """ar and sd write the whole answer in one cycle; a stream still hears it token by token (or block by
+    block), not once at the end."""
+    gen = LookaheadGenerator(target=TARGET, draft=perturbed_copy(TARGET, 0.3, seed=1), verifier="exact")
+    heard: list[str] = []
+    result = gen.generate(PROMPT, mode=mode, max_new_tokens=40, on_text=heard.append)
+    assert "".join(heard) == result.text and len(heard) > 5
