@@ -1,8 +1,8 @@
 """What a generation runs with, in one frozen object: :class:`Settings` (and :class:`TokenSD`, token-level
-SD inside steps); and what one Lookahead Reasoning cycle of it runs: :class:`CyclePlan`, the one contract
-between every policy (fixed ``lr``, mode ``auto`` in this process or over an engine) and every runtime
-that runs cycles. Symbols as in the paper: k drafted steps (k1), W drafts per position (``width``), gamma
-drafted tokens per token-SD iteration inside the target's rows.
+SD inside steps); and what one cycle of it runs: :class:`CyclePlan`, the one contract between every policy
+(each mode's fixed plan, mode ``auto`` in this process or over an engine) and every runtime that runs
+cycles; a mode or a plan as a user types it is a :class:`Label`. Symbols as in the paper: k drafted steps
+(k1), W drafts per position (``width``), gamma drafted tokens per token-SD iteration inside the target's rows.
 
 The generator, the step-level driver, :func:`~.decoding.tools.make_tools` and the token-level loops all
 read their knobs from a ``Settings``; it is checked once, when it is made, and its defaults are the ones
