@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import types
 
 import pytest
 from lr_helpers import at, engine_planner, engine_policy, request_table
@@ -261,19 +262,22 @@ def test_async_plans_pay_for_a_draft_and_a_target_that_slow_each_other():
             async def acomplete(*args, **kwargs):
                 return None
 
-    running = {"n": 0}
+    running, clock = {"n": 0}, {"now": 0.0}
 
-    async def timed(steps, context, rows, n):  # 20 ms alone, 100 ms beside another request
+    async def timed(steps, context, rows, n):  # 20 ms alone, 100 ms beside another request, on a simulated clock
         running["n"] += 1
+        start = clock["now"]
         await asyncio.sleep(0)
         seconds = 0.1 if running["n"] > 1 else 0.02
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(0)
+        clock["now"] = max(clock["now"], start + seconds)
         running["n"] -= 1
         return n, seconds
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(endpoints, "_timed", timed)
+        mp.setattr(endpoints, "time", types.SimpleNamespace(perf_counter=lambda: clock["now"]))
         measured = asyncio.run(endpoints.ameasure(Endpoint(), Endpoint(), [1, 2], rows=1, repeats=1))
         alone = asyncio.run(endpoints.ameasure(Endpoint(), None, [1, 2], rows=1, repeats=1))
-    assert measured.overlap == pytest.approx(5.0, rel=0.3)
+    assert measured.overlap == pytest.approx(5.0)
     assert alone.overlap == 1.0  # no draft, nothing to overlap
