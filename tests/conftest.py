@@ -26,8 +26,10 @@ import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from lookahead_reasoning.models.offline import CONVERTED_SUBDIR, _converted_ok, cache_root, offline_names, offline_spec
+from lookahead_reasoning.models.offline import (CONVERTED_SUBDIR, _converted_ok, _hash_marker, _verified, cache_root,
+                                                offline_names, offline_spec)
 from lookahead_reasoning.models.placement import resolve_dtype
+from lookahead_reasoning.runtime.engine.build import build_dir
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 
@@ -114,10 +116,20 @@ def test_cache(tmp_path_factory) -> Path:
     in spirit: the tests load it from there instead of converting it again (a minute per model)."""
     root = tmp_path_factory.mktemp("lookahead-cache")
     for name in offline_names():
+        spec = offline_spec(name)
         converted = USER_CACHE / name / CONVERTED_SUBDIR
-        if _converted_ok(converted, offline_spec(name)):
-            (root / name).mkdir()
+        if _converted_ok(converted, spec):
+            (root / name).mkdir(exist_ok=True)
             (root / name / CONVERTED_SUBDIR).symlink_to(converted, target_is_directory=True)
+        gguf = USER_CACHE / name / spec.gguf_file
+        if _verified(gguf, spec):  # the joined GGUF and its hash marker, for the engines a notebook starts
+            (root / name).mkdir(exist_ok=True)
+            for path in (gguf, _hash_marker(gguf)):
+                (root / name / path.name).symlink_to(path)
+    server = build_dir(USER_CACHE)  # llama.cpp's server, where it is built: an 8-10 minute build, not redone
+    if (server / "bin" / "llama-server").is_file():
+        (root / "engines").mkdir()
+        (root / "engines" / server.name).symlink_to(server, target_is_directory=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("LOOKAHEAD_REASONING_CACHE", str(root))
     # torch's compiled kernels too: a kernel cached under one ATEN_CPU_CAPABILITY and loaded under another

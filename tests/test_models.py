@@ -249,6 +249,8 @@ def test_the_tests_cache_is_a_temporary_folder(test_cache):
     assert USER_CACHE not in test_cache.parents and test_cache.is_dir()
     for link in test_cache.glob(f"*/{models.CONVERTED_SUBDIR}"):
         assert link.is_symlink() and link.resolve().parent.parent == USER_CACHE.resolve()
+    for link in [*test_cache.glob("*/*.gguf"), *test_cache.glob("engines/*")]:  # joined GGUFs, a built server
+        assert link.is_symlink() and USER_CACHE.resolve() in link.resolve().parents
 
 
 def test_sha256_mismatch_deletes_the_file_and_names_both_hashes(tmp_path, monkeypatch):
