@@ -1,7 +1,7 @@
 """The forward schedules of real runs: what the offline pair's forwards were, mode by mode, to replay on a GPU.
 
-    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --offset 100 --limit 20
-    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --pack benchmarks/results/schedules/gsm8k-100-119.jsonl.gz
+    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --offset 100 --limit 10
+    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --pack benchmarks/results/schedules/gsm8k-100-109.jsonl.gz
     .venv/bin/python benchmarks/record_schedules.py --rehearse --out /tmp/rehearsal.jsonl   # tiny models, 2 problems, 32 tokens
 
 Each GSM8K problem is answered greedily by the real offline pair (bf16 where the CPU has it, else float32;
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="the JSONL file to append to (resumed when it exists)")
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"))
     ap.add_argument("--offset", type=int, default=100)
-    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=512)
     ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
     ap.add_argument("--dtype", default="auto", help="auto: bfloat16 where the CPU has avx512_bf16, else float32")
