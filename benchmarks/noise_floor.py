@@ -170,8 +170,8 @@ def main() -> int:
     else:
         from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
 
-        extra = ("--no-cache-prompt",) if args.no_cache_prompt else ()
-        config = ServerConfig(TARGET, parallel=args.slots, context=2048 * args.slots, threads=args.threads, extra=extra)
+        config = ServerConfig(TARGET, parallel=args.slots, context=2048 * args.slots, threads=args.threads,
+                              cache_prompt=not args.no_cache_prompt)
         label = {"runtime": "llama.cpp", "dtype": "q4_k_m", "engine": True, "slots": args.slots,
                  "cache_prompt": not args.no_cache_prompt, **machine}
         with LlamaServer(config) as srv:

@@ -228,3 +228,26 @@ def test_a_server_and_its_own_processes_die_with_the_process_that_started_them(t
         assert _gone(worker, 5.0), "the server's worker outlived the process that started the server"
     finally:
         starter.kill()
+
+
+def test_the_prompt_cache_is_the_servers_own_setting(tmp_path):
+    """No request carries ``cache_prompt`` (a per-request value would override the server's), so a server
+    started with ``cache_prompt=False`` (``serve-engine --no-prompt-cache``) evaluates every prompt whole."""
+    from lookahead_reasoning.runtime.engine.llamacpp import ServerConfig
+
+    for name, dialect in DIALECTS.items():
+        assert "cache_prompt" not in request_body([1, 2], 8, (), SamplingConfig(), None, 2, dialect), name
+    binary = Path("/bin/llama-server")
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")  # argv only names the file
+    assert "--no-cache-prompt" not in ServerConfig(gguf).argv(binary, 8080)
+    argv = ServerConfig(gguf, cache_prompt=False).argv(binary, 8080)
+    assert argv.count("--no-cache-prompt") == 1
+
+
+def test_no_prompt_cache_is_refused_for_vllm_before_anything_starts(capsys):
+    from lookahead_reasoning.cli import main
+
+    assert main(["serve-engine", "--engine", "vllm", "--no-prompt-cache", "--draft", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "--no-prompt-cache" in err and "vLLM" in err

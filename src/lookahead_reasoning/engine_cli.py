@@ -159,6 +159,9 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
                    help="llama.cpp: KV cache tokens per server, shared by its slots (16384); vllm: max model length "
                         "(4096)")
     s.add_argument("--threads", type=int, default=None, help="CPU threads per server (default: all cores)")
+    s.add_argument("--no-prompt-cache", action="store_true",
+                   help="llama.cpp: evaluate every prompt whole (--no-cache-prompt): greedy requests repeat their "
+                        "text, at the cost of the prefix's evaluation on every request")
     s.add_argument("--port", type=int, default=None, help="the target's port (others: free ports)")
     s.add_argument("--build-only", action="store_true",
                    help="build llama-server (or install vLLM) and prepare the models, then exit")
@@ -172,7 +175,8 @@ def _server(engine: str, model: str, args: argparse.Namespace, port: int | None 
         return VLLMServer(VLLMConfig(model, max_model_len=args.context or 4096, threads=args.threads, port=port,
                                      spec=spec, draft=draft))
     return LlamaServer(ServerConfig(model, parallel=args.parallel, context=args.context or 16384,
-                                    threads=args.threads, port=port, spec=spec, draft=draft))
+                                    threads=args.threads, port=port, spec=spec, draft=draft,
+                                    cache_prompt=not args.no_prompt_cache))
 
 
 def _servers(args: argparse.Namespace) -> dict:
@@ -197,6 +201,9 @@ def _prepare(servers: dict) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
+    require(not args.no_prompt_cache or "vllm" not in (args.engine, args.draft_engine),
+            "--no-prompt-cache is llama.cpp's --no-cache-prompt; vLLM's prefix cache is its own option "
+            "(leave out --enable-prefix-caching when you start vLLM yourself)", ConfigError)
     servers = _servers(args)  # checks every number before anything is built
     _prepare(servers)
     if args.build_only:

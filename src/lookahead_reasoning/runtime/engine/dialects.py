@@ -5,8 +5,10 @@ differences, and an :class:`~.client.EngineClient` finds its endpoint's dialect 
 that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless the endpoint names it:
 
 * :class:`LlamaCpp` (llama.cpp's server): asks for ``__verbose`` (why a completion stopped, its token
-  ids), ``cache_prompt``, ``n_probs``; tokenizes ``content``; applies the chat template with
-  ``/apply-template``. These fields and routes are sent to no other engine.
+  ids) and ``n_probs``; tokenizes ``content``; applies the chat template with ``/apply-template``. These
+  fields and routes are sent to no other engine. It leaves ``cache_prompt`` to the server: on by default
+  (a prompt that shares a slot's cached prefix is evaluated from where they part), off where the server
+  was started with ``--no-cache-prompt`` (every prompt evaluated whole: slower, and repeatable).
 * :class:`VLLM`: asks for ``return_token_ids``; tokenizes ``prompt``; applies the chat template with
   ``/tokenize`` given ``messages`` (the ids come back directly).
 * :class:`OpenAI` (any other OpenAI-compatible server, SGLang for one): the vLLM-style fields, and no
@@ -127,7 +129,8 @@ class LlamaCpp(Dialect):
     name = "llama.cpp"
 
     def completion_fields(self, logprobs: int) -> dict[str, Any]:
-        fields: dict[str, Any] = {"verbose": True, "return_tokens": True, "cache_prompt": True}
+        # no cache_prompt: a per-request value would override the server's --no-cache-prompt
+        fields: dict[str, Any] = {"verbose": True, "return_tokens": True}
         if logprobs:
             fields["n_probs"] = logprobs
         return fields

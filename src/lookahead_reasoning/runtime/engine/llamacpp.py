@@ -42,7 +42,10 @@ class ServerConfig:
 
     ``parallel`` slots serve that many requests at once (the rows of a cycle); ``context`` is the KV
     cache in tokens, shared by the slots; ``spec`` turns on the server's own token-level
-    speculation: "draft" (``draft`` GGUF proposes up to ``spec_max`` tokens) or "ngram".
+    speculation: "draft" (``draft`` GGUF proposes up to ``spec_max`` tokens) or "ngram". ``cache_prompt``
+    False starts it with ``--no-cache-prompt``: every prompt is evaluated whole instead of from where it
+    parts from a slot's cached prefix, which makes a greedy request repeatable and costs the prefix's
+    evaluation on every request (``benchmarks/README.md``, the noise floor).
     """
 
     model: str | os.PathLike
@@ -53,6 +56,7 @@ class ServerConfig:
     spec: str | None = None
     spec_max: int = 8
     port: int | None = None
+    cache_prompt: bool = True
     extra: tuple[str, ...] = ()
     cache_dir: str | os.PathLike | None = None
 
@@ -73,6 +77,8 @@ class ServerConfig:
             argv += ["--spec-type", SPEC_TYPES[self.spec]]
             if self.spec == "draft":
                 argv += ["-md", str(gguf_path(self.draft, self.cache_dir)), "--spec-draft-n-max", str(self.spec_max)]
+        if not self.cache_prompt:
+            argv.append("--no-cache-prompt")
         return argv + list(self.extra)
 
 
