@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def server(engine: str, model: str, threads: int, parallel: int, context: int, spec: str | None = None,
-           spec_max: int = 8, dtype: str = "auto"):
+           spec_max: int = 8, dtype: str = "auto", cache_prompt: bool = True):
     """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
     from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
     from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer
@@ -35,17 +35,18 @@ def server(engine: str, model: str, threads: int, parallel: int, context: int, s
         return VLLMServer(VLLMConfig(model, dtype=dtype, threads=threads, kv_cache_gib=1, spec=spec, draft=draft,
                                      spec_tokens=min(spec_max, 4) if spec else 4))
     return LlamaServer(ServerConfig(model, parallel=parallel, context=context, threads=threads, spec=spec,
-                                    draft=draft, spec_max=spec_max))
+                                    draft=draft, spec_max=spec_max, cache_prompt=cache_prompt))
 
 
 @contextlib.contextmanager
 def servers(modes: str, threads: int = 2, parallel: int = 4, context: int = 8192, spec_max: int = 8,
-            engine: str = "llama.cpp", draft_engine: str = "llama.cpp", dtype: str = "auto"):
-    """The servers ``modes`` need, started on loopback and stopped on exit: role -> URL."""
+            engine: str = "llama.cpp", draft_engine: str = "llama.cpp", dtype: str = "auto", cache_prompt: bool = True):
+    """The servers ``modes`` need, started on loopback and stopped on exit: role -> URL (``cache_prompt``
+    False: llama.cpp's servers evaluate every prompt whole)."""
     from lookahead_reasoning.bench.engine import parse_engine_mode
 
     bases = {parse_engine_mode(m)[0] for m in modes.split(",")}
-    common = dict(threads=threads, parallel=parallel, context=context, dtype=dtype)
+    common = dict(threads=threads, parallel=parallel, context=context, dtype=dtype, cache_prompt=cache_prompt)
     chosen = {"target": server(engine, "qwen2.5-coder-1.5b", **common)}
     if bases & {"lr", "lr-sd", "auto"}:
         chosen["draft"] = server(draft_engine, "qwen2.5-coder-0.5b", **common)
@@ -87,14 +88,18 @@ def main() -> int:
     p.add_argument("--verifiers", default="exact", help="comma-separated (name or name@threshold): the first runs "
                    "every mode into --out, each other one the lr modes into --out with -<verifier> before .jsonl")
     p.add_argument("--scorer", default=None, help="for likelihood verifiers over llama.cpp: the target loaded here")
+    p.add_argument("--no-prompt-cache", action="store_true",
+                   help="llama.cpp: start every server with --no-cache-prompt (prompts evaluated whole, repeatable)")
     p.add_argument("--chunk", type=int, default=0, help="problems per round of all verifiers (0: all at once), so "
                                                         "that a stopped run leaves every file on the same problems")
     args = p.parse_args()
+    if args.no_prompt_cache and "vllm" in (args.engine, args.draft_engine):
+        p.error("--no-prompt-cache is llama.cpp's --no-cache-prompt; vLLM's servers here always cache prefixes (--enable-prefix-caching)")
     verifiers = [v.strip() for v in args.verifiers.split(",") if v.strip()]
     lr_modes = ",".join(m for m in args.modes.split(",") if m.startswith("lr")) or args.modes
     ends = range(args.chunk, args.limit + args.chunk, args.chunk) if args.chunk else [args.limit]
     with servers(args.modes, args.threads, max(args.parallel, args.concurrency * 3), 8192 * max(1, args.concurrency),
-                 args.spec_max, args.engine, args.draft_engine, args.dtype) as urls:
+                 args.spec_max, args.engine, args.draft_engine, args.dtype, not args.no_prompt_cache) as urls:
         scorer = make_scorer(args.scorer, Settings()) if args.scorer else None  # loaded once, for every round
         for end in ends:
             for i, spec in enumerate(verifiers):

@@ -6,7 +6,7 @@ changes but the batch it runs in.
     .venv/bin/python benchmarks/noise_floor.py --runtime pytorch --dtype bfloat16 \
         --out benchmarks/results/floor-pytorch-bf16-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 512
     .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --no-cache-prompt --repeat --no-batched \
-        --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 1024
+        --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 20 --max-new-tokens 1024
     lookahead-reasoning report benchmarks/results/floor-llamacpp-avx512.jsonl --no-plots
 
 Each problem is decoded greedily (the offline 1.5B target, the question in its chat template) twice:
@@ -153,7 +153,8 @@ def main() -> int:
     p.add_argument("--repeat", action="store_true", help="also decode every problem alone a second time (ar-again)")
     p.add_argument("--no-batched", action="store_true", help="leave out ar-batched (two problems at once)")
     p.add_argument("--no-cache-prompt", action="store_true",
-                   help="llama.cpp: start the server with its prompt cache off (--no-cache-prompt)")
+                   help="llama.cpp: start the server with its prompt cache off (--no-cache-prompt): every prompt "
+                        "evaluated whole")
     p.add_argument("--slots", type=int, default=4, help="llama.cpp: the server's slots (--parallel)")
     args = p.parse_args()
     if args.limit < 2 or args.limit % 2:
