@@ -5,8 +5,8 @@ changes but the batch it runs in.
         --offset 1000 --limit 50 --max-new-tokens 1024
     .venv/bin/python benchmarks/noise_floor.py --runtime pytorch --dtype bfloat16 \
         --out benchmarks/results/floor-pytorch-bf16-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 512
-    .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --no-cache-prompt --repeat --no-batched \
-        --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 20 --max-new-tokens 1024
+    .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --no-cache-prompt --repeat \
+        --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 1024
     lookahead-reasoning report benchmarks/results/floor-llamacpp-avx512.jsonl --no-plots
 
 Each problem is decoded greedily (the offline 1.5B target, the question in its chat template) twice:

@@ -101,6 +101,9 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
     again, batched = (_agreement(["floor-llamacpp-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
     assert (f"run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; beside a second request: "
             f"{batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
+    again, batched = (_agreement(["floor-llamacpp-nocache-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
+    assert (f"llama.cpp with its prompt cache off, run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; "
+            f"beside a second request: {batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
     bf16 = _agreement(["floor-pytorch-bf16-avx512.jsonl"], "ar-batched")
     assert f"bf16, as one row of a batch of two: answer {bf16[0]}/{bf16[2]}, text {bf16[1]}/{bf16[2]}" in ar_row
     fp32 = _agreement(["floor-pytorch-float32-avx512.jsonl"], "ar-batched")
@@ -112,6 +115,7 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
 
 
 @pytest.mark.parametrize("name, modes", [("floor-llamacpp-avx512.jsonl", ("ar-again", "ar-batched")),
+                                         ("floor-llamacpp-nocache-avx512.jsonl", ("ar-again", "ar-batched")),
                                          ("floor-pytorch-bf16-avx512.jsonl", ("ar-batched",)),
                                          ("floor-pytorch-float32-avx512.jsonl", ("ar-batched",))])
 def test_the_noise_floor_tables_are_what_report_prints(name, modes):
@@ -286,3 +290,16 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
         row = (f"| H100 {label}, 1.5B / 7B / 32B target | - | - | - | - | {' / '.join(c[0] for c in cols)} | "
                f"{' / '.join(c[1] for c in cols)} |")
         assert row in BENCH_README, row
+
+
+def test_what_the_prompt_cache_costs_is_what_the_side_by_side_files_hold():
+    import statistics
+
+    on, off = ({(r["mode"], r["problem_id"]): r for r in load_results(RESULTS / f"prompt-cache-{c}-avx512.jsonl")}
+               for c in ("on", "off"))
+    assert set(on) == set(off) and len(on) == 8
+    for mode, label in (("ar", "`ar` ran at"), ("lr@k2", "`lr@k2` with `exact` at")):
+        ratios = [off[key]["tokens_per_s"] / on[key]["tokens_per_s"] for key in on if key[0] == mode]
+        quoted = f"{label} {statistics.median(ratios):.2f}"
+        assert quoted in BENCH_README.replace("\n  ", " "), quoted
+        assert f"{min(ratios):.2f}-{max(ratios):.2f}" in BENCH_README, (mode, ratios)
