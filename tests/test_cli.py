@@ -395,9 +395,11 @@ def test_option_parsing_errors_take_one_line(argv, message, capsys):
     (["generate", "--template", "qwen2.5-coder-1.5b", "--prompt", "What is 2 + 3?"], "--template"),
 ])
 def test_an_engine_option_without_an_engine_is_refused_before_anything_loads(argv, named, capsys, monkeypatch):
-    import lookahead_reasoning.cli as cli
+    def loaded(*a, **k):
+        pytest.fail("a model loaded")
 
-    monkeypatch.setattr(cli, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    for where in ("runtime.pair", "runtime.engine.pair"):  # the generator's models; the scorer
+        monkeypatch.setattr(f"lookahead_reasoning.{where}.load_model", loaded)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {named}: for a target served by an engine (--target-url URL)"), err
