@@ -7,12 +7,14 @@ changes but the batch it runs in.
         --out benchmarks/results/floor-pytorch-bf16-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 512
     .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --no-cache-prompt --repeat \
         --out benchmarks/results/floor-llamacpp-nocache-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 1024
+    .venv/bin/python benchmarks/noise_floor.py --runtime vllm --repeat \
+        --out benchmarks/results/floor-vllm-avx512.jsonl --offset 1000 --limit 20 --max-new-tokens 1024
     lookahead-reasoning report benchmarks/results/floor-llamacpp-avx512.jsonl --no-plots
 
 Each problem is decoded greedily (the offline 1.5B target, the question in its chat template) twice:
 
-* ``ar``: alone, one row (this process: one forward per token over one row; llama.cpp's server: one
-  request with nothing else in flight);
+* ``ar``: alone, one row (this process: one forward per token over one row; llama.cpp's or vLLM's server:
+  one request with nothing else in flight);
 * ``ar-again`` (with ``--repeat``): alone once more, the floor of repetition itself;
 * ``ar-batched``: beside the next problem of the list (problems 2i and 2i + 1 together): this process
   runs both as the two rows of every forward, llama.cpp's server receives both requests at once and
@@ -142,7 +144,7 @@ def main() -> int:
     from lookahead_reasoning.models.hardware import cpu_flags
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runtime", choices=["pytorch", "llama.cpp"], required=True)
+    p.add_argument("--runtime", choices=["pytorch", "llama.cpp", "vllm"], required=True)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="pytorch: the target's dtype")
     p.add_argument("--out", required=True, help="results JSONL (resumes)")
     p.add_argument("--dataset", default=str(ROOT.parent / "shared/data/gsm8k/train.jsonl"))
@@ -159,6 +161,8 @@ def main() -> int:
     args = p.parse_args()
     if args.limit < 2 or args.limit % 2:
         p.error(f"--limit must be an even number >= 2 (problems run in pairs), got {args.limit}")
+    if args.no_cache_prompt and args.runtime != "llama.cpp":
+        p.error("--no-cache-prompt is llama.cpp's; vLLM's servers here cache prefixes (--enable-prefix-caching)")
     problems = list(load_jsonl(args.dataset, limit=args.limit, offset=args.offset))
     flags = cpu_flags() or set()
     machine = {"avx512_bf16": "avx512_bf16" in flags}
@@ -168,6 +172,15 @@ def main() -> int:
         rows = PyTorchRows(args.dtype)
         rows.label.update(machine)
         run(rows, problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
+    elif args.runtime == "vllm":
+        from lookahead_reasoning.models.placement import cpu_supports_bf16
+        from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer
+
+        dtype = "bfloat16" if cpu_supports_bf16() else "float32"  # what VLLMConfig's "auto" picks on a CPU
+        label = {"runtime": "vllm", "dtype": dtype, "engine": True, "prefix_caching": True, **machine}
+        with VLLMServer(VLLMConfig(TARGET, threads=args.threads, kv_cache_gib=1)) as srv:
+            print(f"target: {srv.label} at {srv.url}", file=sys.stderr)
+            run(EngineRows(srv.url, label), problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
     else:
         from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
 

@@ -104,6 +104,8 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
     again, batched = (_agreement(["floor-llamacpp-nocache-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
     assert (f"llama.cpp with its prompt cache off, run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; "
             f"beside a second request: {batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
+    assert (f"beside a second request `ar` kept {batched[0]} of {batched[2]} answers and {batched[1]} of {batched[2]} "
+            "texts with the cache off") in README
     bf16 = _agreement(["floor-pytorch-bf16-avx512.jsonl"], "ar-batched")
     assert f"bf16, as one row of a batch of two: answer {bf16[0]}/{bf16[2]}, text {bf16[1]}/{bf16[2]}" in ar_row
     fp32 = _agreement(["floor-pytorch-float32-avx512.jsonl"], "ar-batched")

@@ -152,6 +152,11 @@ def _pair_rates() -> tuple[float, float]:
     return alpha, sum(r["new_tokens"] for r in lr) / sum(r["summary"]["cycles"] * r["summary"]["steps_per_cycle"] for r in lr)
 
 
+def _cache_off_ratio(mode: str) -> str:
+    on, off = ({(r["mode"], r["problem_id"]): r for r in _jsonl(f"prompt-cache-{c}-avx512.jsonl")} for c in ("on", "off"))
+    return f"{statistics.median(off[k]['tokens_per_s'] / on[k]['tokens_per_s'] for k in on if k[0] == mode):.2f}"
+
+
 @functools.cache
 def _schedule_ratio(config: str, target: str) -> str:
     """Median over problems of a recorded run's tokens a second over `ar`'s, both priced by the first H100
@@ -211,6 +216,8 @@ SOURCES: list[Source] = [
     ("predicted to keep", "92%", lambda: f"{_harm()['likelihood@0.3'].retention:.0%}"),
     ("it accepted 1.61x what `exact` accepted", "1.61x",
      lambda: f"{_alpha1('e2e-llamacpp-likelihood@0.3.jsonl', 'lr@') / _alpha1('e2e-llamacpp.jsonl', 'lr@'):.2f}x"),
+    # llama.cpp's prompt cache: lr's speed with it off over its speed with it on, problem by problem
+    ("makes `ar` repeat itself exactly, at some speed", "0.73", lambda: _cache_off_ratio("lr@k2")),
     # the engine against this library's loops (GSM8K train 400-409)
     ("the engine's plain decoding alone runs", "7.5x",
      lambda: f"{_median_tps('engine-llamacpp-avx512-cpu.jsonl', 'ar') / _median_tps('engine-scale-pytorch-cpu.jsonl', 'ar'):.1f}x"),
