@@ -1,7 +1,7 @@
 """The noise floor of a runtime: how often greedy decoding changes its text and its answer when nothing
 changes but the batch it runs in.
 
-    .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --out benchmarks/results/floor-llamacpp-avx512.jsonl \
+    .venv/bin/python benchmarks/noise_floor.py --runtime llama.cpp --repeat --out benchmarks/results/floor-llamacpp-avx512.jsonl \
         --offset 1000 --limit 50 --max-new-tokens 1024
     .venv/bin/python benchmarks/noise_floor.py --runtime pytorch --dtype bfloat16 \
         --out benchmarks/results/floor-pytorch-bf16-avx512.jsonl --offset 1000 --limit 50 --max-new-tokens 512

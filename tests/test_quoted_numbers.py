@@ -106,6 +106,9 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
             f"beside a second request: {batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
     assert (f"beside a second request `ar` kept {batched[0]} of {batched[2]} answers and {batched[1]} of {batched[2]} "
             "texts with the cache off") in README
+    again, batched = (_agreement(["floor-vllm-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
+    assert (f"vLLM (CPU, bf16), run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; "
+            f"beside a second request: {batched[0]}/{batched[2]}, {batched[1]}/{batched[2]}") in ar_row
     bf16 = _agreement(["floor-pytorch-bf16-avx512.jsonl"], "ar-batched")
     assert f"bf16, as one row of a batch of two: answer {bf16[0]}/{bf16[2]}, text {bf16[1]}/{bf16[2]}" in ar_row
     fp32 = _agreement(["floor-pytorch-float32-avx512.jsonl"], "ar-batched")
@@ -118,13 +121,15 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
 
 @pytest.mark.parametrize("name, modes", [("floor-llamacpp-avx512.jsonl", ("ar-again", "ar-batched")),
                                          ("floor-llamacpp-nocache-avx512.jsonl", ("ar-again", "ar-batched")),
+                                         ("floor-vllm-avx512.jsonl", ("ar-again", "ar-batched")),
                                          ("floor-pytorch-bf16-avx512.jsonl", ("ar-batched",)),
                                          ("floor-pytorch-float32-avx512.jsonl", ("ar-batched",))])
 def test_the_noise_floor_tables_are_what_report_prints(name, modes):
     table = fidelity_table(load_results(RESULTS / name))
     assert table in BENCH_README, f"benchmarks/README.md quotes another floor table for {name}"
+    runs = 20 if "vllm" in name else 50
     for mode in modes:
-        assert f"| {mode} | 50 |" in table
+        assert f"| {mode} | {runs} |" in table
 
 
 def test_the_run_log_quotes_how_often_precision_alone_moves_the_text():
