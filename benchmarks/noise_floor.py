@@ -151,7 +151,7 @@ def main() -> int:
     p.add_argument("--offset", type=int, default=1000)
     p.add_argument("--limit", type=int, default=50, help="an even number: problems run in pairs")
     p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp: the server's threads")
+    p.add_argument("--threads", type=int, default=2, help="an engine's server threads")
     p.add_argument("--repeat", action="store_true", help="also decode every problem alone a second time (ar-again)")
     p.add_argument("--no-batched", action="store_true", help="leave out ar-batched (two problems at once)")
     p.add_argument("--no-cache-prompt", action="store_true",
@@ -172,25 +172,20 @@ def main() -> int:
         rows = PyTorchRows(args.dtype)
         rows.label.update(machine)
         run(rows, problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
-    elif args.runtime == "vllm":
-        from lookahead_reasoning.models.placement import cpu_supports_bf16
-        from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer
-
-        dtype = "bfloat16" if cpu_supports_bf16() else "float32"  # what VLLMConfig's "auto" picks on a CPU
-        label = {"runtime": "vllm", "dtype": dtype, "engine": True, "prefix_caching": True, **machine}
-        with VLLMServer(VLLMConfig(TARGET, threads=args.threads, kv_cache_gib=1)) as srv:
-            print(f"target: {srv.label} at {srv.url}", file=sys.stderr)
-            run(EngineRows(srv.url, label), problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
     else:
-        from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
+        from engine_run import server
 
-        config = ServerConfig(TARGET, parallel=args.slots, context=2048 * args.slots, threads=args.threads,
-                              cache_prompt=not args.no_cache_prompt)
-        label = {"runtime": "llama.cpp", "dtype": "q4_k_m", "engine": True, "slots": args.slots,
-                 "cache_prompt": not args.no_cache_prompt, **machine}
-        with LlamaServer(config) as srv:
+        srv = server(args.runtime, TARGET, args.threads, parallel=args.slots, context=2048 * args.slots,
+                     cache_prompt=not args.no_cache_prompt)
+        if args.runtime == "vllm":
+            label = {"runtime": "vllm", "dtype": srv.config.resolved_dtype(), "prefix_caching": True}
+        else:
+            label = {"runtime": "llama.cpp", "dtype": "q4_k_m", "slots": args.slots,
+                     "cache_prompt": not args.no_cache_prompt}
+        with srv:
             print(f"target: {srv.label} at {srv.url}", file=sys.stderr)
-            run(EngineRows(srv.url, label), problems, out, args.max_new_tokens, args.repeat, not args.no_batched)
+            run(EngineRows(srv.url, {**label, "engine": True, **machine}), problems, out, args.max_new_tokens,
+                args.repeat, not args.no_batched)
     return 0
 
 
