@@ -79,6 +79,18 @@ def test_every_docstring_reference_resolves():
     assert not broken, "docstring references to nothing:\n" + "\n".join(sorted(set(broken)))
 
 
+def test_every_all_names_something_the_module_has():
+    """``__all__`` holds names (strings) the module defines, so ``from module import *`` works."""
+    wrong = []
+    for info in pkgutil.walk_packages(lookahead_reasoning.__path__, "lookahead_reasoning."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        wrong += [f"{info.name}: {name!r}" for name in getattr(module, "__all__", ())
+                  if not isinstance(name, str) or not hasattr(module, name)]
+    assert not wrong, "__all__ entries that are not names of the module:\n" + "\n".join(wrong)
+
+
 def test_a_reference_to_a_moved_name_is_caught():
     assert resolves("~..settings.Settings", "lookahead_reasoning.decoding.driver", False, None)
     assert not resolves("~.settings.Settings", "lookahead_reasoning.decoding.driver", False, None)

@@ -211,4 +211,4 @@ def summary(events: Sequence[Event]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Event", ForwardCall, "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]
+__all__ = ["Event", "ForwardCall", "Replayed", "ScheduleRecorder", "forwards", "host_gaps", "replay", "summary"]
