@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from test_harness_table import _script as harness_table_script
+from test_readme_figures import (_cache_off_ratios, _h100_machine, _pair_rates, _pair_step_rates, _schedule_rates,
+                                 _schedule_ratio, _schedules)
 
 from lookahead_reasoning.bench.grading import same_answer
 from lookahead_reasoning.bench.report import fidelity_table, load_results, markdown_table, summarize
@@ -220,58 +222,33 @@ def test_the_flip_counts_of_the_run_log_are_the_file():
             f"{len(flips) - first} of the second)") in BENCH_README
 
 
-def _pack() -> list[dict]:
-    import gzip
-
-    with gzip.open(RESULTS / "schedules" / "gsm8k-100-109.jsonl.gz", "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
-
-
-def _h100_grid(points: dict):
-    from lookahead_reasoning.planning.costs import CostGrid
-
-    return CostGrid({int(r): {int(n): s for n, s in row.items()} for r, row in points.items()}, prefix=256)
-
-
 def test_the_schedules_priced_for_the_h100_are_what_the_pack_and_its_table_give():
     """Every row of the run log's table of recorded schedules priced by the first H100 run's tables."""
     import statistics
 
-    from lookahead_reasoning.planning.costs import CostTable, price_schedule
-
-    runs = _pack()
-    shapes = json.loads((RESULTS / "gpu-compiled-h100.json").read_text(encoding="utf-8"))["shapes"]
-    draft = _h100_grid(shapes["qwen2.5-coder-0.5b"]["points"])
+    runs = _schedules()
     targets = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
-    rates = {t: {(r["config"], r["problem_id"]): r["new_tokens"] / price_schedule(
-        r["events"], CostTable(_h100_grid(shapes[t]["points"]), draft)) for r in runs} for t in targets}
     configs = list(dict.fromkeys(r["config"] for r in runs))
     assert len(runs) == 80 and len(configs) == 8
     for config in configs:
         mine = [r for r in runs if r["config"] == config]
         alpha1 = [r["summary"]["alpha1"] for r in mine if r["summary"].get("alpha1") is not None]
-        shown = f"{statistics.median(alpha1):.2f}" if alpha1 and config.startswith("lr") else "-"
-        cells = [shown]
+        cells = [f"{statistics.median(alpha1):.2f}" if alpha1 and config.startswith("lr") else "-"]
         for t in targets:
-            ours = [rates[t][(config, r["problem_id"])] for r in mine]
-            ratio = statistics.median(rates[t][(config, r["problem_id"])] / rates[t][("ar", r["problem_id"])] for r in mine)
-            cells.append(f"{statistics.median(ours):.0f} tok/s, {ratio:.2f}x")
+            rates = _schedule_rates(t)
+            ours = [rates[(config, r["problem_id"])] for r in mine]
+            cells.append(f"{statistics.median(ours):.0f} tok/s, {_schedule_ratio(config, t)}")
         row = f"| {config} | " + " | ".join(cells) + " |"
         assert row in BENCH_README, row
 
 
 def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_table():
     from lookahead_reasoning.planning import CostTable
-    from lookahead_reasoning.theory import StepRates, TokenRates
     from lookahead_reasoning.theory.breakeven import Machine, break_even, break_even_requests
 
-    runs = _pack()
-    sd = [r["summary"] for r in runs if r["config"] == "sd"]
-    lr = [r for r in runs if r["config"].startswith("lr@")]
-    alpha = sum(s["accepted"] for s in sd) / sum(s["accepted"] + s["rejected"] for s in sd)
-    step = sum(r["new_tokens"] for r in lr) / sum(r["summary"]["cycles"] * r["summary"]["steps_per_cycle"] for r in lr)
+    alpha, step = _pair_rates()
     assert f"token alpha {alpha:.2f}" in BENCH_README and f"{step:.0f} tokens a step" in BENCH_README
-    rates = StepRates(0.5, round(step), round(step)), TokenRates.plain(alpha)
+    rates = _pair_step_rates()
 
     def shown(points: dict) -> tuple[str, str]:
         return tuple("never" if points[k] is None else f"{points[k]:.2f}" for k in (1, 2))
@@ -286,14 +263,9 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
     engine = CostTable.from_json(json.loads((RESULTS / "engine-costs-avx512-cpu.json").read_text(encoding="utf-8"))["table"])
     k1, k2 = shown(break_even_requests(rates[0], engine.target, engine.draft, overlap=engine.overlap).alpha1)
     assert f"`engine-costs-avx512-cpu.json` | - | - | - | - | {k1} | {k2} |" in BENCH_README
-    gpu = json.loads((RESULTS / "gpu-compiled-h100-recheck.json").read_text(encoding="utf-8"))["shapes"]
     for key, label in (("eager_points", "eager"), ("points", "compiled")):
-        d = _h100_grid(gpu["qwen2.5-coder-0.5b"][key])
-        cols = []
-        for target in ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b"):
-            g = _h100_grid(gpu[target][key])
-            machine = Machine(lambda r, n, g=g: g.seconds(r, n, 300), lambda r, n: d.seconds(r, n, 300))
-            cols.append(shown(break_even(*rates, machine).alpha1))
+        cols = [shown(break_even(*rates, _h100_machine(target, key)).alpha1)
+                for target in ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")]
         row = (f"| H100 {label}, 1.5B / 7B / 32B target | - | - | - | - | {' / '.join(c[0] for c in cols)} | "
                f"{' / '.join(c[1] for c in cols)} |")
         assert row in BENCH_README, row
@@ -302,11 +274,11 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
 def test_what_the_prompt_cache_costs_is_what_the_side_by_side_files_hold():
     import statistics
 
-    on, off = ({(r["mode"], r["problem_id"]): r for r in load_results(RESULTS / f"prompt-cache-{c}-avx512.jsonl")}
+    on, off = ({(r["mode"], r["problem_id"]) for r in load_results(RESULTS / f"prompt-cache-{c}-avx512.jsonl")}
                for c in ("on", "off"))
-    assert set(on) == set(off) and len(on) == 8
+    assert on == off and len(on) == 8
     for mode, label in (("ar", "`ar` ran at"), ("lr@k2", "`lr@k2` with `exact` at")):
-        ratios = [off[key]["tokens_per_s"] / on[key]["tokens_per_s"] for key in on if key[0] == mode]
+        ratios = _cache_off_ratios(mode)
         quoted = f"{label} {statistics.median(ratios):.2f}"
         assert quoted in BENCH_README.replace("\n  ", " "), quoted
         assert f"{min(ratios):.2f}-{max(ratios):.2f}" in BENCH_README, (mode, ratios)

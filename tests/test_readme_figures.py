@@ -139,45 +139,62 @@ def _weight_ms(name: str) -> float:
 
 
 @functools.cache
+def _schedules() -> tuple[dict, ...]:
+    """The offline pair's recorded runs on GSM8K train 100-109 (notebooks 08 and 11 read them): written in bf16
+    with the draft as a GPU would run it (not int8), every configuration."""
+    with gzip.open(RESULTS / "schedules" / "gsm8k-100-109.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return tuple(json.loads(line) for line in fh)
+
+
 @functools.cache
 def _pair_rates() -> tuple[float, float]:
     """The offline pair's token alpha (accepted / judged, pooled over its recorded sd runs) and tokens a
-    drafted or target step (pooled over its recorded lr runs): the schedules notebooks 08 and 11 read, written
-    with the draft as a GPU would run it (not int8)."""
-    with gzip.open(RESULTS / "schedules" / "gsm8k-100-109.jsonl.gz", "rt", encoding="utf-8") as fh:
-        runs = [json.loads(line) for line in fh]
-    sd = [r["summary"] for r in runs if r["config"] == "sd"]
-    lr = [r for r in runs if r["config"].startswith("lr@")]
+    drafted or target step (pooled over its recorded lr runs)."""
+    sd = [r["summary"] for r in _schedules() if r["config"] == "sd"]
+    lr = [r for r in _schedules() if r["config"].startswith("lr@")]
     alpha = sum(s["accepted"] for s in sd) / sum(s["accepted"] + s["rejected"] for s in sd)
     return alpha, sum(r["new_tokens"] for r in lr) / sum(r["summary"]["cycles"] * r["summary"]["steps_per_cycle"] for r in lr)
 
 
-def _cache_off_ratio(mode: str) -> str:
+def _pair_step_rates() -> tuple[StepRates, TokenRates]:
+    """:func:`_pair_rates` as the theory's rates, as notebook 11 builds them."""
+    alpha, step = _pair_rates()
+    return StepRates(0.5, round(step), round(step)), TokenRates.plain(alpha)
+
+
+def _cache_off_ratios(mode: str) -> list[float]:
+    """``mode``'s tokens a second with llama.cpp's prompt cache off over with it on, problem by problem."""
     on, off = ({(r["mode"], r["problem_id"]): r for r in _jsonl(f"prompt-cache-{c}-avx512.jsonl")} for c in ("on", "off"))
-    return f"{statistics.median(off[k]['tokens_per_s'] / on[k]['tokens_per_s'] for k in on if k[0] == mode):.2f}"
+    return [off[k]["tokens_per_s"] / on[k]["tokens_per_s"] for k in on if k[0] == mode]
 
 
 @functools.cache
-def _schedule_ratio(config: str, target: str) -> str:
-    """Median over problems of a recorded run's tokens a second over `ar`'s, both priced by the first H100
-    run's tables (``target``'s shape, the 0.5B's as the draft), as notebook 08 prints it."""
+def _schedule_rates(target: str) -> dict[tuple[str, str], float]:
+    """(configuration, problem) -> tokens a second of every recorded run, its forwards priced by the first
+    H100 run's compiled tables (``target``'s shape, the 0.5B's as the draft), as notebook 08 prices them."""
     from lookahead_reasoning.planning.costs import CostTable, price_schedule
 
     shapes = _gpu("gpu-compiled-h100.json")["shapes"]
     costs = CostTable(_grid(shapes[target]["points"]), _grid(shapes["qwen2.5-coder-0.5b"]["points"]))
-    with gzip.open(RESULTS / "schedules" / "gsm8k-100-109.jsonl.gz", "rt", encoding="utf-8") as fh:
-        runs = [json.loads(line) for line in fh]
-    rate = {(r["config"], r["problem_id"]): r["new_tokens"] / price_schedule(r["events"], costs) for r in runs}
-    ratios = [v / rate[("ar", pid)] for (c, pid), v in rate.items() if c == config]
-    return f"{statistics.median(ratios):.2f}x"
+    return {(r["config"], r["problem_id"]): r["new_tokens"] / price_schedule(r["events"], costs) for r in _schedules()}
+
+
+def _schedule_ratio(config: str, target: str) -> str:
+    """Median over problems of a recorded run's priced tokens a second over `ar`'s on the same problem."""
+    rate = _schedule_rates(target)
+    return f"{statistics.median(v / rate[('ar', pid)] for (c, pid), v in rate.items() if c == config):.2f}x"
+
+
+def _h100_machine(target: str, key: str) -> Machine:
+    """The recheck's H100 table for ``target`` with the 0.5B as the draft (``key``: "points", compiled, or
+    "eager_points"), at 300 cached tokens."""
+    shapes = _gpu("gpu-compiled-h100-recheck.json")["shapes"]
+    t, d = _grid(shapes[target][key]), _grid(shapes["qwen2.5-coder-0.5b"][key])
+    return Machine(lambda r, n: t.seconds(r, n, 300), lambda r, n: d.seconds(r, n, 300))
 
 
 def _pays_above(target: str, key: str) -> str:
-    shapes = _gpu("gpu-compiled-h100-recheck.json")["shapes"]
-    t, d = _grid(shapes[target][key]), _grid(shapes["qwen2.5-coder-0.5b"][key])
-    alpha, step = _pair_rates()
-    point = break_even(StepRates(0.5, round(step), round(step)), TokenRates.plain(alpha),
-                       Machine(lambda r, n: t.seconds(r, n, 300), lambda r, n: d.seconds(r, n, 300))).alpha1[1]
+    point = break_even(*_pair_step_rates(), _h100_machine(target, key)).alpha1[1]
     return "none" if point is None else f"{point:.2f}"
 
 
@@ -217,7 +234,7 @@ SOURCES: list[Source] = [
     ("it accepted 1.61x what `exact` accepted", "1.61x",
      lambda: f"{_alpha1('e2e-llamacpp-likelihood@0.3.jsonl', 'lr@') / _alpha1('e2e-llamacpp.jsonl', 'lr@'):.2f}x"),
     # llama.cpp's prompt cache: lr's speed with it off over its speed with it on, problem by problem
-    ("makes `ar` repeat itself exactly, at some speed", "0.73", lambda: _cache_off_ratio("lr@k2")),
+    ("makes `ar` repeat itself exactly, at some speed", "0.73", lambda: f"{statistics.median(_cache_off_ratios('lr@k2')):.2f}"),
     # the engine against this library's loops (GSM8K train 400-409)
     ("the engine's plain decoding alone runs", "7.5x",
      lambda: f"{_median_tps('engine-llamacpp-avx512-cpu.jsonl', 'ar') / _median_tps('engine-scale-pytorch-cpu.jsonl', 'ar'):.1f}x"),
