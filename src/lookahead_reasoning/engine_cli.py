@@ -201,10 +201,10 @@ def _prepare(servers: dict) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
-    require(not args.no_prompt_cache or "vllm" not in (args.engine, args.draft_engine),
+    servers = _servers(args)  # checks every number before anything is built
+    require(not args.no_prompt_cache or not any(isinstance(s, VLLMServer) for s in servers.values()),
             "--no-prompt-cache is llama.cpp's --no-cache-prompt; vLLM's prefix cache is its own option "
             "(leave out --enable-prefix-caching when you start vLLM yourself)", ConfigError)
-    servers = _servers(args)  # checks every number before anything is built
     _prepare(servers)
     if args.build_only:
         return 0
