@@ -27,15 +27,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def server(engine: str, model: str, threads: int, parallel: int, context: int, spec: str | None = None,
            spec_max: int = 8, dtype: str = "auto", cache_prompt: bool = True):
     """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
-    from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer, ServerConfig
-    from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer
+    from lookahead_reasoning.runtime.engine.llamacpp import LlamaServer
+    from lookahead_reasoning.runtime.engine.process import ServerConfig
+    from lookahead_reasoning.runtime.engine.vllm import VLLMServer
 
     draft = "qwen2.5-coder-0.5b" if spec == "draft" else None
     if engine == "vllm":  # 1 GiB of KV cache: room for 8 sequences of 4096 tokens of the 1.5B
-        return VLLMServer(VLLMConfig(model, dtype=dtype, threads=threads, kv_cache_gib=1, spec=spec, draft=draft,
-                                     spec_tokens=min(spec_max, 4) if spec else 4))
-    return LlamaServer(ServerConfig(model, parallel=parallel, context=context, threads=threads, spec=spec,
-                                    draft=draft, spec_max=spec_max, cache_prompt=cache_prompt))
+        return VLLMServer(ServerConfig(model, "vllm", threads=threads, spec=spec, draft=draft,
+                                       spec_tokens=min(spec_max, 4) if spec else None, dtype=dtype, kv_cache_gib=1))
+    return LlamaServer(ServerConfig(model, context=context, threads=threads, spec=spec, draft=draft, spec_tokens=spec_max,
+                                    cache_prompt=cache_prompt, parallel=parallel))
 
 
 @contextlib.contextmanager

@@ -175,10 +175,12 @@ def main() -> int:
     else:
         from engine_run import server
 
+        from lookahead_reasoning.runtime.engine.vllm import resolved_dtype
+
         srv = server(args.runtime, TARGET, args.threads, parallel=args.slots, context=2048 * args.slots,
                      cache_prompt=not args.no_cache_prompt)
         if args.runtime == "vllm":
-            label = {"runtime": "vllm", "dtype": srv.config.resolved_dtype(), "prefix_caching": True}
+            label = {"runtime": "vllm", "dtype": resolved_dtype(srv.config), "prefix_caching": True}
         else:
             label = {"runtime": "llama.cpp", "dtype": "q4_k_m", "slots": args.slots,
                      "cache_prompt": not args.no_cache_prompt}

@@ -284,11 +284,12 @@ def vllm_server():
     both cores. Module-scoped so that its memory (several GiB) is given back before the tests that load
     the real models in this process. Skips where vLLM is not installed (fails under CI, where .ci/run installs it
     with ``serve-engine --engine vllm --build-only``)."""
-    from lookahead_reasoning.runtime.engine.vllm import READY, VLLMConfig, VLLMServer, vllm_home
+    from lookahead_reasoning.runtime.engine.process import ServerConfig
+    from lookahead_reasoning.runtime.engine.vllm import READY, VLLMServer, vllm_home
 
     if not (vllm_home(USER_CACHE) / READY).is_file():
         unavailable("vLLM is not installed: `lookahead-reasoning serve-engine --engine vllm --build-only` installs it")
     if not _converted_ok(USER_CACHE / VLLM_MODEL / CONVERTED_SUBDIR, offline_spec(VLLM_MODEL)):
         unavailable(f"{VLLM_MODEL} is not converted: `lookahead-reasoning serve-engine --engine vllm --build-only`")
-    with VLLMServer(VLLMConfig(VLLM_MODEL, threads=2, cache_dir=USER_CACHE)) as server:
+    with VLLMServer(ServerConfig(VLLM_MODEL, "vllm", threads=2, cache_dir=USER_CACHE)) as server:
         yield server

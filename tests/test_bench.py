@@ -324,8 +324,12 @@ def test_one_label_grammar_reads_every_mode_and_prints_every_plan():
     from lookahead_reasoning.settings import CyclePlan, Label
 
     plans = [CyclePlan(0, gamma=0), CyclePlan(0, gamma=0, chunk=256), CyclePlan(0, gamma=8, draft_stop_below=0.4),
-             CyclePlan(2), CyclePlan(1, gamma=8), CyclePlan(2, 2, "async")]
+             CyclePlan(2), CyclePlan(1, gamma=8), CyclePlan(2, 2, "async"), CyclePlan(1, rows=1), CyclePlan(2, 2, rows=2)]
     assert [CyclePlan.parse(p.label) for p in plans] == plans
+    assert CyclePlan(1, rows=1).label == "lr@k1r1" and CyclePlan(2, 2, rows=2).label == "lr@k2w2r2"
+    for bad in (dict(k=0, rows=1), dict(k=1, rows=0), dict(k=2, schedule="async", rows=1)):
+        with pytest.raises(ConfigError, match="rows"):
+            CyclePlan(**bad)
     assert Label.parse("lr-sd@k2g3") == Label("lr-sd", k=2, gamma=3) and Label.parse("lr@k2-async").schedule == "async"
     with pytest.raises(ConfigError, match="write base"):
         Label.parse("lr@g3k2")  # the knobs in their order

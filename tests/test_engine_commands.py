@@ -54,7 +54,8 @@ def test_pairs_over_engines_record_both_steps_and_the_verifiers_read_them(tmp_pa
     assert {(r["target_model"], r["draft_model"], r["target_url"], r["draft_url"]) for r in records} == \
         {("fake", "fake", target.url, draft.url)}
     assert summaries[0]["text"] == "Step one.\n\n" * 3 and summaries[0]["pairs"] == 3
-    assert summaries[0]["new_tokens"] == 33 and summaries[1]["problem_id"] != summaries[0]["problem_id"]
+    # the fake writes its whole step past max_tokens; the run keeps the budget's 30 tokens of it
+    assert summaries[0]["new_tokens"] == 30 and summaries[1]["problem_id"] != summaries[0]["problem_id"]
     assert main(["verifiers", str(out), "--verifiers", "exact"]) == 0
     table = capsys.readouterr().out
     assert "6 step pairs from 2 problems" in table and "| exact | 6 | 0 | 0.0% |" in table
@@ -83,8 +84,10 @@ def test_pairs_over_engines_resume_and_refuse_a_file_of_other_models(tmp_path, c
     assert err.startswith(f"error: {other} holds pairs of other models") and "'another'" in err and "\n" not in err
 
 
-@pytest.mark.parametrize("command", [["generate"], ["pairs", "--dataset", "x.jsonl"]])
-def test_a_dead_url_is_one_line_and_exit_status_2(command, capsys):
+@pytest.mark.parametrize("command", [["generate"], ["pairs", "--dataset", "DATA"]])
+def test_a_dead_url_is_one_line_and_exit_status_2(command, capsys, tmp_path):
+    """(pairs reads its dataset first: a missing file is named before any connection.)"""
+    command = [str(_dataset(tmp_path, 1)) if a == "DATA" else a for a in command]
     url = f"http://127.0.0.1:{free_port()}"
     assert main(command + ["--target-url", url, "--draft-url", url][:4 if command[0] == "pairs" else 2]) == 2
     err = capsys.readouterr().err.strip()

@@ -19,7 +19,10 @@ from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.runtime.engine.client import Endpoint, EngineClient, request_body
 from lookahead_reasoning.runtime.engine.dialects import DIALECTS, probe_dialect
 from lookahead_reasoning.runtime.engine.pair import EnginePair
-from lookahead_reasoning.runtime.engine.vllm import VLLMConfig, VLLMServer, served_model
+from lookahead_reasoning.errors import ConfigError
+from lookahead_reasoning.runtime.engine.llamacpp import llama_argv
+from lookahead_reasoning.runtime.engine.process import ServerConfig
+from lookahead_reasoning.runtime.engine.vllm import VLLMServer, served_model, speculative_config, vllm_argv, vllm_environment
 from lookahead_reasoning.testing import tiny_tokenizer
 
 LLAMA_CPP_ONLY = {"cache_prompt", "n_probs", "verbose", "return_tokens"}
@@ -104,8 +107,8 @@ def test_vllm_is_started_by_module_on_loopback_with_both_cores(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    config = VLLMConfig(str(model), threads=2, spec="ngram", spec_tokens=3)
-    argv = config.argv(Path("/venv/bin/python"), 8123)
+    config = ServerConfig(str(model), "vllm", threads=2, spec="ngram", spec_tokens=3)
+    argv = vllm_argv(config, Path("/venv/bin/python"), 8123)
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
     assert "--enable-prefix-caching" in argv and "--enforce-eager" in argv
@@ -113,18 +116,21 @@ def test_vllm_is_started_by_module_on_loopback_with_both_cores(tmp_path):
     assert argv[argv.index("--dtype") + 1] == ("bfloat16" if cpu_supports_bf16() else "float32")
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    assert config.environment() == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    assert argv[argv.index("--max-model-len") + 1] == "4096"  # vLLM's default context, not llama.cpp's
+    assert vllm_environment(config) == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
                                     "OMP_NUM_THREADS": "2"}
-    draft = VLLMConfig(str(model), spec="draft", draft=str(model)).speculative_config()
+    draft = speculative_config(ServerConfig(str(model), "vllm", spec="draft", draft=str(model)))
     assert draft["method"] == "draft_model" and draft["model"] == str(model)
     assert served_model("org/some-model") == ("org/some-model", "org/some-model")
 
 
 def test_vllm_settings_and_models_are_checked(tmp_path):
-    with pytest.raises(Exception, match="spec 'draft' needs a draft"):
-        VLLMConfig("m", spec="draft")
-    with pytest.raises(Exception, match="max_model_len"):
-        VLLMConfig("m", max_model_len=16)
+    with pytest.raises(ConfigError, match="spec 'draft' needs a draft"):
+        ServerConfig("m", "vllm", spec="draft")
+    with pytest.raises(ConfigError, match="context must be an integer >= 256"):
+        ServerConfig("m", "vllm", context=16)
+    with pytest.raises(ConfigError, match="block_size must be a multiple of 16"):
+        ServerConfig("m", "vllm", block_size=24)
     (tmp_path / "weights.bin").write_text("")
     with pytest.raises(EngineError, match="a file"):
         served_model(tmp_path / "weights.bin")
@@ -137,7 +143,7 @@ def test_a_vllm_server_that_dies_while_loading_is_reported_with_its_log(tmp_path
     the tail of its log (here a stand-in that prints one line and exits)."""
     monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c",
                                                                  "print('no model here'); raise SystemExit(3)"])
-    server = VLLMServer(VLLMConfig("org/m"), startup_s=30)
+    server = VLLMServer(ServerConfig("org/m", "vllm"), startup_s=30)
     with pytest.raises(EngineError, match=r"vLLM server exited with code 3 while loading org/m:\nno model here"):
         server.start()
     assert not server.alive()
@@ -150,7 +156,7 @@ def test_a_server_alive_but_failed_is_reported_at_once_with_its_log(monkeypatch)
               "sys.stdout.flush(); time.sleep(120)")
     monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c", script])
     monkeypatch.setattr(VLLMServer, "FATAL_GRACE_S", 1.0)
-    server = VLLMServer(VLLMConfig("org/m"), startup_s=100)
+    server = VLLMServer(ServerConfig("org/m", "vllm"), startup_s=100)
     began = time.monotonic()
     with pytest.raises(EngineError, match=r"wrote an error to its log while loading org/m(.|\n)*no weights"):
         server.start()
@@ -160,7 +166,7 @@ def test_a_server_alive_but_failed_is_reported_at_once_with_its_log(monkeypatch)
 def test_a_server_that_logs_no_error_is_waited_for_until_the_start_time_ends(monkeypatch):
     script = "import time; print('loading slowly', flush=True); time.sleep(60)"
     monkeypatch.setattr(VLLMServer, "argv", lambda self, port: [sys.executable, "-c", script])
-    server = VLLMServer(VLLMConfig("org/m"), startup_s=2)
+    server = VLLMServer(ServerConfig("org/m", "vllm"), startup_s=2)
     with pytest.raises(EngineError, match=r"did not become healthy within 2 s:\nloading slowly"):
         server.start()
     assert not server.alive()
@@ -169,7 +175,7 @@ def test_a_server_that_logs_no_error_is_waited_for_until_the_start_time_ends(mon
 def test_serve_engine_refuses_bad_numbers_before_installing_anything(capsys):
     done = subprocess.run([sys.executable, "-m", "lookahead_reasoning", "serve-engine", "--engine", "vllm",
                            "--context", "16", "--build-only"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "max_model_len must be an integer >= 256" in done.stderr
+    assert done.returncode == 2 and "context must be an integer >= 256" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -233,16 +239,35 @@ def test_a_server_and_its_own_processes_die_with_the_process_that_started_them(t
 def test_the_prompt_cache_is_the_servers_own_setting(tmp_path):
     """No request carries ``cache_prompt`` (a per-request value would override the server's), so a server
     started with ``cache_prompt=False`` (``serve-engine --no-prompt-cache``) evaluates every prompt whole."""
-    from lookahead_reasoning.runtime.engine.llamacpp import ServerConfig
-
     for name, dialect in DIALECTS.items():
         assert "cache_prompt" not in request_body([1, 2], 8, (), SamplingConfig(), None, 2, dialect), name
     binary = Path("/bin/llama-server")
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")  # argv only names the file
-    assert "--no-cache-prompt" not in ServerConfig(gguf).argv(binary, 8080)
-    argv = ServerConfig(gguf, cache_prompt=False).argv(binary, 8080)
+    assert "--no-cache-prompt" not in llama_argv(ServerConfig(gguf), binary, 8080)
+    argv = llama_argv(ServerConfig(gguf, cache_prompt=False), binary, 8080)
     assert argv.count("--no-cache-prompt") == 1
+
+
+def test_one_server_config_reads_each_engine_s_own_fields_and_refuses_the_other_s(tmp_path):
+    """llama.cpp reads slots, vLLM a dtype, a block size, a KV cache size and eager; a field the engine does not
+    read is refused by name, and a field left None takes the engine's own default."""
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    argv = llama_argv(ServerConfig(gguf, spec="draft", draft=gguf), Path("/bin/llama-server"), 8080)
+    assert argv[argv.index("-np") + 1] == "4" and argv[argv.index("-c") + 1] == "16384"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "8"
+    assert argv[argv.index("-t") + 1] == str(__import__("os").cpu_count() or 2)
+    for engine, other in (("llama.cpp", {"dtype": "bf16"}), ("llama.cpp", {"eager": False}),
+                          ("vllm", {"parallel": 2}), ("llama.cpp", {"kv_cache_gib": 1})):
+        with pytest.raises(ConfigError, match=f"{next(iter(other))}: not a setting of {engine}"):
+            ServerConfig("m", engine, **other)
+    with pytest.raises(ConfigError, match="engine must be one of llama.cpp, vllm"):
+        ServerConfig("m", "sglang")
+    with pytest.raises(ConfigError, match="parallel must be an integer >= 1"):
+        ServerConfig("m", parallel=0)
+    with pytest.raises(ConfigError, match="a vLLM server runs a ServerConfig of engine 'vllm'"):
+        VLLMServer(ServerConfig("m"))
 
 
 def test_no_prompt_cache_is_refused_for_vllm_before_anything_starts(capsys):

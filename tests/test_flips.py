@@ -11,7 +11,7 @@ import random
 import pytest
 from test_engine_client import FakeEngine
 
-from lookahead_reasoning.bench.flips import (FlipsConfig, Flipper, harm_rows, harm_table, kept_foreign_steps, read_bank,
+from lookahead_reasoning.bench.flips import (Flipper, harm_rows, harm_table, kept_foreign_steps, read_bank,
                                              run_flips, sample_pairs, wilson)
 from lookahead_reasoning.bench.results import read_records
 from lookahead_reasoning.cli import main
@@ -52,7 +52,7 @@ class Scripted:
 def test_a_flip_is_a_different_final_answer_and_target_branches_are_reused(tmp_path):
     path, pairs = _bank(tmp_path)
     script = Scripted()
-    out = run_flips(FlipsConfig(str(path), str(tmp_path / "flips.jsonl")), Flipper(script, "m"), progress=False)
+    out = run_flips(path, tmp_path / "flips.jsonl", Flipper(script, "m"), progress=False)
     flips = sorted(read_records(out), key=lambda f: (f["problem_id"], f["step"]))
     assert [(f["problem_id"], f["mode"]) for f in flips] == [(p["problem_id"], p["mode"]) for p in pairs
                                                              if not p["exact"]]
@@ -63,7 +63,7 @@ def test_a_flip_is_a_different_final_answer_and_target_branches_are_reused(tmp_p
     assert not any(f["target_reused"] for f in flips)
     assert len(script.calls) == 12
     again = Scripted()
-    run_flips(FlipsConfig(str(path), str(tmp_path / "flips.jsonl")), Flipper(again, "m"), progress=False)
+    run_flips(path, tmp_path / "flips.jsonl", Flipper(again, "m"), progress=False)
     assert again.calls == [] and len(list(read_records(out))) == 6  # resumed: nothing continued twice
 
 
@@ -75,8 +75,8 @@ def test_a_target_branch_that_already_holds_a_later_pair_is_not_continued_again(
         return "".join(f"T0.{i}\n\n" for i in range(n, 4)) + "\\boxed{7}", 9
 
     for seed, order, reused in ((0, [1, 3], [False, True]), (1, [3, 1], [False, False])):
-        out = run_flips(FlipsConfig(str(path), str(tmp_path / f"f{seed}.jsonl"), seed=seed),
-                        Flipper(follows_the_target), progress=False)
+        out = run_flips(path, tmp_path / f"f{seed}.jsonl", Flipper(follows_the_target), seed=seed,
+                        progress=False)
         flips = list(read_records(out))
         assert [f["step"] for f in flips] == order and not any(f["flip"] for f in flips)
         # step 1's branch, continued by the target, passes through step 3's head: step 3 reuses it; step 3's
@@ -139,7 +139,7 @@ def test_wilson_interval_covers_the_rate_and_matches_known_values():
 
 def test_harm_rows_count_the_flips_a_verifier_accepts_and_predict_retention(tmp_path):
     path, pairs = _bank(tmp_path)
-    out = run_flips(FlipsConfig(str(path), str(tmp_path / "f.jsonl")), Flipper(Scripted()), progress=False)
+    out = run_flips(path, tmp_path / "f.jsonl", Flipper(Scripted()), progress=False)
     flips = list(read_records(out))
     everything = [True] * len(pairs)
     exact_only = [p["exact"] for p in pairs]
@@ -166,7 +166,7 @@ def test_a_bank_without_pairs_or_summaries_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="no pairs file"):
         read_bank(tmp_path / "missing.jsonl")
     with pytest.raises(ConfigError, match="--sample"):
-        FlipsConfig("x", "y", sample=0)
+        run_flips(tmp_path / "missing.jsonl", tmp_path / "f.jsonl", Flipper(Scripted()), sample=0)
 
 
 def test_the_command_continues_over_an_engine_and_the_ablation_adds_the_flip_rates(tmp_path, capsys):
@@ -224,7 +224,7 @@ def test_a_bank_written_by_the_same_target_is_its_own_target_branch(tmp_path, se
             r.update(text=steps + "so \\boxed{6}", stop_reason=stop, new_tokens=tokens)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     script = Scripted()
-    out = run_flips(FlipsConfig(str(path), str(tmp_path / "f.jsonl")), Flipper(script, served), progress=False)
+    out = run_flips(path, tmp_path / "f.jsonl", Flipper(script, served), progress=False)
     flips = list(read_records(out))
     assert all(f["target_reused"] == traced for f in flips)
     if traced:  # no target branch was asked for; the trace's answer is the target's

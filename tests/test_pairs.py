@@ -16,9 +16,13 @@ from conftest import perturbed_lm
 from lr_helpers import frequent_char, tiny_lm
 from lookahead_reasoning.bench.ablation import (Entry, load_pairs, markdown_table, parse_entries, run_ablation,
                                                 sweep)
-from lookahead_reasoning.bench.pairs import PairRecorder, PairsConfig, add_pairs_commands, run_pairs
+from lookahead_reasoning import LookaheadGenerator
+from lookahead_reasoning.bench.pairs import KeepNone, PairRecorder, add_pairs_commands, check_scope, pairs_spec, run_pairs
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.errors import ConfigError, DatasetError
+from lookahead_reasoning.sampling import SamplingConfig
+from lookahead_reasoning.settings import Settings, TokenSD
+from lookahead_reasoning.steps import StepConfig
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.verifiers import EmbeddingVerifier, ExactMatchVerifier, RandomVerifier, normalize_step
 
@@ -45,9 +49,15 @@ def write_dataset(path):
     return path
 
 
-def config_for(tmp_path, delimiter, **kw):
-    return PairsConfig(dataset=str(write_dataset(tmp_path / "data.jsonl")), out=str(tmp_path / "pairs.jsonl"),
-                       max_new_tokens=MAX_NEW, max_step_tokens=CAP, delimiters=(delimiter,), **kw)
+def recorder_for(models, delimiter, target_sd=True):
+    """A recorder over the tiny pair, as ``lookahead-reasoning pairs`` builds one (:func:`pairs_spec`)."""
+    target, draft = models
+    settings = Settings(steps=StepConfig((delimiter,), CAP), token_sd=TokenSD("draft" if target_sd else None))
+    return PairRecorder(LookaheadGenerator(target, draft, KeepNone(), settings, mode="lr"), MAX_NEW)
+
+
+def record(tmp_path, recorder):
+    return run_pairs(recorder, str(write_dataset(tmp_path / "data.jsonl")), tmp_path / "pairs.jsonl", progress=False)
 
 
 def records(path):
@@ -65,8 +75,7 @@ def probs_of(lm, context, tokens):
 @pytest.mark.parametrize("target_sd", [True, False])
 def test_pairs_follow_the_targets_greedy_solution(tmp_path, models, delimiter, target_sd):
     target, draft = models
-    config = config_for(tmp_path, delimiter, target_sd=target_sd)
-    path = run_pairs(config, recorder=PairRecorder(target, draft, config), progress=False)
+    path = record(tmp_path, recorder_for(models, delimiter, target_sd))
     recs = records(path)
     summaries = [r for r in recs if r["kind"] == "problem"]
     assert [s["problem_id"] for s in summaries] == ["data-0", "data-1"]
@@ -99,15 +108,12 @@ def test_pairs_follow_the_targets_greedy_solution(tmp_path, models, delimiter, t
 
 
 def test_a_rerun_adds_nothing_and_a_torn_line_is_recorded_again(tmp_path, models, delimiter):
-    target, draft = models
-    config = config_for(tmp_path, delimiter)
-    path = run_pairs(config, recorder=PairRecorder(target, draft, config), progress=False)
+    path = record(tmp_path, recorder_for(models, delimiter))
     first = path.read_bytes()
 
-    class NoWork:
-        def follow(self, problem, skip_steps):
-            raise AssertionError("every problem is finished: nothing may be recomputed")
-    run_pairs(config, recorder=NoWork(), progress=False)
+    def no_work():
+        raise AssertionError("every problem is finished: no model may be loaded, nothing recomputed")
+    record(tmp_path, no_work)
     assert path.read_bytes() == first
 
     lines = first.decode("utf-8").splitlines(keepends=True)
@@ -115,8 +121,7 @@ def test_a_rerun_adds_nothing_and_a_torn_line_is_recorded_again(tmp_path, models
     kept = lines[:last_pair] + [lines[last_pair][:25]]  # killed while writing the last pair
     path.write_text("".join(kept), encoding="utf-8")
     assert len(load_pairs(path)) == sum(json.loads(x)["kind"] == "pair" for x in lines) - 1  # torn line skipped
-    recorder = PairRecorder(target, draft, config)
-    run_pairs(config, recorder=recorder, progress=False)
+    record(tmp_path, recorder_for(models, delimiter))
     again = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[len(kept):]]
     originals = [json.loads(line) for line in lines[last_pair:]]
     strip = lambda r: {k: v for k, v in r.items() if k not in ("time", "draft_s", "target_s", "wall_s")}
@@ -125,11 +130,40 @@ def test_a_rerun_adds_nothing_and_a_torn_line_is_recorded_again(tmp_path, models
     assert len(keys) == len(set(keys))
 
 
-def test_pairs_config_errors(tmp_path):
-    for bad, message in [(dict(limit=0), "--limit"), (dict(offset=-1), "--offset"),
-                         (dict(max_new_tokens=0), "--max-new-tokens"), (dict(gamma=0), "--gamma")]:
+def test_pairs_options_are_refused_by_name_before_any_model_loads(models, delimiter):
+    for bad, message in [(dict(limit=0), "--limit"), (dict(offset=-1), "--offset")]:
         with pytest.raises(ConfigError, match=message):
-            PairsConfig(dataset="d.jsonl", out=str(tmp_path / "o.jsonl"), **bad)
+            check_scope(**{"offset": 0, "limit": None, **bad})
+    for bad, message in [(dict(gamma=0), "--gamma"), (dict(max_step_tokens=0), "--max-step-tokens"),
+                         (dict(dtype="fp8"), "--dtype")]:
+        with pytest.raises(ConfigError, match=message):
+            pairs_spec(**bad)
+    with pytest.raises(ConfigError, match="--max-new-tokens"):
+        PairRecorder(recorder_for(models, delimiter).generator, 0)
+    target, draft = models
+    with pytest.raises(ConfigError, match="greedy"):
+        PairRecorder(LookaheadGenerator(target, draft, KeepNone(), mode="lr", sampling=SamplingConfig(temperature=0.7)))
+
+
+def test_the_recorder_runs_the_one_loop_with_one_drafted_step_and_one_target_row(tmp_path, models, delimiter,
+                                                                                  monkeypatch):
+    """Every cycle the recorder runs is the plan lr@k1r1 at a step boundary (or the target alone mid-step),
+    through the driver every mode runs through, and its one row is the target's step from x: a refactor
+    that gives the recorder a loop of its own, or runs the bonus row, fails here."""
+    import lookahead_reasoning.decoding.driver as driver
+
+    plans = []
+    real = driver.TorchCycles.cycle
+
+    async def cycle(self, plan, policy):
+        trace = await real(self, plan, policy)
+        plans.append((plan.label, trace.target_rows, len(trace.drafted)))
+        return trace
+    monkeypatch.setattr(driver.TorchCycles, "cycle", cycle)
+    recs = records(record(tmp_path, recorder_for(models, delimiter)))
+    assert {label for label, _, drafted in plans if drafted} == {"lr@k1r1"}
+    assert all(rows == 1 for _, rows, _ in plans)
+    assert sum(1 for _, _, drafted in plans if drafted) == sum(r["kind"] == "pair" for r in recs)
 
 
 # ------------------------------------------------------------------------------------------ ablation

@@ -208,6 +208,18 @@ def test_the_architecture_notes_list_every_settings_class_and_no_other():
     assert listed <= defined, f"ARCHITECTURE.md's table names classes that are gone: {sorted(listed - defined)}"
 
 
+SETTINGS_LIKE = ("Config", "Settings", "Options", "Spec", "Preset", "Plan")  # what a class of knobs is called
+MAX_SETTINGS_LIKE = 12
+
+
+def test_the_settings_like_classes_are_few():
+    """transformers has one GenerationConfig and vLLM one SpeculativeConfig: a knob has one home here too (a
+    class of knobs that another one duplicates is folded into it, not added beside it)."""
+    defined = {node.name for _, tree in _modules() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    settings_like = sorted(name for name in defined if name.endswith(SETTINGS_LIKE))
+    assert len(settings_like) <= MAX_SETTINGS_LIKE, f"{len(settings_like)} settings-like classes: {settings_like}"
+
+
 def _unit(path: Path) -> str:
     """The unit a source file belongs to: its subpackage, or for a top-level file its module's name."""
     parts = path.relative_to(SRC).parts

@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
     add_url_options(bench)
     bench.set_defaults(func=_local_or_engine(bench.get_default("func")))
-    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.engine_pairs)
+    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.pairs, over the engines)
     add_url_options(pairs, "pairs")
     pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
     for command in ("generate", "lr", "bench", "pairs"):  # what each option defaults to: refusals name the given ones

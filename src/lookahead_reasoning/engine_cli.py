@@ -26,12 +26,12 @@ import sys
 import time
 
 from .bench.engine import EngineBench, run_engine_bench
-from .bench.engine_pairs import run_engine_pairs
-from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, FlipsConfig, engine_finish, read_bank, run_flips
-from .bench.pairs import PairsConfig
+from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
+from .bench.pairs import KeepNone, PairRecorder, check_scope, run_pairs
 from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
+from .options import check_max_new_tokens
 from .presets import (
     DEFAULT_DRAFT,
     DEFAULT_TARGET,
@@ -40,9 +40,9 @@ from .presets import (
     SCHEDULE,
     STEP_DELIMITERS,
 )
-from .runtime.engine.llamacpp import LlamaServer, ServerConfig
-from .runtime.engine.pair import EnginePair
-from .runtime.engine.vllm import VLLMConfig, VLLMServer
+from .runtime.engine.llamacpp import LlamaServer
+from .runtime.engine.process import ServerConfig
+from .runtime.engine.vllm import VLLMServer
 from .sampling import SamplingConfig
 from .settings import Settings
 from .steps import StepConfig
@@ -171,12 +171,10 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
 def _server(engine: str, model: str, args: argparse.Namespace, port: int | None = None, spec: str | None = None):
     """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
     draft = args.draft if spec == "draft" else None
-    if engine == "vllm":
-        return VLLMServer(VLLMConfig(model, max_model_len=args.context or 4096, threads=args.threads, port=port,
-                                     spec=spec, draft=draft))
-    return LlamaServer(ServerConfig(model, parallel=args.parallel, context=args.context or 16384,
-                                    threads=args.threads, port=port, spec=spec, draft=draft,
-                                    cache_prompt=not args.no_prompt_cache))
+    config = ServerConfig(model, engine, context=args.context, threads=args.threads, port=port, spec=spec, draft=draft,
+                          cache_prompt=not args.no_prompt_cache,
+                          parallel=args.parallel if engine == "llama.cpp" else None)
+    return (VLLMServer if engine == "vllm" else LlamaServer)(config)
 
 
 def _servers(args: argparse.Namespace) -> dict:
@@ -202,9 +200,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
     servers = _servers(args)  # checks every number before anything is built
-    require(not args.no_prompt_cache or not any(isinstance(s, VLLMServer) for s in servers.values()),
-            "--no-prompt-cache is llama.cpp's --no-cache-prompt; vLLM's prefix cache is its own option "
-            "(leave out --enable-prefix-caching when you start vLLM yourself)", ConfigError)
     _prepare(servers)
     if args.build_only:
         return 0
@@ -277,16 +272,22 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
 def run_pairs_over_engine(args: argparse.Namespace) -> int:
     """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.bench.pairs`)."""
 
-    config = PairsConfig(dataset=args.dataset, out=args.out, offset=args.offset, limit=args.limit,
-                         max_new_tokens=args.max_new_tokens, max_step_tokens=args.max_step_tokens)
+    check_max_new_tokens(args.max_new_tokens)
+    check_scope(args.offset, args.limit)
     require(args.draft_url is not None or args.draft_model is not None,
             "pairs over engines need a draft: give --draft-url (or --draft-model on the target's engine)")
-    pair = EnginePair(args.target_url, args.draft_url, target_model=args.target_model, draft_model=args.draft_model,
-                      settings=engine_settings(args), template=args.template)
+    made = []
+
+    def recorder() -> PairRecorder:  # connects: only when a problem is left to record
+        made.append(LookaheadGenerator(target=args.target_url, draft=args.draft_url, verifier=KeepNone(),
+                                       settings=engine_settings(args), mode="lr", target_model=args.target_model,
+                                       draft_model=args.draft_model, template=args.template))
+        return PairRecorder(made[0], args.max_new_tokens)
     try:
-        path = run_engine_pairs(pair, config)
+        path = run_pairs(recorder, args.dataset, args.out, offset=args.offset, limit=args.limit)
     finally:
-        pair.close()
+        for generator in made:
+            generator.close()
     print(f"pairs: {path} (`lookahead-reasoning verifiers {path}` compares the verifiers on them)")
     return 0
 
@@ -309,15 +310,16 @@ def add_flips_command(sub: argparse._SubParsersAction) -> None:
 def cmd_flips(args: argparse.Namespace) -> int:
     require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
             "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
-    config = FlipsConfig(tuple(args.pairs), args.out, args.sample, args.seed, args.max_new_tokens)
-    read_bank(config.pairs)  # a bad file fails before any connection
+    check_flip_options(args.sample, args.max_new_tokens)
+    read_bank(args.pairs)  # a bad option or file fails before any connection
     runtime = target_runtime(args, engine_settings(args))
     try:
-        finish = engine_finish(runtime, config.max_new_tokens)
-        path = run_flips(config, Flipper(finish, runtime.pair.target.client.model_name()))
+        finish = engine_finish(runtime, args.max_new_tokens)
+        path = run_flips(args.pairs, args.out, Flipper(finish, runtime.pair.target.client.model_name()),
+                         sample=args.sample, seed=args.seed, max_new_tokens=args.max_new_tokens)
     finally:
         runtime.close()
-    print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(config.pairs)} --flips {path}` adds each verifier's "
+    print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(args.pairs)} --flips {path}` adds each verifier's "
           "flip rate to the ablation)")
     return 0
 

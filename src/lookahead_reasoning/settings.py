@@ -142,7 +142,10 @@ class CyclePlan:
     rows (None: the runtime's own; 0: the rows decode token by token); ``draft_stop_below``: the
     draft's confidence stop in those iterations; ``overshoot`` (k = 0 only): an SD iteration that runs
     past the step's end keeps what it accepted; ``chunk`` > 0 (k = 0 only): the target writes up to
-    ``chunk`` tokens of plain decoding past step ends (fewer requests where nothing speculative pays).
+    ``chunk`` tokens of plain decoding past step ends (fewer requests where nothing speculative pays);
+    ``rows`` (k >= 1, sync only): the most target rows the cycle runs (None: one per drafted step that ends
+    on a delimiter, plus one); when it cuts rows, the last row it runs is not judged and its step is kept as
+    the target's own (``rows=1``: the drafts are written and seen, the target's step from x is kept).
     """
 
     k: int
@@ -152,6 +155,7 @@ class CyclePlan:
     draft_stop_below: float | None = None
     overshoot: bool = False
     chunk: int = 0
+    rows: int | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.k, int) and self.k >= 0, f"k (drafted steps per cycle) must be an integer >= 0, got {self.k!r}")
@@ -163,6 +167,10 @@ class CyclePlan:
         check_draft_stop_below(self.draft_stop_below)  # the Settings' rule: a plan runs what Settings let through
         require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
                 f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
+        require(self.rows is None or (isinstance(self.rows, int) and not isinstance(self.rows, bool) and self.rows >= 1
+                                      and self.k >= 1 and self.schedule == "sync"),
+                f"rows (the most target rows a cycle runs) must be None or an integer >= 1, with k >= 1 on the sync "
+                f"schedule, got rows {self.rows!r} with k {self.k!r} ({self.schedule})")
 
     @classmethod
     def parse(cls, text: str) -> "CyclePlan":
@@ -170,36 +178,41 @@ class CyclePlan:
         label = Label.parse(text)
         require(label.base in ("ar", "sd", "lr", "lr-sd"), f"{text!r} names no plan: a plan is ar, sd, lr or lr-sd")
         gamma = label.gamma if label.base in ("sd", "lr-sd") else (0 if label.base == "ar" else None)
-        return cls(label.k or 0, label.width or 1, label.schedule, gamma, label.draft_stop_below, chunk=label.chunk or 0)
+        return cls(label.k or 0, label.width or 1, label.schedule, gamma, label.draft_stop_below, chunk=label.chunk or 0,
+                   rows=label.rows)
 
     @property
     def label(self) -> str:
-        """A short name: "ar", "ar@c256", "sd@g8s0.4", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async" (:meth:`parse` reads it)."""
+        """A short name: "ar", "ar@c256", "sd@g8s0.4", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async", "lr@k1r1" (:meth:`parse`
+        reads it)."""
         stop = f"s{self.draft_stop_below:g}" if self.draft_stop_below is not None else ""
         if self.k == 0:
             if self.chunk:
                 return f"ar@c{self.chunk}"
             return f"sd@g{self.gamma}{stop}" if self.gamma else "ar"
         head = f"lr-sd@k{self.k}g{self.gamma}{stop}" if self.gamma else f"lr@k{self.k}"
-        return head + (f"w{self.width}" if self.width > 1 else "") + ("-async" if self.schedule == "async" else "")
+        return (head + (f"w{self.width}" if self.width > 1 else "") + (f"r{self.rows}" if self.rows is not None else "")
+                + ("-async" if self.schedule == "async" else ""))
 
 
-_LABEL = re.compile(r"^(?P<base>[a-z][a-z-]*?)(?:@(?P<knobs>(?:[kgswc][0-9.]+)+))?(?P<asyn>-async)?$")
-_KNOB = re.compile(r"([kgswc])([0-9.]+)")
-KNOB_NAMES = {"k": "k", "g": "gamma", "s": "draft_stop_below", "w": "width", "c": "chunk"}
+_LABEL = re.compile(r"^(?P<base>[a-z][a-z-]*?)(?:@(?P<knobs>(?:[kgswrc][0-9.]+)+))?(?P<asyn>-async)?$")
+_KNOB = re.compile(r"([kgswrc])([0-9.]+)")
+KNOB_NAMES = {"k": "k", "g": "gamma", "s": "draft_stop_below", "w": "width", "r": "rows", "c": "chunk"}
 
 
 @dataclass(frozen=True)
 class Label:
     """A mode or a plan as a user types it and as :attr:`CyclePlan.label` prints it: ``base[@knobs][-async]``,
-    the knobs ``kN`` (drafted steps), ``gN`` (gamma), ``sX`` (the draft's confidence stop), ``wN`` (width)
-    and ``cN`` (chunk) in that order, e.g. ``lr-sd@k2g3``, ``sd@g8s0.4``, ``lr@k2w2-async``, ``ar@c256``."""
+    the knobs ``kN`` (drafted steps), ``gN`` (gamma), ``sX`` (the draft's confidence stop), ``wN`` (width),
+    ``rN`` (the most target rows) and ``cN`` (chunk) in that order, e.g. ``lr-sd@k2g3``, ``sd@g8s0.4``,
+    ``lr@k2w2-async``, ``lr@k1r1``, ``ar@c256``."""
 
     base: str
     k: int | None = None
     gamma: int | None = None
     draft_stop_below: float | None = None
     width: int | None = None
+    rows: int | None = None
     chunk: int | None = None
     schedule: str = SCHEDULE
 
@@ -209,8 +222,8 @@ class Label:
         match = _LABEL.match(text.strip()) if isinstance(text, str) else None
         knobs = _KNOB.findall(match.group("knobs") or "") if match else []
         letters = "".join(letter for letter, _ in knobs)
-        require(match is not None and letters == "".join(c for c in "kgswc" if c in letters),
-                f"bad mode {text!r}: write base[@kN][gN][sX][wN][cN][-async] (e.g. lr-sd@k2g3, sd@g8s0.4, lr@k2-async)")
+        require(match is not None and letters == "".join(c for c in "kgswrc" if c in letters),
+                f"bad mode {text!r}: write base[@kN][gN][sX][wN][rN][cN][-async] (e.g. lr-sd@k2g3, sd@g8s0.4, lr@k2-async)")
         values: dict[str, Any] = {}
         for letter, number in knobs:
             try:

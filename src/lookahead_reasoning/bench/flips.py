@@ -45,22 +45,13 @@ FLIP_MAX_NEW_TOKENS = 1024  # a branch's whole answer (prefix, step and continua
 Z95 = 1.959964
 
 
-@dataclass(frozen=True)
-class FlipsConfig:
-    """``pairs``: a bank written by ``lookahead-reasoning pairs`` (one file or several); ``out``: the flips
-    JSONL (resumable); ``sample``: how many non-exact pairs to continue (None: all), drawn with ``seed``."""
-
-    pairs: str | tuple[str, ...]
-    out: str
-    sample: int | None = None
-    seed: int = 0
-    max_new_tokens: int = FLIP_MAX_NEW_TOKENS
-
-    def __post_init__(self) -> None:
-        require(self.sample is None or (isinstance(self.sample, int) and self.sample >= 1),
-                f"--sample must be an integer >= 1, got {self.sample!r}")
-        require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
-                f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+def check_flip_options(sample: int | None, max_new_tokens: int) -> None:
+    """ConfigError naming the option: ``sample`` (how many non-exact pairs to continue; None: all) and
+    ``max_new_tokens`` (a branch's whole answer) must be integers >= 1."""
+    require(sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 1),
+            f"--sample must be an integer >= 1, got {sample!r}")
+    require(isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool) and max_new_tokens >= 1,
+            f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
 
 
 def read_bank(paths: str | Path | Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -188,16 +179,22 @@ def own_trace(problem: dict[str, Any], model: str, max_new_tokens: int) -> bool:
             and isinstance(problem.get("text"), str) and (ended or problem.get("new_tokens") == max_new_tokens))
 
 
-def run_flips(config: FlipsConfig, flipper: Flipper, *, progress: bool = True) -> Path:
-    """Continue every sampled pair not in ``config.out`` yet with ``flipper``; returns the path."""
-    pairs, problems = read_bank(config.pairs)
-    chosen = sample_pairs(pairs, config.sample, config.seed)
-    path = Path(config.out)
+def run_flips(bank: str | Path | Sequence[str | Path], out: str | Path, flipper: Flipper, *, sample: int | None = None,
+              seed: int = 0, max_new_tokens: int = FLIP_MAX_NEW_TOKENS, progress: bool = True) -> Path:
+    """Continue the non-exact pairs of ``bank`` (a pairs file written by ``lookahead-reasoning pairs``, or
+    several) with ``flipper`` into the flips JSONL ``out``, skipping those it holds already (a rerun resumes);
+    returns its path. ``sample``: how many pairs to continue (None: all), drawn with ``seed``
+    (:func:`sample_pairs`); ``max_new_tokens``: a branch's whole answer, as ``flipper``'s continuations
+    were bounded (it decides whether a bank's own trace serves as every target branch: :func:`own_trace`)."""
+    check_flip_options(sample, max_new_tokens)
+    pairs, problems = read_bank(bank)
+    chosen = sample_pairs(pairs, sample, seed)
+    path = Path(out)
     check_writable(path, "the flips")
     done = {(key[0], key[1]) for key in done_pairs(path)}
     by_key = {(p["problem_id"], p["mode"]): p for p in pairs}
     for pid, problem in problems.items():  # a bank written by this very target: its trace is every target branch
-        if own_trace(problem, flipper.model, config.max_new_tokens):
+        if own_trace(problem, flipper.model, max_new_tokens):
             flipper.remember(pid, "", problem["text"])
     for record in read_records(path):  # the target branches of an earlier run serve this one too
         pair = by_key.get((record.get("problem_id"), record.get("mode")))
@@ -284,5 +281,5 @@ def harm_table(rows: Sequence[HarmRow], flips: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "FlipsConfig", "HarmRow", "engine_finish", "harm_rows", "harm_table",
+__all__ = ["FLIP_MAX_NEW_TOKENS", "Flipper", "HarmRow", "check_flip_options", "engine_finish", "harm_rows", "harm_table",
            "kept_foreign_steps", "own_trace", "read_bank", "run_flips", "sample_pairs", "wilson", "writers"]

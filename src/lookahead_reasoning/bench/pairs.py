@@ -1,22 +1,30 @@
 """A bank of step pairs: what the draft and the target each write at the same step boundary.
 
-The paper's synchronous protocol, on real problems. Follow the target's own greedy solution step by
-step (a step ends at a delimiter, "\\n\\n", at EOS or at the step cap). At each step boundary:
+The paper's synchronous protocol, on real problems, run by the one loop. Follow the target's own greedy
+solution step by step (a step ends at a delimiter, "\\n\\n", at EOS or at the step cap): every cycle is the
+fixed plan ``lr@k1r1``, one drafted step and one target row (:class:`~lookahead_reasoning.settings.CyclePlan`),
+with a verifier that keeps no drafted step (:class:`KeepNone`). At each step boundary:
 
   1. the draft writes its next step s^ from the prefix x (the target's text so far);
-  2. the target scores s^ in ONE forward over x + s^: the target's probability of every drafted
-     token, and (its greedy choice at each position) how many leading tokens of s^ it would
-     write itself;
-  3. the target writes its own next step s from x, starting with the drafted tokens it agreed with
-     (they are its own greedy tokens), optionally with token-level SD by the draft model (lossless);
-  4. x becomes x + s, the pair (s^, s) is one record.
+  2. the target writes its own next step s from x (in this process starting with the drafted tokens it
+     agrees with, scored in one forward: they are its own greedy tokens; with token-level SD by the
+     draft model inside its step unless ``--no-target-sd``: the same text);
+  3. x becomes x + s, and an observer of the cycle (:class:`PairLog`) writes the pair (s^, s).
 
-After a step cut at the cap, x does not end on a boundary: the target writes on alone (no pair), as
-Lookahead Reasoning drafts only from a boundary. A record holds both steps as text and token ids
-(the draft's ids in its own vocabulary), each model's probabilities of its own step's tokens (the
-draft's from one scoring forward over its step; the target's from the scoring forward of step 2
-where it agreed, and one forward over the rest) and the target's probabilities of the drafted
-step's tokens (in the target's tokens: the same ids when the two models share a vocabulary).
+After a step cut at the cap, x does not end on a boundary: the target writes on alone (a cycle with
+nothing drafted, no pair), as Lookahead Reasoning drafts only from a boundary. A record holds both steps as
+text and token ids (the draft's ids in its own vocabulary) and, in this process, each model's probabilities
+of its own step's tokens and the target's probabilities of the drafted step's tokens (in the target's
+tokens), from forwards of the observer's own sessions over the prefix and each step.
+
+The same recorder runs over serving engines (a generator whose target is a URL): the cycle's draft and
+target steps are completion requests. What an engine does not give is null: ``draft_probs``,
+``target_probs`` and ``target_probs_of_draft`` (an OpenAI-compatible engine scores no given continuation).
+No verifier of the ablation reads them (``target-score`` scores each pair with the model ``verifiers
+--target`` loads), so every verifier runs on an engine's pairs file. ``agreed_tokens`` is the common
+prefix of the two steps' ids: with greedy decoding and one tokenizer, the drafted tokens the target
+would write itself. Every record names the models that wrote it (``target_model``, ``draft_model``, and
+over engines ``target_url``, ``draft_url``); a rerun refuses a file written by other models.
 
 The output is a JSON-lines file written with the benchmark runner's ``append_record`` (one line per
 pair, pushed to disk at once) and read back with its ``done_pairs``: a pair's key is
@@ -28,227 +36,188 @@ same steps again), so an interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Sequence
 
-import torch
-
-from ..decoding.drafters import make_drafter
-from ..decoding.tools import StepWriter, Translator
-from ..errors import LookaheadError, require
-from ..models import load_model
-from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, STEP_DELIMITERS
-from ..presets import TOKEN_GAMMA
+from ..decoding.driver import FixedPolicy, decode
+from ..decoding.results import CycleTrace
+from ..decoding.tools import Translator
+from ..engine_runtime import alr
+from ..errors import ConfigError, LookaheadError, require
+from ..options import GeneratorSpec, check_max_new_tokens, decoding_settings
+from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, TOKEN_GAMMA
 from ..prompts import math_messages
-from ..runtime.lm import LM
-from ..runtime.pair import model_pair
-from ..runtime.session import Session
-from ..sampling import SamplingConfig, make_generator, token_scores
-from ..steps import StepConfig
+from ..settings import CyclePlan, TokenSD
+from ..steps import Step, closing
 from ..stopping import common_prefix
+from ..verifiers.base import Verdict
 from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
 from .grading import grade
+from .results import read_records
+from .bank_scores import DIGITS, own_probabilities
 from .runner import append_record, check_writable, done_pairs
 
-PROBABILITY_DIGITS = 6  # probabilities are stored rounded to this many decimals
+Write = Callable[[dict[str, Any]], None]
 
 
-@dataclass
-class PairsConfig:
-    """What to record: problems (dataset, offset, limit), models, dtype, budgets."""
+class KeepNone:
+    """The verifier of a recording: it keeps no drafted step, so every cycle keeps the target's own step."""
 
-    dataset: str
-    out: str
-    offset: int = 0
-    limit: int | None = None
-    target: str = DEFAULT_TARGET
-    draft: str = DEFAULT_DRAFT
-    dtype: str = "auto"
-    device: str | None = None
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    max_step_tokens: int = MAX_STEP_TOKENS
-    delimiters: tuple[str, ...] = STEP_DELIMITERS
-    target_sd: bool = True  # token-level SD by the draft model inside the target's steps (same output)
-    gamma: int = TOKEN_GAMMA
+    name = "keep-none"
 
-    def __post_init__(self) -> None:
-        require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset!r}")
-        require(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1),
-                f"--limit must be >= 1, got {self.limit!r}")
-        require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
-                f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
-        require(isinstance(self.max_step_tokens, int) and self.max_step_tokens >= 1,
-                f"--max-step-tokens must be >= 1, got {self.max_step_tokens!r}")
-        require(isinstance(self.gamma, int) and self.gamma >= 1, f"--gamma must be >= 1, got {self.gamma!r}")
+    def verify(self, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
+        return [Verdict(False, None, "a recording keeps the target's own steps", 0.0, self.name) for _ in pairs]
+
+
+class PairPolicy(FixedPolicy):
+    """The recording's fixed plan: ``lr@k1r1`` at every step boundary (one drafted step, the target's row from
+    x alone), the target writing on alone to the next boundary elsewhere; every finished cycle goes to
+    ``observer`` (a :class:`PairLog`), as a policy hears what its cycles did."""
+
+    def __init__(self, observer: Callable[[CycleTrace], None], mode: str = "pairs"):
+        super().__init__(1, None, mode)
+        self.observer = observer
+
+    def plan(self, position: Any) -> CyclePlan:
+        plan = super().plan(position)
+        return replace(plan, rows=1) if plan.k else plan
+
+    def learn(self, trace: CycleTrace) -> None:
+        self.observer(trace)
 
 
 class PairRecorder:
-    """Holds the two models and the decoding pieces; :meth:`follow` records one problem."""
+    """Follows problems with a :class:`~lookahead_reasoning.LookaheadGenerator`'s runtime (module
+    docstring): its models in this process, or its engines where its target is a URL. Decoding is greedy
+    (the generator's sampling must be), with its step settings and, in this process, its token SD inside
+    the target's rows (``settings.token_sd.target``)."""
 
-    def __init__(self, target: Any, draft: Any, config: PairsConfig):
-        pair = model_pair(target, draft)  # without one vocabulary, steps cross as text and no token-level SD
-        self.target, self.draft, self.same_vocab = pair.target, pair.draft, pair.same_vocab
-        self.config = config
-        self.steps = StepConfig(tuple(config.delimiters), config.max_step_tokens)
+    def __init__(self, generator: Any, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
+        check_max_new_tokens(max_new_tokens)
+        require(generator.settings.sampling.greedy, "pairs follow the target's greedy solution: the generator must "
+                "decode greedily (temperature 0)", ConfigError)
+        self.generator, self.max_new_tokens = generator, max_new_tokens
+        self.settings = generator.settings.with_overrides(max_new_tokens=max_new_tokens)
+        engine = generator.engine
+        if engine is not None:
+            pair = engine.pair
+            require(pair.draft is not None, "pairs over engines need a draft: give --draft-url (or --draft-model "
+                    "on the target's engine)", ConfigError)
+            self.names = {"target_model": pair.target.client.model_name(), "draft_model": pair.draft.client.model_name(),
+                          "target_url": pair.target.client.endpoint.url, "draft_url": pair.draft.client.endpoint.url,
+                          "engine": True}
+        else:
+            self.names = {"target_model": generator.target.name, "draft_model": generator.draft.name}
+            self.translator = Translator(generator.target, generator.draft, generator.same_vocab)
 
-    def follow(self, problem: Problem, skip_steps: set[int] = frozenset()) -> Iterator[dict[str, Any]]:
-        """Yield the pair records of one problem as they are made, then its summary record.
+    def check_resumable(self, path: Path) -> None:
+        """ConfigError when ``path`` holds records of models other than this recorder's."""
+        models = {k: self.names[k] for k in ("target_model", "draft_model")}
+        for rec in read_records(path):
+            other = {k: rec[k] for k, v in models.items() if rec.get(k) not in (None, v)}
+            if other:
+                raise ConfigError(f"{path} holds pairs of other models ({other}; this run's are {models}): "
+                                  "give another --out")
 
-        ``skip_steps``: step indices whose pair records exist already (they are computed again, to
-        reach the later steps, but not yielded).
-        """
-        greedy, generator = SamplingConfig(), make_generator(0)
-        messages = math_messages(problem.question)
-        prompt_t = self.target.prompt_ids(messages)
-        prompt_d = prompt_t if self.same_vocab else self.draft.prompt_ids(messages)
-        t_sess, d_sess = self.target.session([prompt_t]), self.draft.session([prompt_d])
-        drafter = None
-        if self.config.target_sd and self.same_vocab:
-            drafter = make_drafter("draft", lm=self.draft, sampling=greedy, generator=generator)
-            drafter.attach(d_sess)  # one draft cache, for its own steps and for drafting the target's tokens
-        tools = _Tools(StepWriter(self.draft, self.steps, greedy, generator),
-                       StepWriter(self.target, self.steps, greedy, generator, drafter, self.config.gamma),
-                       Translator(self.target, self.draft, self.same_vocab), t_sess, d_sess, prompt_t, prompt_d)
-        generated: list[int] = []
-        at_boundary, index, pairs, stop = True, 0, 0, "budget"
+    def follow(self, problem: Problem, write: Write, skip_steps: set[int] = frozenset()) -> dict[str, Any]:
+        """Write the pair records of one problem as they are made (those of ``skip_steps`` are made again to
+        reach the later ones, but not written) and return its summary record."""
+        log = PairLog(self, problem, write, skip_steps)
         start = time.perf_counter()
-        while len(generated) < self.config.max_new_tokens:
-            remaining = self.config.max_new_tokens - len(generated)
-            if at_boundary:
-                record, step = self._pair(problem, index, generated, remaining, tools)
-                pairs += 1
-                if index not in skip_steps:
-                    yield record
-            else:  # not at a boundary: the target writes on alone
-                t_sess.set_rows([prompt_t + generated])
-                [step] = tools.target_writer.write(t_sess, [remaining])
-            generated += step.ids
-            at_boundary, index = step.boundary, index + 1
-            if step.end == "eos":
-                stop = "eos"
-                break
-        yield self._summary(problem, generated, index, pairs, stop, time.perf_counter() - start)
+        if self.generator.engine is None:
+            result = self._local(problem, log)
+        else:
+            result = self._engine(problem, log)
+        text = result.text
+        graded = grade(text, problem.answer)
+        return {"kind": "problem", "problem_id": problem.id, "index": problem.index, "mode": "problem",
+                "question": problem.question, "gold": problem.answer, "predicted": graded.predicted,
+                "correct": graded.correct, "text": text, "steps": log.index, "pairs": log.pairs,
+                "new_tokens": len(result.token_ids), "stop_reason": result.stop_reason,
+                "wall_s": round(time.perf_counter() - start, 3), **self.names, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
-    def _pair(self, problem: Problem, index: int, generated: list[int], remaining: int,
-              tools: "_Tools") -> tuple[dict[str, Any], Any]:
-        """Steps 1-3 of the module docstring at one boundary; returns the record and the target's step."""
-        prefix, prefix_d = tools.prompt_t + generated, tools.prompt_d + tools.translator.to_draft(generated)
-        t0 = time.perf_counter()
-        # 1. the draft's next step, and its probabilities of its own tokens
-        tools.d_sess.set_rows([prefix_d])
-        [drafted] = tools.draft_writer.write(tools.d_sess, [remaining])
-        draft_probs = own_probabilities(tools.d_sess, prefix_d, drafted.ids)
-        t1 = time.perf_counter()
-        # 2. the target scores the drafted step in one forward
-        drafted_t = tools.translator.to_target(drafted)
-        scored = score_draft(tools.t_sess, prefix, drafted_t)
-        # 3. the target's own step, starting with the drafted tokens it agrees with
-        tools.t_sess.set_rows([prefix + scored.head])
-        [own] = tools.target_writer.write(tools.t_sess, [remaining], starts=[len(prefix)])
-        known = common_prefix(own.ids, scored.head, len(own.ids))
-        target_probs = scored.head_probs[:known] + own_probabilities(tools.t_sess, prefix + own.ids[:known],
-                                                                     own.ids[known:])
-        t2 = time.perf_counter()
-        record = {
-            "kind": "pair", "problem_id": problem.id, "index": problem.index, "mode": f"step-{index}",
-            "step": index, "prefix": self.target.decode(generated), "prefix_tokens": len(generated),
+    def _local(self, problem: Problem, log: "PairLog") -> Any:
+        gen = self.generator
+        messages = math_messages(problem.question)
+        prompt = gen.target.prompt_ids(messages)
+        log.start(prompt, prompt if gen.same_vocab else gen.draft.prompt_ids(messages))
+        return decode(gen.pair, prompt, KeepNone(), self.settings, PairPolicy(log.cycle), draft_ids=log.prompt_d)
+
+    def _engine(self, problem: Problem, log: "PairLog") -> Any:
+        runtime = self.generator.engine
+        runtime.pair.use(self.settings)
+        ids = runtime.prompt_ids(problem.question)
+        log.start(ids, ids)
+        return asyncio.run(closing(alr(runtime.pair, ids, KeepNone(), PairPolicy(log.cycle, "engine-pairs"),
+                                       self.max_new_tokens), runtime.pair))
+
+
+class PairLog:
+    """The recording observer: hears every finished cycle, writes a pair record for each one that drafted
+    a step, and follows the prefix x by the steps the cycles kept."""
+
+    def __init__(self, recorder: PairRecorder, problem: Problem, write: Write, skip_steps: set[int]):
+        self.recorder, self.problem, self.write, self.skip = recorder, problem, write, skip_steps
+        self.ids: list[int] = []  # the answer so far, target ids
+        self.texts: list[str] = []  # the kept steps' texts
+        self.index = self.pairs = 0
+        self.prompt: list[int] = []
+        self.prompt_d: list[int] = []
+        self.sessions: tuple[Any, Any] | None = None
+
+    def start(self, prompt: list[int], prompt_d: list[int]) -> None:
+        self.prompt, self.prompt_d = list(prompt), list(prompt_d)
+        gen = self.recorder.generator
+        if gen.engine is None:  # the observer's own sessions, for the probabilities: they follow the prefix
+            self.sessions = (gen.target.session([self.prompt]), gen.draft.session([self.prompt_d]))
+
+    def cycle(self, trace: CycleTrace) -> None:
+        if trace.drafted:
+            self.pairs += 1
+            if self.index not in self.skip:
+                self.write(self.record(trace.drafted[0], trace.target[0], trace.draft_s, trace.target_s))
+        kept = trace.kept_steps
+        self.ids += [t for step in kept for t in step.ids][:trace.tokens]
+        self.texts += [step.text for step in kept]
+        self.index += 1
+
+    def record(self, drafted: Step, own: Step, draft_s: float, target_s: float) -> dict[str, Any]:
+        probs = self.probabilities(drafted, own) if self.sessions is not None else (None, None, None)
+        prefix = self.recorder.generator.target.decode(self.ids) if self.sessions is not None else "".join(self.texts)
+        return {
+            "kind": "pair", "problem_id": self.problem.id, "index": self.problem.index, "mode": f"step-{self.index}",
+            "step": self.index, "prefix": prefix, "prefix_tokens": len(self.ids),
             "draft": drafted.text, "target": own.text, "draft_end": drafted.end, "target_end": own.end,
-            "draft_ids": list(drafted.ids), "target_ids": list(own.ids), "agreed_tokens": scored.agreed,
-            "draft_probs": _rounded(draft_probs), "target_probs": _rounded(target_probs),
-            "target_probs_of_draft": _rounded(scored.probs),
+            "draft_ids": list(drafted.ids), "target_ids": list(own.ids),
+            "agreed_tokens": common_prefix(drafted.ids, own.ids, len(drafted.ids)),
+            "draft_probs": probs[0], "target_probs": probs[1], "target_probs_of_draft": probs[2],
             "exact": normalize_step(drafted.text) == normalize_step(own.text),
             "same_numbers": step_numbers(drafted.text) == step_numbers(own.text),
-            "draft_s": round(t1 - t0, 4), "target_s": round(t2 - t1, 4),
-            "target_model": self.target.name, "draft_model": self.draft.name,
+            "draft_s": round(draft_s, 4), "target_s": round(target_s, 4), **self.recorder.names,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        return record, own
 
-    def _summary(self, problem: Problem, generated: list[int], steps: int, pairs: int, stop: str,
-                 wall: float) -> dict[str, Any]:
-        text = self.target.decode(generated)
-        g = grade(text, problem.answer)
-        return {"kind": "problem", "problem_id": problem.id, "index": problem.index, "mode": "problem",
-                "question": problem.question, "gold": problem.answer, "predicted": g.predicted,
-                "correct": g.correct, "text": text, "steps": steps, "pairs": pairs, "new_tokens": len(generated),
-                "stop_reason": stop, "wall_s": round(wall, 3), "target_model": self.target.name,
-                "draft_model": self.draft.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-
-
-@dataclass
-class _Tools:
-    """The pieces one problem is followed with (two writers, the translator, both sessions and prompts)."""
-
-    draft_writer: StepWriter
-    target_writer: StepWriter
-    translator: Translator
-    t_sess: Session
-    d_sess: Session
-    prompt_t: list[int]
-    prompt_d: list[int]
-
-
-@dataclass
-class DraftScore:
-    """The target's view of a drafted step, from one forward over prefix + step.
-
-    ``probs[j]``: the target's probability of drafted token j; ``agreed``: how many leading drafted
-    tokens are the target's own greedy choices; ``head``: those tokens plus the target's greedy token
-    after them (the start of the target's own step) and ``head_probs`` their probabilities.
-    """
-
-    probs: list[float]
-    agreed: int
-    head: list[int]
-    head_probs: list[float]
-
-
-def score_draft(session: Any, prefix: list[int], drafted: list[int]) -> DraftScore:
-    """Score ``drafted`` after ``prefix`` with ONE forward of the session's model (see :class:`DraftScore`).
-
-    On return the session's row is ``prefix + drafted``, all cached.
-    """
-    session.set_rows([prefix])
-    logits = session.logits(extra=[drafted], keep=len(drafted) + 1)[0]  # (n + 1, V)
-    probs = torch.softmax(logits.float(), dim=-1)
-    top = probs.argmax(dim=-1).tolist()
-    n = len(drafted)
-    on_draft = probs[torch.arange(n), torch.tensor(drafted, dtype=torch.long)].tolist() if n else []
-    agreed = 0
-    while agreed < n and top[agreed] == drafted[agreed]:
-        agreed += 1
-    head = list(drafted[:agreed]) + [top[agreed]]
-    return DraftScore(on_draft, agreed, head, on_draft[:agreed] + [float(probs[agreed, top[agreed]])])
-
-
-def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> list[float]:
-    """The session's model's probability of each of ``tokens`` after ``prefix``, from ONE forward.
-
-    The cache keeps ``prefix`` (what it shares with the row now); on return the row is
-    ``prefix + tokens``, all cached.
-    """
-    if not tokens:
-        return []
-    session.set_rows([prefix])
-    logits = session.logits(extra=[tokens], keep=len(tokens) + 1)[0, :-1]  # (n, V): position j predicts token j
-    return token_scores(logits, list(tokens))[0]
+    def probabilities(self, drafted: Step, own: Step) -> tuple[list[float], list[float], list[float]]:
+        """(the draft's of its own step, the target's of its own step, the target's of the drafted step), each
+        from one forward over the prefix and the step on the observer's sessions."""
+        t_sess, d_sess = self.sessions
+        translator = self.recorder.translator
+        prefix, prefix_d = self.prompt + self.ids, self.prompt_d + translator.to_draft(self.ids)
+        of_draft = own_probabilities(t_sess, prefix, translator.to_target(drafted))
+        return (_rounded(own_probabilities(d_sess, prefix_d, drafted.ids)),
+                _rounded(own_probabilities(t_sess, prefix, own.ids)), _rounded(of_draft))
 
 
 def _rounded(values: list[float]) -> list[float]:
-    return [round(float(v), PROBABILITY_DIGITS) for v in values]
-
-
-def load_pair_models(config: PairsConfig) -> tuple[Any, Any]:
-    """The target and draft LMs named in ``config`` (offline names, hub ids, paths)."""
-    return tuple(LM.from_loaded(load_model(name, dtype=config.dtype, device=config.device))
-                 for name in (config.target, config.draft))
+    return [round(float(v), DIGITS) for v in values]
 
 
 def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
@@ -257,23 +226,50 @@ def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
             and mode[5:].isdigit()}
 
 
-def run_pairs(config: PairsConfig, *, recorder: PairRecorder | None = None, progress: bool = True) -> Path:
-    """Record the pairs of every problem not finished in ``config.out`` yet; returns the path."""
-    problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset)
-    path = Path(config.out)
+def check_scope(offset: int, limit: int | None) -> None:
+    """ConfigError naming ``--offset`` (an integer >= 0) or ``--limit`` (None or an integer >= 1)."""
+    require(isinstance(offset, int) and offset >= 0, f"--offset must be >= 0, got {offset!r}", ConfigError)
+    require(limit is None or (isinstance(limit, int) and limit >= 1), f"--limit must be >= 1, got {limit!r}",
+            ConfigError)
+
+
+def run_pairs(recorder: PairRecorder | Callable[[], PairRecorder], dataset: str, out: str | Path, *, offset: int = 0,
+              limit: int | None = None, progress: bool = True) -> Path:
+    """Record the pairs of every problem of ``dataset`` (``offset``, ``limit``) not finished in ``out`` yet;
+    returns its path. ``recorder``: a :class:`PairRecorder`, or what makes one (called only when a problem is
+    left to do: a finished file loads no model)."""
+    check_scope(offset, limit)
+    problems = load_dataset(dataset, limit=limit, offset=offset)
+    path = Path(out)
     check_writable(path)
     done = {(key[0], key[1]) for key in done_pairs(path)}  # (problem id, mode), whatever else the key holds
     todo = [p for p in problems if (p.id, "problem") not in done]
     if not todo:
         return path
-    recorder = recorder or PairRecorder(*load_pair_models(config), config)
+    recorder = recorder if isinstance(recorder, PairRecorder) else recorder()
+    recorder.check_resumable(path)
     for n, problem in enumerate(todo, start=1):
-        for record in recorder.follow(problem, finished_steps(done, problem.id)):
-            append_record(path, record)
+        summary = recorder.follow(problem, lambda record: append_record(path, record), finished_steps(done, problem.id))
+        append_record(path, summary)
         if progress:
-            print(f"[{n}/{len(todo)}] {problem.id}: {record['pairs']} pairs, {record['new_tokens']} tokens, "
-                  f"{record['wall_s']:.0f} s", file=sys.stderr, flush=True)
+            print(f"[{n}/{len(todo)}] {problem.id}: {summary['pairs']} pairs, {summary['new_tokens']} tokens, "
+                  f"{summary['wall_s']:.0f} s", file=sys.stderr, flush=True)
     return path
+
+
+def pairs_spec(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype: str = "auto",
+               device: str | None = None, max_step_tokens: int = MAX_STEP_TOKENS, gamma: int = TOKEN_GAMMA,
+               target_sd: bool = True) -> GeneratorSpec:
+    """The generator a recording in this process runs, checked (ConfigError naming the option; loads
+    nothing): both models as loaded (the draft not quantised), its steps, and token SD by the draft model
+    inside the target's steps at ``gamma`` (``target_sd`` False: none; the same text either way).
+    ``spec.build(verifier=KeepNone())`` loads it."""
+    require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1, f"--gamma must be >= 1, got {gamma!r}",
+            ConfigError)
+    settings = decoding_settings({"max_step_tokens": max_step_tokens}).with_overrides(token_sd=TokenSD("draft" if target_sd else None, gamma=gamma))
+    spec = GeneratorSpec(target, draft, mode="lr", settings=settings, draft_quantize=None, dtype=dtype, device=device)
+    spec.check()
+    return spec
 
 
 # ------------------------------------------------------------------------------------------ command line
@@ -313,10 +309,13 @@ def add_pairs_commands(sub: Any) -> None:
 
 
 def cmd_pairs(args: Any) -> int:
-    config = PairsConfig(dataset=args.dataset, out=args.out, offset=args.offset, limit=args.limit, target=args.target,
-                         draft=args.draft, dtype=args.dtype, device=args.device, max_new_tokens=args.max_new_tokens,
-                         max_step_tokens=args.max_step_tokens, target_sd=not args.no_target_sd, gamma=args.gamma)
-    path = run_pairs(config)
+    check_max_new_tokens(args.max_new_tokens)
+    check_scope(args.offset, args.limit)
+
+    spec = pairs_spec(args.target, args.draft, dtype=args.dtype, device=args.device,
+                      max_step_tokens=args.max_step_tokens, gamma=args.gamma, target_sd=not args.no_target_sd)
+    path = run_pairs(lambda: PairRecorder(spec.build(verifier=KeepNone()), args.max_new_tokens), args.dataset,
+                     args.out, offset=args.offset, limit=args.limit)
     print(f"pairs: {path}")
     return 0
 
@@ -338,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-__all__ = ["DraftScore", "PairRecorder", "PairsConfig", "add_pairs_commands", "own_probabilities", "run_pairs",
-           "score_draft"]
+__all__ = ["KeepNone", "PairLog", "PairRecorder", "add_pairs_commands", "check_scope",
+           "PairPolicy", "pairs_spec", "run_pairs"]
 
 
 if __name__ == "__main__":

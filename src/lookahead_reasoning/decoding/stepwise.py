@@ -124,6 +124,10 @@ class StepRows:
 
     async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         contexts, budgets = row_contexts(self.x, self.budget, drafted)
+        judged = drafted
+        if plan.rows is not None and len(contexts) > plan.rows:  # the last row run is the target's own, unjudged
+            contexts, budgets, judged = contexts[:plan.rows], budgets[:plan.rows], drafted[:plan.rows - 1]
+            self.judge.drafted = judged
         for j, (context, budget) in enumerate(zip(contexts, budgets)):
             self._start_row(j, context, budget, plan.chunk if j == 0 and not drafted else 0)
         steps: list[Step] = []
@@ -134,7 +138,7 @@ class StepRows:
                 continue
             break
         self.close()
-        return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, drafted[:len(contexts)])
+        return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, judged[:len(contexts)])
 
     async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
         context = tuple(written.rows[m])
@@ -204,7 +208,7 @@ class StepwiseRun:
 class StepCycles:
     """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle is
     :func:`cycle_over` from the text so far; its kept steps extend the run. It honours a plan's k, width,
-    schedule and chunk, and refuses token SD inside the rows (gamma > 0; without it a draft stop and
+    schedule, chunk and rows, and refuses token SD inside the rows (gamma > 0; without it a draft stop and
     overshoot mean nothing). Rows run as the step models
     run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
 

@@ -130,9 +130,9 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     scores: list[TokenScores] = []
     openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer,
                                        scores if uses_scores(tools.verifier) else None)
-    keep = len(rows)
-    if gate is not None and len(rows) > 1:
-        keep = max(1, min(len(rows), gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
+    keep = min(len(rows), plan.rows or len(rows))  # the plan's cap on rows, then the policy's gate
+    if gate is not None and keep > 1:
+        keep = max(1, min(keep, gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
     judged = drafted if keep == len(rows) else drafted[:keep - 1]
     rows, budgets, openings = rows[:keep], budgets[:keep], openings[:keep]
     branches = state.target if len(rows) == 1 else state.target.fork(len(rows))

@@ -20,13 +20,100 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import EngineError, require
+from ...errors import ConfigError, EngineError, require
 from .client import Endpoint, EngineClient
 
 LOOPBACK = "127.0.0.1"
+SPECS = ("draft", "ngram")  # an engine's own token-level speculation: a draft model, or prompt lookup
+# What each engine reads beyond the fields every engine reads, with its default (a field left None takes it)
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama.cpp": {"context": 16384, "spec_tokens": 8, "parallel": 4},
+    "vllm": {"context": 4096, "spec_tokens": 4, "dtype": "auto", "block_size": 32, "kv_cache_gib": 2, "eager": True},
+}
+ENGINES = tuple(ENGINE_DEFAULTS)
+
+
+@dataclass
+class ServerConfig:
+    """How this project starts one engine server: llama.cpp's ``llama-server`` (:class:`~.llamacpp.LlamaServer`)
+    or vLLM's OpenAI-compatible server (:class:`~.vllm.VLLMServer`).
+
+    Every engine reads ``model`` (llama.cpp: an offline name or a GGUF file; vLLM: an offline name, a model
+    directory or a hub id), ``context`` (llama.cpp: the KV cache in tokens, shared by the slots; vLLM: the
+    longest sequence, ``--max-model-len``), ``threads`` (default: all cores), ``spec`` (the engine's own
+    token-level speculation: "draft", where the ``draft`` model proposes up to ``spec_tokens`` tokens, or
+    "ngram", prompt lookup), ``port`` (None: a free one), ``cache_prompt``, ``extra`` (appended to its
+    command line as is) and ``cache_dir``.
+
+    llama.cpp alone reads ``parallel`` (slots: requests served at once, the rows of a cycle).
+    ``cache_prompt`` False starts it with ``--no-cache-prompt``: every prompt is evaluated whole instead
+    of from where it parts from a slot's cached prefix, which makes a greedy request repeatable and costs
+    the prefix's evaluation on every request (``benchmarks/README.md``, the noise floor).
+
+    vLLM alone reads ``dtype`` ("auto": bf16 on a CPU with native bf16, float32 elsewhere, where vLLM's
+    bf16 matmuls fall back to torch's emulation, whose prefill ran at about 5 tokens a second here),
+    ``block_size`` (the prefix cache's grain: vLLM's CPU default of 128 tokens leaves a prompt's last 127
+    tokens uncached, and a Lookahead Reasoning cycle sends prompts that differ in their last steps; 32 is
+    the smallest its CPU attention supports), ``kv_cache_gib`` (``VLLM_CPU_KVCACHE_SPACE``) and ``eager``
+    (skip the compile warm-up, 6-10+ minutes on a 2-core CPU). Its prefix cache is always on.
+
+    A field left None takes its engine's default (:data:`ENGINE_DEFAULTS`, read with :meth:`get`); a field
+    the engine does not read, given a value, is refused by name, as is every bad number, when the config
+    is made: before anything is built or started.
+    """
+
+    model: str | os.PathLike
+    engine: str = "llama.cpp"
+    context: int | None = None
+    threads: int | None = None
+    spec: str | None = None
+    draft: str | os.PathLike | None = None
+    spec_tokens: int | None = None
+    port: int | None = None
+    cache_prompt: bool = True
+    extra: tuple[str, ...] = ()
+    cache_dir: str | os.PathLike | None = None
+    parallel: int | None = None
+    dtype: str | None = None
+    block_size: int | None = None
+    kv_cache_gib: int | None = None
+    eager: bool | None = None
+
+    def __post_init__(self) -> None:
+        require(self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}", ConfigError)
+        own = ENGINE_DEFAULTS[self.engine]
+        other = sorted(name for name in set().union(*ENGINE_DEFAULTS.values()) - set(own)
+                       if getattr(self, name) is not None)
+        require(not other, f"{', '.join(other)}: not a setting of {self.engine}'s server "
+                f"(it reads {', '.join(sorted(own))} beside the common ones)", ConfigError)
+        require(self.cache_prompt or self.engine == "llama.cpp",
+                "cache_prompt=False (--no-prompt-cache) is llama.cpp's --no-cache-prompt; vLLM's servers here always "
+                "cache prefixes (leave out --enable-prefix-caching when you start vLLM yourself)", ConfigError)
+        self._count("context", 256, "tokens")
+        self._count("parallel", 1, "(slots: requests served at once)")
+        self._count("spec_tokens", 1, "(tokens the engine drafts)")
+        self._count("kv_cache_gib", 1, "GiB")
+        self._count("threads", 1, "")
+        size = self.get("block_size")
+        require(size is None or (isinstance(size, int) and size >= 16 and size % 16 == 0),
+                f"server block_size must be a multiple of 16 tokens, got {size!r}", ConfigError)
+        require(self.spec in (None, *SPECS), f"server spec must be None, 'draft' or 'ngram', got {self.spec!r}",
+                ConfigError)
+        require(self.spec != "draft" or self.draft is not None, "server spec 'draft' needs a draft model", ConfigError)
+
+    def _count(self, name: str, least: int, unit: str) -> None:
+        value = self.get(name)
+        require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
+                f"server {name} must be an integer >= {least} {unit}, got {value!r}".replace("  ", " "), ConfigError)
+
+    def get(self, name: str) -> Any:
+        """Field ``name``, or its engine's default where it is None."""
+        value = getattr(self, name)
+        return ENGINE_DEFAULTS[self.engine].get(name) if value is None else value
 
 
 def free_port() -> int:
@@ -54,18 +141,22 @@ sys.exit(server.returncode)
 class ServerProcess:
     """A running engine server (use as a context manager, or :meth:`start` / :meth:`stop`).
 
-    ``config`` says what to serve (its ``model`` and ``port``, None: a free one). Subclasses say how:
+    ``config`` (a :class:`ServerConfig` of the subclass's ``engine``) says what to serve (its ``model`` and
+    ``port``, None: a free one). Subclasses say how:
     :meth:`argv` (the command line for a port), :meth:`environment` (extra environment variables),
     :meth:`prepare` (build or install the engine and prepare the model, once), ``label`` (the engine's
     name in messages), ``STARTUP_S`` (how long loading may take) and ``FATAL`` (log lines that mean the
     start has failed: the wait then ends ``FATAL_GRACE_S`` after one unless the server is healthy)."""
 
     label = "engine server"
+    engine = ""
     STARTUP_S = 300.0
     FATAL: tuple[str, ...] = ("Traceback (most recent call last)",)
     FATAL_GRACE_S = 10.0
 
-    def __init__(self, config: Any, startup_s: float | None = None, log_path: Path | None = None):
+    def __init__(self, config: ServerConfig, startup_s: float | None = None, log_path: Path | None = None):
+        require(not self.engine or getattr(config, "engine", None) == self.engine, f"a {self.label} runs a ServerConfig "
+                f"of engine {self.engine!r}, got {getattr(config, 'engine', config)!r}", ConfigError)
         self.config, self.log_path, self.port = config, log_path, config.port
         self.startup_s = self.STARTUP_S if startup_s is None else startup_s
         self.process: subprocess.Popen | None = None
@@ -179,4 +270,4 @@ class ServerProcess:
         self.stop()
 
 
-__all__ = ["LOOPBACK", "ServerProcess", "free_port"]
+__all__ = ["ENGINES", "ENGINE_DEFAULTS", "LOOPBACK", "SPECS", "ServerConfig", "ServerProcess", "free_port"]
