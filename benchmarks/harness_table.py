@@ -5,6 +5,7 @@ drafted (``ar``), which tells how much of a speed-up is the loop's and how much 
 
     .venv/bin/python benchmarks/harness_table.py --out runs/harness --offset 100 --limit 50   # resumes
     .venv/bin/python benchmarks/harness_table.py --out runs/harness --report                  # the table only
+    .venv/bin/python benchmarks/harness_table.py --out runs/harness-side --interleave --limit 8  # times side by side
 
 Each configuration is one ``lookahead-reasoning eval`` run (the harness's own command line, with this
 library's model and the local task ``gsm8k_lookahead``; ``--apply_chat_template``, greedy, 512 tokens),
@@ -17,6 +18,13 @@ often a run was stopped and started again, and no model load is counted in it. `
 configuration, the accuracy under both of the task's filters (the ``\\boxed{}`` number, the last number),
 on how many problems its ``\\boxed{}`` answer and its whole text are the target's alone (``hf``), the median
 seconds a problem, their sum, and the wall time of the runs.
+
+The machine's speed drifts by the hour, so configurations run hours apart do not compare their times.
+``--interleave`` times them side by side instead: problem by problem, every configuration answers the
+problem before the next one starts (the order of the configurations turns by one each problem, so none
+always runs first), each as its own ``eval`` run of that one problem; the report then gives each
+configuration's seconds a problem (median and range) and, problem by problem, how many times longer the
+target alone and this library's loop with nothing drafted took than each configuration (median and range).
 """
 
 from __future__ import annotations
@@ -43,15 +51,57 @@ CONFIGS = {  # name -> (the harness's model, its model_args); {target_dir}: the 
 FILTERS = ("boxed", "last-number")
 
 
-def command(name: str, args: argparse.Namespace, target_dir: str) -> list[str]:
-    """The ``lookahead-reasoning eval`` command line of configuration ``name``."""
+def command(name: str, args: argparse.Namespace, target_dir: str, offset: int | None = None,
+            limit: int | None = None) -> list[str]:
+    """The ``lookahead-reasoning eval`` command line of configuration ``name`` (``offset``, ``limit``: the
+    problems, default the run's)."""
     model, model_args = CONFIGS[name]
     model_args = model_args.format(target=TARGET, draft=DRAFT, target_dir=target_dir, dtype=args.dtype)
     out = Path(args.out)
+    offset, limit = (args.offset if offset is None else offset), (args.limit if limit is None else limit)
     return ["lookahead-reasoning", "eval", "--model", model, "--model_args", model_args, "--tasks", "gsm8k_lookahead",
             "--apply_chat_template", "--device", "cpu", "--gsm8k", str(args.dataset), "--gsm8k-offset",
-            str(args.offset), "--gsm8k-limit", str(args.limit), "--use_cache", str(out / f"{name}.sqlite"),
+            str(offset), "--gsm8k-limit", str(limit), "--use_cache", str(out / f"{name}.sqlite"),
             "--output_path", str(out / name), "--log_samples"]
+
+
+def interleave(names: list[str], args: argparse.Namespace, target_dir: str, out: Path) -> int:
+    """Every configuration answers each problem in turn (module docstring); a (configuration, problem) whose
+    answer is timed already is skipped, so a stopped run resumes. Its answers go to ``answers.jsonl`` under the
+    label ``configuration#problem``."""
+    done = {entry["config"] for entry in _read(out / "answers.jsonl")}
+    for i, offset in enumerate(range(args.offset, args.offset + args.limit)):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            label = f"{name}#{offset}"
+            if label in done:
+                continue
+            rc = run(label, command(name, args, target_dir, offset, 1), out)
+            if rc != 0:
+                print(f"{label}: the harness stopped with an error; run again to resume", file=sys.stderr)
+                return 1
+    return 0
+
+
+def side_by_side(out: Path) -> str:
+    """The report of an ``--interleave`` run: seconds a problem per configuration, and per problem how many
+    times longer ``hf`` and ``ar`` took than each configuration."""
+    seconds: dict[str, dict[int, float]] = {}
+    for entry in _read(out / "answers.jsonl"):
+        name, _, problem = entry["config"].partition("#")
+        seconds.setdefault(name, {})[int(problem)] = entry["seconds"]
+    both = sorted(set.intersection(*(set(v) for v in seconds.values()))) if seconds else []
+
+    def spread(values: list[float], unit: str = "") -> str:
+        return f"{statistics.median(values):.2f}{unit} ({min(values):.2f}-{max(values):.2f})" if values else "-"
+    rows = [f"{len(both)} problems ({both[0] if both else '-'}-{both[-1] if both else '-'}), every configuration in "
+            "turn on each; median (range) over the problems", "",
+            "| configuration | s a problem | hf's time over this one's | ar's time over this one's |", "|---|---|---|---|"]
+    for name in (n for n in CONFIGS if n in seconds):
+        mine = [seconds[name][p] for p in both]
+        over = {base: [seconds[base][p] / seconds[name][p] for p in both] if base in seconds else []
+                for base in ("hf", "ar")}
+        rows.append(f"| {name} | {spread(mine)} | {spread(over['hf'], 'x')} | {spread(over['ar'], 'x')} |")
+    return "\n".join(rows)
 
 
 def _append(path: Path, entry: dict) -> None:
@@ -165,6 +215,8 @@ def main() -> int:
     p.add_argument("--dtype", default="auto", help="both models' dtype (auto: bf16 where the CPU has it, else float32)")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"a comma list of {', '.join(CONFIGS)}")
     p.add_argument("--report", action="store_true", help="print the table of what has run, and run nothing")
+    p.add_argument("--interleave", action="store_true",
+                   help="time the configurations side by side: each problem answered by every configuration in turn")
     args = p.parse_args()
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = sorted(set(names) - set(CONFIGS))
@@ -180,6 +232,14 @@ def main() -> int:
         args.dtype = str(resolve_dtype(args.dtype, "cpu")).removeprefix("torch.")
         out.mkdir(parents=True, exist_ok=True)
         target_dir = str(convert_offline(TARGET))
+        if args.interleave:
+            try:
+                rc = interleave(names, args, target_dir, out)
+            except KeyboardInterrupt:
+                print("interrupted; the answers timed so far are kept: run again to resume", file=sys.stderr)
+                return 130
+            print(side_by_side(out))
+            return rc
         for name in names:
             try:
                 rc = run(name, command(name, args, target_dir), out)
@@ -190,7 +250,7 @@ def main() -> int:
             if rc != 0:
                 print(f"{name}: the harness stopped with an error; run again to resume", file=sys.stderr)
                 return 1
-    print(report(out))
+    print(side_by_side(out) if args.interleave else report(out))
     return 0
 
 

@@ -86,3 +86,26 @@ def test_each_answer_s_time_is_kept_once_and_a_resumed_run_adds_none(tmp_path, m
     assert [t["config"] for t in times] == ["hf"] * 3 and all(t["seconds"] > 0 for t in times)
     table.timed_eval("hf", log, argv)  # every answer is in the cache now: nothing is generated, nothing timed
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_interleaving_answers_each_problem_with_every_configuration_in_turn_and_resumes(tmp_path, monkeypatch):
+    table = _script()
+    ran, seconds = [], {"hf": 60.0, "ar": 50.0, "auto": 20.0}
+
+    def fake_run(label, argv, out):
+        name, _, problem = label.partition("#")
+        assert argv[argv.index("--gsm8k-offset") + 1] == problem and argv[argv.index("--gsm8k-limit") + 1] == "1"
+        ran.append(label)
+        table._append(out / "answers.jsonl", {"config": label, "seconds": seconds[name] * (1 + int(problem) % 2)})
+        return 0
+    monkeypatch.setattr(table, "run", fake_run)
+    args = argparse.Namespace(out=str(tmp_path), dataset="train.jsonl", offset=100, limit=3, dtype="bfloat16")
+    names = ["hf", "ar", "auto"]
+    assert table.interleave(names, args, "/models/target", tmp_path) == 0
+    assert ran == ["hf#100", "ar#100", "auto#100", "ar#101", "auto#101", "hf#101", "auto#102", "hf#102", "ar#102"]
+    ran.clear()
+    assert table.interleave(names, args, "/models/target", tmp_path) == 0 and ran == []  # all timed: nothing again
+    rows = table.side_by_side(tmp_path).splitlines()
+    assert rows[0].startswith("3 problems (100-102)")
+    assert "| auto | 20.00 (20.00-40.00) | 3.00x (3.00-3.00) | 2.50x (2.50-2.50) |" in rows
+    assert "| hf | 60.00 (60.00-120.00) | 1.00x (1.00-1.00) | 0.83x (0.83-0.83) |" in rows

@@ -1,0 +1,103 @@
+"""Every figure theory/README.md states in its prose has its source here, as ``test_readme_figures`` holds the
+README's: a citation, a constant of the code, a formula of the theory module computed, a parameter of the test
+it describes, or a committed cost table. A figure without a source fails, and so does one whose source now
+computes another. (Figures inside code, inline code and formulas are the formulas themselves, checked by
+``theory/check.py``.)"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from test_readme_figures import FIGURE, check_source, unsourced
+
+from lookahead_reasoning.planning.costs import PAD_GAIN
+from lookahead_reasoning.theory.budget import best_split
+
+ROOT = Path(__file__).resolve().parents[1]
+THEORY = (ROOT / "theory" / "README.md").read_text(encoding="utf-8")
+
+
+def prose_figures(text: str) -> list[tuple[str, str]]:
+    """(figure, its line) for every figure outside code blocks, inline code, link targets and citations."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    found = []
+    for line in text.splitlines():
+        if line.startswith("    "):  # an indented formula block
+            continue
+        clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+", " ", line)
+        found += [(m.group(1), line) for m in FIGURE.finditer(clean)]
+    return found
+
+
+@functools.cache
+def _points(name: str) -> dict[int, dict[int, float]]:
+    """The target's T(R, n) of a committed CPU cost table: rows -> new tokens -> seconds."""
+    table = json.loads((ROOT / "benchmarks" / "results" / f"cpu-costs-{name}.json").read_text())["table"]
+    return {int(r): {int(n): t for n, t in curve.items()} for r, curve in table["target"]["points"].items()}
+
+
+def _beta(name: str, n: int) -> float:
+    """beta(2) at n new tokens a row: T(2, n) / T(1, n)."""
+    return _points(name)[2][n] / _points(name)[1][n]
+
+
+def _test_parameters() -> tuple[list[str], str]:
+    """The alphas ``tests/test_speculative.py`` draws its geometric iterations at, and its tolerance."""
+    text = (ROOT / "tests" / "test_speculative.py").read_text(encoding="utf-8")
+    [alphas] = re.findall(r'parametrize\("alpha", \[([^\]]*)\]\)\ndef test_the_theorys_alpha', text)
+    [tolerance] = re.findall(r"stats\.alpha == pytest\.approx\(alpha, abs=([0-9.]+)\)", text)
+    return [a.strip() for a in alphas.split(",")], tolerance
+
+
+def _unjudged_bias(alpha: float, gamma: int) -> float:
+    """What accepted / drafted tends to at ``alpha`` with ``gamma`` tokens drafted every iteration."""
+    return alpha * (1 - alpha ** gamma) / (gamma * (1 - alpha))
+
+
+Source = tuple[str, str, Callable[[], str]]  # (context on the figure's line, the figure, what computes it)
+SOURCES: list[Source] = [
+    ("Thm 3.8", "3.8", lambda: "3.8"),  # Leviathan et al.'s theorem number: a citation
+    # section 2: the committed cost tables of the offline 1.5B target
+    ("the price of a second row that decodes token by token", "0.95", lambda: f"{_beta('avx512-bf16', 1):.2f}"),
+    ("there plain LR pays for about", "1.96", lambda: f"{_beta('avx2emu-fp32', 1):.2f}"),
+    ("second row costs almost a whole forward", "0.96", lambda: f"{_beta('avx2emu-fp32', 1) - 1:.2f}"),
+    ("is 1.25 and 1.41", "1.25", lambda: f"{_beta('avx512-bf16', 13):.2f}"),
+    ("is 1.25 and 1.41", "1.41", lambda: f"{_beta('avx2emu-fp32', 13):.2f}"),
+    # section 4: the paper's example, which best_split reproduces, and the sync case of its box
+    ("Both match the paper's", "3.66x", lambda: f"{best_split(.6, .2, .7, .1, 16).best.speedup:.2f}x"),
+    ("Both match the paper's", "1.98x", lambda: f"{best_split(.6, .2, .7, .1, 16).sd_only.speedup:.2f}x"),
+    ("the sync optimum is token-only", "4.86x", lambda: f"{best_split(.52, .333, .8, 0, 16, 'sync').best.speedup:.2f}x"),
+    # section 5: what accepted / drafted tends to
+    ("alpha 0.9 and gamma 12", "0.9", lambda: "0.9"),  # the example's input
+    ("alpha 0.9 and gamma 12", "0.54", lambda: f"{_unjudged_bias(0.9, 12):.2f}"),
+    # section 5: the test that recovers alpha (its parameters)
+    ("draws geometric iterations", "0.5", lambda: _test_parameters()[0][0]),
+    ("and recovers alpha within", "0.8", lambda: _test_parameters()[0][1]),
+    ("and recovers alpha within", "0.93", lambda: _test_parameters()[0][2]),
+    ("and recovers alpha within", "0.01", lambda: _test_parameters()[1]),
+    # section 8
+    ("a pass over 13 new tokens costs", "2.82", lambda: f"{_points('avx2emu-fp32')[1][13] / _points('avx2emu-fp32')[1][1]:.2f}"),
+    ("1.16 in bf16 with native kernels", "1.16", lambda: f"{_points('avx512-bf16')[1][13] / _points('avx512-bf16')[1][1]:.2f}"),
+    ("undercuts", "5%", lambda: f"{PAD_GAIN:.0%}"),
+    ("it says 1.25 where the run needs", "1.25", lambda: f"{(2 + 0.5) / 2:.2f}"),  # the token-weighted mean of r
+]
+
+
+def test_every_figure_theory_readme_states_has_its_source():
+    stray = unsourced(prose_figures(THEORY), SOURCES)
+    assert not stray, "figures without a source in tests/test_theory_figures.py:\n" + "\n".join(map(str, stray))
+
+
+@pytest.mark.parametrize("context, figure, compute", SOURCES, ids=[f"{f}@{c[:30]}" for c, f, _ in SOURCES])
+def test_each_source_computes_the_figure_theory_readme_states(context, figure, compute):
+    check_source(THEORY, "theory/README.md", context, figure, compute)
+
+
+def test_a_theory_figure_changed_by_hand_fails():
+    edited = THEORY.replace("1.41 on the", "1.51 on the", 1)
+    assert edited != THEORY and unsourced(prose_figures(edited), SOURCES)
