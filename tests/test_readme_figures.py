@@ -75,6 +75,13 @@ def _harness() -> dict[str, list[str]]:
                                           for line in table.splitlines()[2:])}
 
 
+def _side() -> dict[str, list[str]]:
+    """The side-by-side timing's rows (``harness_table.py --interleave --report`` on the committed answers)."""
+    table = harness_table_script().side_by_side(RESULTS / "harness-side")
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in table.splitlines()[4:])}
+
+
 @functools.cache
 def _bank() -> dict[str, float]:
     """Shares of the step-pair bank each verifier accepts (the committed decisions of `verifiers`)."""
@@ -213,8 +220,10 @@ SOURCES: list[Source] = [
     ("`--model lookahead` 0.64", "0.64", lambda: _harness()["auto"][2]),
     ("with `exact` and", "0.64", lambda: _harness()["lr-exact"][2]),
     ("with the likelihood verifier", "0.62", lambda: _harness()["lr-likelihood"][2]),
-    ("less time a problem", "2.8x", lambda: f"{float(_harness()['hf'][6]) / float(_harness()['auto'][6]):.1f}x"),
-    ("against this library's loop", "2.5x", lambda: f"{float(_harness()['ar'][6]) / float(_harness()['auto'][6]):.1f}x"),
+    # the time of a problem: the configurations side by side (benchmarks/results/harness-side)
+    ("less time a problem", "2.67x", lambda: _side()["auto"][2].split()[0]),
+    ("against this library's loop", "2.75x", lambda: _side()["auto"][3].split()[0]),
+    ("answered side by side", "8", lambda: str(len({e["config"].split("#")[1] for e in _jsonl("harness-side/answers.jsonl")}))),
     # the Modes table's bf16 answers of auto (18/20)
     ("answers 0.90 for `auto`", "0.90", lambda: f"{_answers_auto_bf16()[0] / _answers_auto_bf16()[1]:.2f}"),
     # the verifiers table: GSM8K train 200-229, float32
