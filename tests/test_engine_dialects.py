@@ -4,6 +4,7 @@ CPU build needs. A loopback fake engine plays llama.cpp, vLLM and a plain OpenAI
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -257,7 +258,7 @@ def test_one_server_config_reads_each_engine_s_own_fields_and_refuses_the_other_
     argv = llama_argv(ServerConfig(gguf, spec="draft", draft=gguf), Path("/bin/llama-server"), 8080)
     assert argv[argv.index("-np") + 1] == "4" and argv[argv.index("-c") + 1] == "16384"
     assert argv[argv.index("--spec-draft-n-max") + 1] == "8"
-    assert argv[argv.index("-t") + 1] == str(__import__("os").cpu_count() or 2)
+    assert argv[argv.index("-t") + 1] == str(os.cpu_count() or 2)
     for engine, other in (("llama.cpp", {"dtype": "bf16"}), ("llama.cpp", {"eager": False}),
                           ("vllm", {"parallel": 2}), ("llama.cpp", {"kv_cache_gib": 1})):
         with pytest.raises(ConfigError, match=f"{next(iter(other))}: not a setting of {engine}"):

@@ -1,5 +1,6 @@
 """Every figure the README states has its source here: the committed file and the computation it comes from,
-or the constant of the code it restates.
+or the constant of the code it restates (and every figure of theory/README.md's prose, its sources in
+``theory_sources.py``).
 
 A figure is a decimal ("0.64"), a speedup ("2.94x") or a percentage ("16.0%", "92%") in the README's text
 or tables (code, inline code and link targets aside; the what-to-expect table's rows are held by
@@ -18,10 +19,11 @@ import re
 import statistics
 import tomllib
 from pathlib import Path
-from typing import Callable
 
 import pytest
+from figure_check import Source, check_source, line_figures, unsourced
 from test_harness_table import _script as harness_table_script
+from theory_sources import THEORY, THEORY_SOURCES, prose_figures
 
 from lookahead_reasoning.bench.report import load_results, summarize
 from lookahead_reasoning.planning.costs import CostGrid
@@ -37,9 +39,6 @@ from lookahead_reasoning.verifiers.likelihood import DEFAULT_THRESHOLDS
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-FIGURE = re.compile(r"(?<![\w.$\\/-])(\d+\.\d+(?:x|%)?|\d+(?:x|%))(?![\w.])")
-
-
 def figures(text: str) -> list[tuple[str, str]]:
     """(figure, its line) for every figure of the README's prose and tables, as the module docstring says."""
     text = re.sub(r"```.*?```", "", text, flags=re.S)
@@ -48,8 +47,7 @@ def figures(text: str) -> list[tuple[str, str]]:
     for line in text.splitlines():
         if line.startswith("|") and line in expect:
             continue
-        clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+", " ", line)
-        found += [(m.group(1), line) for m in FIGURE.finditer(clean)]
+        found += [(figure, line) for figure in line_figures(line)]
     return found
 
 
@@ -209,7 +207,6 @@ def _fidelity(mode: str, verifier_file: str) -> float:
     return _speedup(verifier_file, mode)
 
 
-Source = tuple[str, str, Callable[[], str]]  # (context on the figure's line, the figure, what computes it)
 SOURCES: list[Source] = [
     ("Python 3.11", "3.11", lambda: tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"][2:]),
     ("stops after a token it gives less than 0.4", "0.4", lambda: f"{DRAFT_STOP_BELOW}"),
@@ -291,28 +288,27 @@ def _answers_auto_bf16() -> tuple[int, int]:
     return answers, runs
 
 
-def unsourced(found: list[tuple[str, str]], sources: list[Source]) -> list[tuple[str, str]]:
-    """The (figure, line start) of ``found`` that no source states: the same figure on a line with its context."""
-    return [(figure, line[:100]) for figure, line in found
-            if not any(figure == value and context in line for context, value, _ in sources)]
+# Each page: its text, how its figures are found, their sources, and an edit that a source must catch.
+PAGES = {"README.md": (README, figures, SOURCES, ("1.45x", "1.55x")),
+         "theory/README.md": (THEORY, prose_figures, THEORY_SOURCES, ("1.41 on the", "1.51 on the"))}
+PAGE_SOURCES = [(page, *source) for page, (_, _, sources, _) in PAGES.items() for source in sources]
 
 
-def check_source(text: str, document: str, context: str, figure: str, compute: Callable[[], str]) -> None:
-    """``text`` still says ``figure`` beside ``context``, and ``compute`` gives that figure."""
-    lines = [line for line in text.splitlines() if context in line and figure in line]
-    assert lines, f"{document} no longer says {figure} beside {context!r}: drop the source"
-    assert compute() == figure, f"{context!r}: the sources give {compute()}, {document} says {figure}"
+@pytest.mark.parametrize("page", PAGES)
+def test_every_figure_a_page_states_has_its_source(page):
+    text, found, sources, _ = PAGES[page]
+    stray = unsourced(found(text), sources)
+    assert not stray, f"figures of {page} without a source in tests/:\n" + "\n".join(map(str, stray))
 
 
-def test_every_figure_the_readme_states_has_its_source():
-    stray = unsourced(figures(README), SOURCES)
-    assert not stray, "figures without a source in tests/test_readme_figures.py:\n" + "\n".join(map(str, stray))
+@pytest.mark.parametrize("page, context, figure, compute", PAGE_SOURCES,
+                         ids=[f"{p}:{f}@{c[:30]}" for p, c, f, _ in PAGE_SOURCES])
+def test_each_source_computes_the_figure_its_page_states(page, context, figure, compute):
+    check_source(PAGES[page][0], page, context, figure, compute)
 
 
-@pytest.mark.parametrize("context, figure, compute", SOURCES, ids=[f"{f}@{c[:30]}" for c, f, _ in SOURCES])
-def test_each_source_computes_the_figure_the_readme_states(context, figure, compute):
-    check_source(README, "the README", context, figure, compute)
-
-
-def test_a_figure_changed_by_hand_fails():
-    assert unsourced(figures(README.replace("1.45x", "1.55x", 1)), SOURCES)
+@pytest.mark.parametrize("page", PAGES)
+def test_a_figure_changed_by_hand_fails(page):
+    text, found, sources, (before, after) = PAGES[page]
+    edited = text.replace(before, after, 1)
+    assert edited != text and unsourced(found(edited), sources)

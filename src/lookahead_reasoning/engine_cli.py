@@ -27,7 +27,7 @@ import time
 
 from .bench.engine import EngineBench, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
-from .bench.pairs import KeepNone, PairRecorder, check_scope, run_pairs
+from .bench.pairs import KeepNone, PairRecorder, run_pairs
 from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
@@ -272,8 +272,7 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
 def run_pairs_over_engine(args: argparse.Namespace) -> int:
     """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.bench.pairs`)."""
 
-    check_max_new_tokens(args.max_new_tokens)
-    check_scope(args.offset, args.limit)
+    check_max_new_tokens(args.max_new_tokens)  # run_pairs checks the problems' range, before connecting
     require(args.draft_url is not None or args.draft_model is not None,
             "pairs over engines need a draft: give --draft-url (or --draft-model on the target's engine)")
     made = []

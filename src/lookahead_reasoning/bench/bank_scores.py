@@ -1,8 +1,8 @@
 """``lookahead-reasoning score-pairs BANK --out SCORED``: the target's probabilities for a bank of
 step pairs written over engines.
 
-A bank written over engines (:mod:`.pairs` with an engine target) holds no probabilities (an OpenAI-compatible engine scores no
-given continuation), so the ``likelihood`` verifiers of the ablation cannot judge its pairs. This pass
+A bank written over engines (:mod:`.pairs` with an engine target) holds no probabilities (an
+OpenAI-compatible engine scores no given continuation), so the ``likelihood`` verifiers of the ablation cannot judge its pairs. This pass
 loads the target in this process and, problem by problem, follows each pair's prefix x in step
 order on one cached session:
 

@@ -60,9 +60,9 @@ from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
+from .bank_scores import DIGITS, own_probabilities
 from .grading import grade
 from .results import read_records
-from .bank_scores import DIGITS, own_probabilities
 from .runner import append_record, check_writable, done_pairs
 
 Write = Callable[[dict[str, Any]], None]
@@ -310,7 +310,6 @@ def add_pairs_commands(sub: Any) -> None:
 
 def cmd_pairs(args: Any) -> int:
     check_max_new_tokens(args.max_new_tokens)
-    check_scope(args.offset, args.limit)
 
     spec = pairs_spec(args.target, args.draft, dtype=args.dtype, device=args.device,
                       max_step_tokens=args.max_step_tokens, gamma=args.gamma, target_sd=not args.no_target_sd)

@@ -93,11 +93,11 @@ class ServerConfig:
         require(self.cache_prompt or self.engine == "llama.cpp",
                 "cache_prompt=False (--no-prompt-cache) is llama.cpp's --no-cache-prompt; vLLM's servers here always "
                 "cache prefixes (leave out --enable-prefix-caching when you start vLLM yourself)", ConfigError)
-        self._count("context", 256, "tokens")
-        self._count("parallel", 1, "(slots: requests served at once)")
-        self._count("spec_tokens", 1, "(tokens the engine drafts)")
-        self._count("kv_cache_gib", 1, "GiB")
-        self._count("threads", 1, "")
+        self._count("context", 256, " tokens")
+        self._count("parallel", 1, " (slots: requests served at once)")
+        self._count("spec_tokens", 1, " (tokens the engine drafts)")
+        self._count("kv_cache_gib", 1, " GiB")
+        self._count("threads", 1)
         size = self.get("block_size")
         require(size is None or (isinstance(size, int) and size >= 16 and size % 16 == 0),
                 f"server block_size must be a multiple of 16 tokens, got {size!r}", ConfigError)
@@ -105,10 +105,10 @@ class ServerConfig:
                 ConfigError)
         require(self.spec != "draft" or self.draft is not None, "server spec 'draft' needs a draft model", ConfigError)
 
-    def _count(self, name: str, least: int, unit: str) -> None:
+    def _count(self, name: str, least: int, unit: str = "") -> None:
         value = self.get(name)
         require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
-                f"server {name} must be an integer >= {least} {unit}, got {value!r}".replace("  ", " "), ConfigError)
+                f"server {name} must be an integer >= {least}{unit}, got {value!r}", ConfigError)
 
     def get(self, name: str) -> Any:
         """Field ``name``, or its engine's default where it is None."""

@@ -1,5 +1,5 @@
-"""Every figure theory/README.md states in its prose has its source here, as ``test_readme_figures`` holds the
-README's: a citation, a constant of the code, a formula of the theory module computed, a parameter of the test
+"""The sources of every figure theory/README.md states in its prose (``test_readme_figures`` holds them, as it
+holds the README's): a citation, a constant of the code, a formula of the theory module computed, a parameter of the test
 it describes, or a committed cost table. A figure without a source fails, and so does one whose source now
 computes another. (Figures inside code, inline code and formulas are the formulas themselves, checked by
 ``theory/check.py``.)"""
@@ -10,10 +10,8 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Callable
 
-import pytest
-from test_readme_figures import FIGURE, check_source, unsourced
+from figure_check import Source, line_figures
 
 from lookahead_reasoning.planning.costs import PAD_GAIN
 from lookahead_reasoning.theory.budget import best_split
@@ -29,8 +27,7 @@ def prose_figures(text: str) -> list[tuple[str, str]]:
     for line in text.splitlines():
         if line.startswith("    "):  # an indented formula block
             continue
-        clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+", " ", line)
-        found += [(m.group(1), line) for m in FIGURE.finditer(clean)]
+        found += [(figure, line) for figure in line_figures(line)]
     return found
 
 
@@ -59,8 +56,7 @@ def _unjudged_bias(alpha: float, gamma: int) -> float:
     return alpha * (1 - alpha ** gamma) / (gamma * (1 - alpha))
 
 
-Source = tuple[str, str, Callable[[], str]]  # (context on the figure's line, the figure, what computes it)
-SOURCES: list[Source] = [
+THEORY_SOURCES: list[Source] = [
     ("Thm 3.8", "3.8", lambda: "3.8"),  # Leviathan et al.'s theorem number: a citation
     # section 2: the committed cost tables of the offline 1.5B target
     ("the price of a second row that decodes token by token", "0.95", lambda: f"{_beta('avx512-bf16', 1):.2f}"),
@@ -86,18 +82,3 @@ SOURCES: list[Source] = [
     ("undercuts", "5%", lambda: f"{PAD_GAIN:.0%}"),
     ("it says 1.25 where the run needs", "1.25", lambda: f"{(2 + 0.5) / 2:.2f}"),  # the token-weighted mean of r
 ]
-
-
-def test_every_figure_theory_readme_states_has_its_source():
-    stray = unsourced(prose_figures(THEORY), SOURCES)
-    assert not stray, "figures without a source in tests/test_theory_figures.py:\n" + "\n".join(map(str, stray))
-
-
-@pytest.mark.parametrize("context, figure, compute", SOURCES, ids=[f"{f}@{c[:30]}" for c, f, _ in SOURCES])
-def test_each_source_computes_the_figure_theory_readme_states(context, figure, compute):
-    check_source(THEORY, "theory/README.md", context, figure, compute)
-
-
-def test_a_theory_figure_changed_by_hand_fails():
-    edited = THEORY.replace("1.41 on the", "1.51 on the", 1)
-    assert edited != THEORY and unsourced(prose_figures(edited), SOURCES)
