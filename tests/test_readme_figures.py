@@ -1,6 +1,6 @@
 """Every figure the README states has its source here: the committed file and the computation it comes from,
 or the constant of the code it restates (and every figure of theory/README.md's prose, its sources in
-``theory_sources.py``).
+``theory_sources.py``, and of the run log's held sections, benchmarks/README.md, in ``bench_log_sources.py``).
 
 A figure is a decimal ("0.64"), a speedup ("2.94x") or a percentage ("16.0%", "92%") in the README's text
 or tables (code, inline code and link targets aside; the what-to-expect table's rows are held by
@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from bench_log_sources import BENCH, BENCH_SOURCES, BENCH_TABLES, UNHELD, log_figures, sections
 from figure_check import Source, check_source, line_figures, unsourced
 from test_harness_table import _script as harness_table_script
 from theory_sources import THEORY, THEORY_SOURCES, prose_figures
@@ -290,7 +291,8 @@ def _answers_auto_bf16() -> tuple[int, int]:
 
 # Each page: its text, how its figures are found, their sources, and an edit that a source must catch.
 PAGES = {"README.md": (README, figures, SOURCES, ("1.45x", "1.55x")),
-         "theory/README.md": (THEORY, prose_figures, THEORY_SOURCES, ("1.41 on the", "1.51 on the"))}
+         "theory/README.md": (THEORY, prose_figures, THEORY_SOURCES, ("1.41 on the", "1.51 on the")),
+         "benchmarks/README.md": (BENCH, log_figures, BENCH_SOURCES, ("1.09x `hf-assisted` (4.87)", "1.19x `hf-assisted` (4.87)"))}
 PAGE_SOURCES = [(page, *source) for page, (_, _, sources, _) in PAGES.items() for source in sources]
 
 
@@ -312,3 +314,26 @@ def test_a_figure_changed_by_hand_fails(page):
     text, found, sources, (before, after) = PAGES[page]
     edited = text.replace(before, after, 1)
     assert edited != text and unsourced(found(edited), sources)
+
+
+@pytest.mark.parametrize("table", [name for name, _ in BENCH_TABLES])
+def test_every_table_the_run_log_prints_again_is_there_row_for_row(table):
+    rows = dict(BENCH_TABLES)[table]()
+    missing = [row for row in rows if row not in BENCH.splitlines()]
+    assert not missing, f"benchmarks/README.md's table ({table}) no longer has the rows its files give:\n" + "\n".join(missing)
+
+
+def test_a_table_row_edited_by_hand_fails():
+    row = dict(BENCH_TABLES)[BENCH_TABLES[0][0]]()[0]
+    edited = BENCH.replace(row, row.replace(" | 1.00 |", " | 1.01 |", 1), 1)
+    assert edited != BENCH and unsourced(log_figures(edited), BENCH_SOURCES)
+
+
+def test_the_run_log_s_unheld_sections_are_sections_with_figures_still_unsourced():
+    """A section leaves UNHELD once its figures are held: the list names no section that is gone or done."""
+    headings = [heading for heading, _ in sections(BENCH)]
+    assert UNHELD <= set(headings), f"UNHELD names sections the log no longer has: {UNHELD - set(headings)}"
+    for heading, lines in sections(BENCH):
+        if heading in UNHELD:
+            found = [(figure, line) for line in lines for figure in line_figures(line)]
+            assert unsourced(found, BENCH_SOURCES), f"every figure of {heading!r} has a source: drop it from UNHELD"
