@@ -110,6 +110,5 @@ def cells(*values: str) -> str:
     return "| " + " | ".join(values) + " |"
 
 
-
 def median(values: list[float]) -> float:
     return statistics.median(values)
