@@ -36,6 +36,8 @@ def _regimes_table(columns: list[tuple[str, str | None]], modes: list[str]) -> l
     return rows + [cells("accuracy (every mode)", *[c for name, _ in columns for c in (_accuracy(name), "")]).replace("|  |", "| |")]
 
 
+HELD = ["Benchmarks: scripts, run logs and history", "What to expect: the runs behind the front page table"]
+
 TABLES: list[Table] = [
     ("native bf16: bf16, float32 and int8 regimes",
      lambda: _regimes_table([(_BF16, None), (_FP32, None), (_INT8, _BF16)],

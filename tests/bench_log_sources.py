@@ -11,11 +11,12 @@ not name a section that has none left.
 
 from __future__ import annotations
 
+import bench_log_engine_b
 import bench_log_front
 from bench_log import BENCH, sections
 from figure_check import line_figures
 
-PARTS = [bench_log_front]
+PARTS = [bench_log_front, bench_log_engine_b]
 BENCH_SOURCES = [source for part in PARTS for source in part.SOURCES]
 BENCH_TABLES = [table for part in PARTS for table in part.TABLES]
 
@@ -39,12 +40,6 @@ UNHELD: set[str] = {
     'The full run: GSM8K train 400-409, 1024 tokens, every mode',
     "The engine's cost table",
     'Two faults of the planner over the engine, found by measuring',
-    'Many requests at once (AVX2-only CPU)',
-    'Under load again, every run of a batch warmed before any is timed (AVX2-only CPU)',
-    'Under load with one planner, and the cause of the old loss (AVX2-only CPU)',
-    'A reasoning-length run (AVX2-only CPU)',
-    'One stack: the engine run before and after (AVX2-only CPU)',
-    'Modes are plans: what the one loop adds to a token (avx512_bf16 CPU)',
     'Lookahead Reasoning over vLLM (AVX2-only CPU)',
     "Verifiers judged by the target's likelihood, and what accepted steps do to the answer (AVX2-only CPU)",
     'The noise floor: what a runtime changes with nothing but the batch',

@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from bench_log_sources import BENCH, BENCH_SOURCES, BENCH_TABLES, UNHELD, log_figures, sections
+from bench_log_sources import BENCH, BENCH_SOURCES, BENCH_TABLES, PARTS, UNHELD, log_figures, sections
 from figure_check import Source, check_source, line_figures, unsourced
 from test_harness_table import _script as harness_table_script
 from theory_sources import THEORY, THEORY_SOURCES, prose_figures
@@ -333,6 +333,8 @@ def test_the_run_log_s_unheld_sections_are_sections_with_figures_still_unsourced
     """A section leaves UNHELD once its figures are held: the list names no section that is gone or done."""
     headings = [heading for heading, _ in sections(BENCH)]
     assert UNHELD <= set(headings), f"UNHELD names sections the log no longer has: {UNHELD - set(headings)}"
+    claimed = {heading for part in PARTS for heading in part.HELD}
+    assert claimed <= set(headings) - UNHELD, f"sections a part holds, still named unheld or gone: {claimed - (set(headings) - UNHELD)}"
     for heading, lines in sections(BENCH):
         if heading in UNHELD:
             found = [(figure, line) for line in lines for figure in line_figures(line)]
