@@ -11,12 +11,13 @@ not name a section that has none left.
 
 from __future__ import annotations
 
+import bench_log_engine_a
 import bench_log_engine_b
 import bench_log_front
 from bench_log import BENCH, sections
 from figure_check import line_figures
 
-PARTS = [bench_log_front, bench_log_engine_b]
+PARTS = [bench_log_front, bench_log_engine_a, bench_log_engine_b]
 BENCH_SOURCES = [source for part in PARTS for source in part.SOURCES]
 BENCH_TABLES = [table for part in PARTS for table in part.TABLES]
 
@@ -36,10 +37,6 @@ def log_figures(text: str) -> list[tuple[str, str]]:
 # The sections whose figures are not all held yet.
 UNHELD: set[str] = {
     'Through lm-evaluation-harness: the target alone against the library (avx512_bf16 CPU)',
-    "The first run: GSM8K train 400-403, before the planner's fixes",
-    'The full run: GSM8K train 400-409, 1024 tokens, every mode',
-    "The engine's cost table",
-    'Two faults of the planner over the engine, found by measuring',
     'Lookahead Reasoning over vLLM (AVX2-only CPU)',
     "Verifiers judged by the target's likelihood, and what accepted steps do to the answer (AVX2-only CPU)",
     'The noise floor: what a runtime changes with nothing but the batch',
