@@ -14,10 +14,11 @@ from __future__ import annotations
 import bench_log_engine_a
 import bench_log_engine_b
 import bench_log_front
+import bench_log_verifiers
 from bench_log import BENCH, sections
 from figure_check import line_figures
 
-PARTS = [bench_log_front, bench_log_engine_a, bench_log_engine_b]
+PARTS = [bench_log_front, bench_log_engine_a, bench_log_engine_b, bench_log_verifiers]
 BENCH_SOURCES = [source for part in PARTS for source in part.SOURCES]
 BENCH_TABLES = [table for part in PARTS for table in part.TABLES]
 
@@ -36,10 +37,6 @@ def log_figures(text: str) -> list[tuple[str, str]]:
 
 # The sections whose figures are not all held yet.
 UNHELD: set[str] = {
-    'Through lm-evaluation-harness: the target alone against the library (avx512_bf16 CPU)',
-    'Lookahead Reasoning over vLLM (AVX2-only CPU)',
-    "Verifiers judged by the target's likelihood, and what accepted steps do to the answer (AVX2-only CPU)",
-    'The noise floor: what a runtime changes with nothing but the batch',
     "On a GPU: random weights of the offline pair's shapes (H100)",
     'The compiled path on an H100 (random weights of real shapes)',
     "Checked again a day later, and transformers' `generate` on the GPU (H100)",
