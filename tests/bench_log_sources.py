@@ -11,6 +11,7 @@ not name a section that has none left.
 
 from __future__ import annotations
 
+import bench_log_cpu_b
 import bench_log_engine_a
 import bench_log_engine_b
 import bench_log_front
@@ -19,7 +20,7 @@ import bench_log_verifiers
 from bench_log import BENCH, sections
 from figure_check import line_figures
 
-PARTS = [bench_log_front, bench_log_engine_a, bench_log_engine_b, bench_log_verifiers, bench_log_gpu]
+PARTS = [bench_log_front, bench_log_engine_a, bench_log_engine_b, bench_log_verifiers, bench_log_gpu, bench_log_cpu_b]
 BENCH_SOURCES = [source for part in PARTS for source in part.SOURCES]
 BENCH_TABLES = [table for part in PARTS for table in part.TABLES]
 
@@ -46,9 +47,4 @@ UNHELD: set[str] = {
     'float32 again, with learned rates (`auto-fp32-avx512-rerun-cpu.jsonl`)',
     "float32 with the planner's calibration fixed (`auto-fp32-avx512-calibrated-cpu.jsonl`)",
     'bf16 with the calibration fixed (`auto-bf16-calibrated-cpu.jsonl`)',
-    'An AVX2-only CPU emulated on the avx512_bf16 machine',
-    'The BLAS capped too, and forwards padded to a cheaper token count (`auto-avx2emu-mklcap-default-cpu.jsonl`)',
-    'Runs on an AVX2-only machine (mode auto, int8 weights)',
-    'Lookahead Reasoning with fixed k and gamma',
-    'Earlier runs',
 }
