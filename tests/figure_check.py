@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-FIGURE = re.compile(r"(?<![\w.$\\/-])(\d+\.\d+(?:x|%)?|\d+(?:x|%))(?![\w.])")
+FIGURE = re.compile(r"(?<![\w.$\\/])(\d+\.\d+(?:x|%)?|\d+(?:x|%))(?![\w.])")
 Source = tuple[str, str, Callable[[], str]]  # (context on the figure's line, the figure, what computes it)
 
 
 def line_figures(line: str) -> list[str]:
-    """The figures of one line, inline code, link targets, comments and arXiv numbers aside."""
-    clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+", " ", line)
+    """The figures of one line (a range's both ends), inline code, link targets, comments, arXiv numbers and a
+    licence's version aside."""
+    clean = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->|arXiv \d+\.\d+|Apache-2\.0", " ", line)
     return [m.group(1) for m in FIGURE.finditer(clean)]
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from test_harness_table import _script as harness_table_script
 from test_readme_figures import (_cache_off_ratios, _h100_machine, _pair_rates, _pair_step_rates, _schedule_rates,
                                  _schedule_ratio, _schedules)
+from theory_sources import check_output
 
 from lookahead_reasoning.bench.grading import same_answer
 from lookahead_reasoning.bench.report import fidelity_table, load_results, markdown_table, summarize
@@ -56,9 +55,7 @@ def test_the_bank_and_flip_counts_quoted_are_the_files():
 
 
 def test_theory_readme_counts_the_checks_check_py_runs():
-    out = subprocess.run([sys.executable, str(ROOT / "theory" / "check.py")], capture_output=True, text=True,
-                         timeout=600, cwd=ROOT)
-    [(count, failed)] = re.findall(r"^(\d+) checks, (\d+) failed", out.stdout, re.M)
+    [(count, failed)] = re.findall(r"^(\d+) checks, (\d+) failed", check_output(), re.M)
     assert failed == "0"
     assert f"# {count} checks" in THEORY_README
 
