@@ -40,6 +40,7 @@ def sections(text: str) -> list[tuple[str, list[str]]]:
 
 # ------------------------------------------------------------------------------------------ the files
 
+
 @functools.cache
 def records(name: str) -> tuple[dict, ...]:
     return tuple(load_results(RESULTS / name))
@@ -62,8 +63,11 @@ def speedup(name: str, mode: str, over: str = "ar") -> float:
 def per_problem(name: str, mode: str, over: str = "ar", other: str | None = None) -> list[float]:
     """``mode``'s tokens a second over ``over``'s, problem by problem (``over`` from file ``other`` if given)."""
     base = {r["problem_id"]: r["tokens_per_s"] for r in records(other or name) if r["mode"] == over}
-    return [r["tokens_per_s"] / base[r["problem_id"]] for r in records(name)
-            if r["mode"] == mode and r["problem_id"] in base]
+    return [
+        r["tokens_per_s"] / base[r["problem_id"]]
+        for r in records(name)
+        if r["mode"] == mode and r["problem_id"] in base
+    ]
 
 
 def planner(name: str, mode: str = "auto") -> float:
@@ -83,8 +87,13 @@ def same_text(name: str, mode: str, of: str = "ar", other: str | None = None) ->
 
 def plan_cycles(name: str, prefix: str, mode: str = "auto") -> int:
     """Cycles of ``mode`` whose plan label starts with ``prefix`` (``sd@g24``), over every problem."""
-    return sum(n for r in records(name) if r["mode"] == mode for plan, n in r["plans"].items()
-               if plan.startswith(prefix) and not plan[len(prefix):len(prefix) + 1].isdigit())
+    return sum(
+        n
+        for r in records(name)
+        if r["mode"] == mode
+        for plan, n in r["plans"].items()
+        if plan.startswith(prefix) and not plan[len(prefix) : len(prefix) + 1].isdigit()
+    )
 
 
 @functools.cache

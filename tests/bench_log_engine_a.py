@@ -9,8 +9,20 @@ import json
 import sys
 from collections import Counter
 
-from bench_log import (RESULTS, ROOT, Table, cells, held, mode_row, planner, planner_ratios, records, same_text,
-                       speedup, tps)
+from bench_log import (
+    RESULTS,
+    ROOT,
+    Table,
+    cells,
+    held,
+    mode_row,
+    planner,
+    planner_ratios,
+    records,
+    same_text,
+    speedup,
+    tps,
+)
 from figure_check import Source
 
 from lookahead_reasoning.bench.grading import same_answer
@@ -28,11 +40,18 @@ _COSTS = RESULTS / "engine-costs-avx512-cpu.json"
 # the spread of two runs of the same plain requests; a definition, used by the counts it is printed beside.
 _BAR = 0.97
 
-_MODES = {"ar": "plain completion", "sd": "llama.cpp's draft-model SD", "ngram": "llama.cpp's n-gram SD",
-          "lr@k2": "sync", "lr-sd@k2": "rows on the SD server", "auto": ""}
+_MODES = {
+    "ar": "plain completion",
+    "sd": "llama.cpp's draft-model SD",
+    "ngram": "llama.cpp's n-gram SD",
+    "lr@k2": "sync",
+    "lr-sd@k2": "rows on the SD server",
+    "auto": "",
+}
 
 
 # ------------------------------------------------------------------------------------------ the runs
+
 
 def _runs(name: str, mode: str) -> list[dict]:
     return [r for r in records(name) if r["mode"] == mode]
@@ -59,18 +78,31 @@ def _mode_cells(name: str, mode: str, label: str) -> list[str]:
     """Label, median tok/s, ratio of medians over ``ar``, and alpha1 (of the fixed LR modes only: ``auto``'s
     mixes plans)."""
     row = mode_row(name, mode)
-    return [f"`{mode}`" + (f" ({label})" if label else ""), f"{row.tps_median:.2f}", f"{row.speedup_of_medians:.2f}",
-            _rate(row.alpha1 if mode.startswith("lr") else None)]
+    return [
+        f"`{mode}`" + (f" ({label})" if label else ""),
+        f"{row.tps_median:.2f}",
+        f"{row.speedup_of_medians:.2f}",
+        _rate(row.alpha1 if mode.startswith("lr") else None),
+    ]
 
 
 def _first_table() -> list[str]:
-    return [cells(*_mode_cells(_FIRST, mode, "one completion" if mode == "ar" else label), _same_answers(_FIRST, mode))
-            for mode, label in _MODES.items()]
+    return [
+        cells(*_mode_cells(_FIRST, mode, "one completion" if mode == "ar" else label), _same_answers(_FIRST, mode))
+        for mode, label in _MODES.items()
+    ]
 
 
 def _full_table() -> list[str]:
-    return [cells(*_mode_cells(_FULL, mode, label), _rate(mode_row(_FULL, mode).c1 if mode.startswith("lr") else None),
-                  _same_answers(_FULL, mode), _accuracy(_FULL, mode)) for mode, label in _MODES.items()]
+    return [
+        cells(
+            *_mode_cells(_FULL, mode, label),
+            _rate(mode_row(_FULL, mode).c1 if mode.startswith("lr") else None),
+            _same_answers(_FULL, mode),
+            _accuracy(_FULL, mode),
+        )
+        for mode, label in _MODES.items()
+    ]
 
 
 def _problem_table() -> list[str]:
@@ -79,9 +111,14 @@ def _problem_table() -> list[str]:
     rows = []
     for i in sorted({r["index"] for r in records(_FULL)}):
         auto = by[i, "auto"]
-        rows.append(cells(str(i), *[f"{by[i, m]['tokens_per_s']:.2f}" for m in _MODES],
-                          f"{auto['tokens_per_s'] / by[i, 'ar']['tokens_per_s']:.3f}",
-                          f"{auto['predicted_tok_s'] / auto['tokens_per_s']:.2f}"))
+        rows.append(
+            cells(
+                str(i),
+                *[f"{by[i, m]['tokens_per_s']:.2f}" for m in _MODES],
+                f"{auto['tokens_per_s'] / by[i, 'ar']['tokens_per_s']:.3f}",
+                f"{auto['predicted_tok_s'] / auto['tokens_per_s']:.2f}",
+            )
+        )
     return rows
 
 
@@ -89,22 +126,29 @@ def _scale_plans() -> str:
     """PyTorch ``auto``'s cycles: the token-SD plans over all, and the rest by name (stop thresholds aside)."""
     counts: Counter[str] = Counter()
     for r in _runs(_SCALE, "auto"):
-        counts.update({plan.rpartition("s")[0] if plan.startswith("sd@") else plan.partition("g")[0]: n
-                       for plan, n in r["plans"].items()})
-    sd = sorted((p for p in counts if p.startswith("sd@")), key=lambda p: int(p[len("sd@g"):]))
+        counts.update(
+            {
+                plan.rpartition("s")[0] if plan.startswith("sd@") else plan.partition("g")[0]: n
+                for plan, n in r["plans"].items()
+            }
+        )
+    sd = sorted((p for p in counts if p.startswith("sd@")), key=lambda p: int(p[len("sd@g") :]))
     rest = [f"`{p}` " + ("once" if n == 1 else f"on {n}") for p, n in counts.items() if not p.startswith("sd@")]
-    names = "/".join(f"`{p if j == 0 else p[len('sd@'):]}`" for j, p in enumerate(sd))
+    names = "/".join(f"`{p if j == 0 else p[len('sd@') :]}`" for j, p in enumerate(sd))
     return ", ".join([f"token SD ({names}) on {sum(counts[p] for p in sd)} of {sum(counts.values())} cycles", *rest])
 
 
 def _scale_table() -> list[str]:
     ar = tps(_SCALE, "ar")
-    return [cells("PyTorch `ar`", f"{ar:.2f}", "1.00", "-"),
-            cells("PyTorch `auto`", f"{tps(_SCALE, 'auto'):.2f}", f"{tps(_SCALE, 'auto') / ar:.2f}", _scale_plans()),
-            cells("engine `ar` (run above)", f"{tps(_FULL, 'ar'):.2f}", f"{tps(_FULL, 'ar') / ar:.2f}", "-")]
+    return [
+        cells("PyTorch `ar`", f"{ar:.2f}", "1.00", "-"),
+        cells("PyTorch `auto`", f"{tps(_SCALE, 'auto'):.2f}", f"{tps(_SCALE, 'auto') / ar:.2f}", _scale_plans()),
+        cells("engine `ar` (run above)", f"{tps(_FULL, 'ar'):.2f}", f"{tps(_FULL, 'ar') / ar:.2f}", "-"),
+    ]
 
 
 # ------------------------------------------------------------------------------------------ the cost table
+
 
 def _costs() -> dict:
     return json.loads(_COSTS.read_text(encoding="utf-8"))
@@ -131,8 +175,10 @@ def _beta(rows: int) -> float:
 
 def _cost_table() -> list[str]:
     lengths = _costs()["lengths"]
-    return [cells(str(r), *[f"{_curve('target', r)[n]:.2f}" for n in lengths], f"{_beta(r):.2f}")
-            for r in sorted(map(int, _costs()["table"]["target"]["points"]))]
+    return [
+        cells(str(r), *[f"{_curve('target', r)[n]:.2f}" for n in lengths], f"{_beta(r):.2f}")
+        for r in sorted(map(int, _costs()["table"]["target"]["points"]))
+    ]
 
 
 def _row_costs() -> list[float]:
@@ -142,6 +188,7 @@ def _row_costs() -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------ the planner's faults
+
 
 def _by_problem(name: str) -> dict[int, float]:
     """``auto``'s tok/s over ``ar``'s, by problem index."""
@@ -181,17 +228,32 @@ def _spread(x: float) -> str:
 
 def _fault_row(label: str, name: str) -> str:
     ratios = planner_ratios(name)
-    return cells(label, f"{tps(name, 'auto'):.2f}", f"{tps(name, 'ar'):.2f}", f"{speedup(name, 'auto'):.2f}",
-                 _bold_if_all(_at_bar(name)), _bold_if_all(f"{same_text(name, 'auto')}/{len(_runs(name, 'ar'))}"),
-                 f"{planner(name):.2f} ({_spread(min(ratios))}-{_spread(max(ratios))})")
+    return cells(
+        label,
+        f"{tps(name, 'auto'):.2f}",
+        f"{tps(name, 'ar'):.2f}",
+        f"{speedup(name, 'auto'):.2f}",
+        _bold_if_all(_at_bar(name)),
+        _bold_if_all(f"{same_text(name, 'auto')}/{len(_runs(name, 'ar'))}"),
+        f"{planner(name):.2f} ({_spread(min(ratios))}-{_spread(max(ratios))})",
+    )
 
 
 def _fault_table() -> list[str]:
-    return [cells("run", "`auto` tok/s", "`ar` tok/s", "ratio of medians", f"problems >= {_BAR:.2f}x `ar`",
-                  "same text as `ar`", "predicted / realised"),
-            _fault_row("no overlap charge (`...-no-overlap-cpu.jsonl`)", _NO_OVERLAP),
-            _fault_row("overlap charged, no prompt warm-up (`...-prefill-bias-cpu.jsonl`)", _PREFILL),
-            _fault_row("both fixed: the recheck (`...-recheck-cpu.jsonl`)", _RECHECK)]
+    return [
+        cells(
+            "run",
+            "`auto` tok/s",
+            "`ar` tok/s",
+            "ratio of medians",
+            f"problems >= {_BAR:.2f}x `ar`",
+            "same text as `ar`",
+            "predicted / realised",
+        ),
+        _fault_row("no overlap charge (`...-no-overlap-cpu.jsonl`)", _NO_OVERLAP),
+        _fault_row("overlap charged, no prompt warm-up (`...-prefill-bias-cpu.jsonl`)", _PREFILL),
+        _fault_row("both fixed: the recheck (`...-recheck-cpu.jsonl`)", _RECHECK),
+    ]
 
 
 def _after_first(name: str) -> list[float]:
@@ -232,62 +294,113 @@ TABLES: list[Table] = [
 
 SOURCES: list[Source] = [
     # the first run
-    *held("plain decoding at 27.6 tok/s is 6.5x this library's bf16 PyTorch `ar`", {
-        "27.6": lambda: tps(_FIRST, "ar"), "6.5x": lambda: tps(_FIRST, "ar") / tps(_BF16_CAL, "ar")}),
+    *held(
+        "plain decoding at 27.6 tok/s is 6.5x this library's bf16 PyTorch `ar`",
+        {"27.6": lambda: tps(_FIRST, "ar"), "6.5x": lambda: tps(_FIRST, "ar") / tps(_BF16_CAL, "ar")},
+    ),
     *held("machine kind (4.23 tok/s, `auto-bf16-calibrated-cpu.jsonl`", {"4.23": lambda: tps(_BF16_CAL, "ar")}),
-    *held("and 2.2x its best PyTorch mode (`auto`, 12.42)", {
-        "2.2x": lambda: tps(_FIRST, "ar") / tps(_BF16_CAL, "auto"), "12.42": lambda: tps(_BF16_CAL, "auto")}),
+    *held(
+        "and 2.2x its best PyTorch mode (`auto`, 12.42)",
+        {"2.2x": lambda: tps(_FIRST, "ar") / tps(_BF16_CAL, "auto"), "12.42": lambda: tps(_BF16_CAL, "auto")},
+    ),
     *held("the engine's own SD included (0.44x): two concurrent", {"0.44x": lambda: speedup(_FIRST, "sd")}),
     *held("(beta(2) 1.86 in the cost table below", {"1.86": lambda: _beta(2)}),
     *held("a drafted step costs about half a target step (c1 0.53)", {"0.53": lambda: mode_row(_FIRST, "lr@k2").c1}),
-    *held("with the `exact` verifier 0.30 of the drafted steps are kept", {
-        "0.30": lambda: mode_row(_FIRST, "lr@k2").alpha1}),
-    *held("async cycle, at 6.9 tok/s on problem 400)", {
-        "6.9": lambda: next(r["tokens_per_s"] for r in _runs(_FIRST, "auto") if r["index"] == 400)}),
-    *held("0.93x the engine's `ar` by the ratio of medians, 0.87x-1.00x on problems 401-403", {
-        "0.93x": lambda: speedup(_FIRST, "auto"), "0.87x": lambda: min(_after_first(_FIRST)),
-        "1.00x": lambda: max(_after_first(_FIRST))}),
+    *held(
+        "with the `exact` verifier 0.30 of the drafted steps are kept",
+        {"0.30": lambda: mode_row(_FIRST, "lr@k2").alpha1},
+    ),
+    *held(
+        "async cycle, at 6.9 tok/s on problem 400)",
+        {"6.9": lambda: next(r["tokens_per_s"] for r in _runs(_FIRST, "auto") if r["index"] == 400)},
+    ),
+    *held(
+        "0.93x the engine's `ar` by the ratio of medians, 0.87x-1.00x on problems 401-403",
+        {
+            "0.93x": lambda: speedup(_FIRST, "auto"),
+            "0.87x": lambda: min(_after_first(_FIRST)),
+            "1.00x": lambda: max(_after_first(_FIRST)),
+        },
+    ),
     *held("speed was 1.00 of the realised one (median)", {"1.00": lambda: planner(_FIRST)}),
-    *held("(the engine's own `ar` ranged 19.4-24.4 tok/s within it)", {
-        "19.4": lambda: min(r["tokens_per_s"] for r in _runs(_FIRST_AUTO, "ar")),
-        "24.4": lambda: max(r["tokens_per_s"] for r in _runs(_FIRST_AUTO, "ar"))}),
-    *held("`auto` 1.18x, 0.97x, 1.25x and 0.60x of", {
-        figure: lambda i=i: _ratios(_FIRST_AUTO)[i] for i, figure in enumerate(["1.18x", "0.97x", "1.25x", "0.60x"])}),
+    *held(
+        "(the engine's own `ar` ranged 19.4-24.4 tok/s within it)",
+        {
+            "19.4": lambda: min(r["tokens_per_s"] for r in _runs(_FIRST_AUTO, "ar")),
+            "24.4": lambda: max(r["tokens_per_s"] for r in _runs(_FIRST_AUTO, "ar")),
+        },
+    ),
+    *held(
+        "`auto` 1.18x, 0.97x, 1.25x and 0.60x of",
+        {figure: lambda i=i: _ratios(_FIRST_AUTO)[i] for i, figure in enumerate(["1.18x", "0.97x", "1.25x", "0.60x"])},
+    ),
     *held("predicted/realised 1.55 (median)", {"1.55": lambda: planner(_FIRST_AUTO)}),
     # the full run
     *held("`auto` is the fastest mode by the ratio of medians (1.01x;", {"1.01x": lambda: speedup(_FULL, "auto")}),
     *held(f"at >= 0.97x `ar` on {_at_bar(_FULL).replace('/', ' of ')} problems", {"0.97x": lambda: _BAR}),
     *held("Its predicted speed was 0.92 of the realised one (median,", {"0.92": lambda: planner(_FULL)}),
-    *held("0.89-1.10). Every cycle was a plain chunk", {
-        "0.89": lambda: min(planner_ratios(_FULL)), "1.10": lambda: max(planner_ratios(_FULL))}),
-    *held(f"under 0.97x ({_under_bar_problems()}: 0.87-0.95x)", {
-        "0.97x": lambda: _BAR, "0.87": lambda: min(_under_bar()), "0.95x": lambda: max(_under_bar())}),
-    *held("(`sd` 0.42x, `ngram` 0.86x)", {
-        "0.42x": lambda: speedup(_FULL, "sd"), "0.86x": lambda: speedup(_FULL, "ngram")}),
-    *held("step layer keeps 0.19 of drafted steps with `exact`", {
-        "0.19": lambda: mode_row(_FULL, "lr@k2").alpha1, "0.15": lambda: mode_row(_FULL, "lr-sd@k2").alpha1}),
-    *held("LR's formula then predicts 0.60x before any row cost", {
-        "0.60x": lambda: mode_row(_FULL, "lr@k2").predicted}),
-    *held("The engine's plain decoding runs 7.54x this library's PyTorch `ar` and 2.73x", {
-        "7.54x": lambda: tps(_FULL, "ar") / tps(_SCALE, "ar"),
-        "2.73x": lambda: tps(_FULL, "ar") / tps(_SCALE, "auto")}),
+    *held(
+        "0.89-1.10). Every cycle was a plain chunk",
+        {"0.89": lambda: min(planner_ratios(_FULL)), "1.10": lambda: max(planner_ratios(_FULL))},
+    ),
+    *held(
+        f"under 0.97x ({_under_bar_problems()}: 0.87-0.95x)",
+        {"0.97x": lambda: _BAR, "0.87": lambda: min(_under_bar()), "0.95x": lambda: max(_under_bar())},
+    ),
+    *held(
+        "(`sd` 0.42x, `ngram` 0.86x)", {"0.42x": lambda: speedup(_FULL, "sd"), "0.86x": lambda: speedup(_FULL, "ngram")}
+    ),
+    *held(
+        "step layer keeps 0.19 of drafted steps with `exact`",
+        {"0.19": lambda: mode_row(_FULL, "lr@k2").alpha1, "0.15": lambda: mode_row(_FULL, "lr-sd@k2").alpha1},
+    ),
+    *held(
+        "LR's formula then predicts 0.60x before any row cost", {"0.60x": lambda: mode_row(_FULL, "lr@k2").predicted}
+    ),
+    *held(
+        "The engine's plain decoding runs 7.54x this library's PyTorch `ar` and 2.73x",
+        {
+            "7.54x": lambda: tps(_FULL, "ar") / tps(_SCALE, "ar"),
+            "2.73x": lambda: tps(_FULL, "ar") / tps(_SCALE, "auto"),
+        },
+    ),
     # the cost table
-    *held("One target token costs b_1 = 0.0324 s", {
-        "0.0324": lambda: _slope(1), "0.012": lambda: _draft_fit()[0], "0.0207": lambda: _draft_fit()[1],
-        "0.64": lambda: _draft_fit()[1] / _slope(1)}),
+    *held(
+        "One target token costs b_1 = 0.0324 s",
+        {
+            "0.0324": lambda: _slope(1),
+            "0.012": lambda: _draft_fit()[0],
+            "0.0207": lambda: _draft_fit()[1],
+            "0.64": lambda: _draft_fit()[1] / _slope(1),
+        },
+    ),
     *held("A row costs 0.5-0.9 of the first", {"0.5": lambda: min(_row_costs()), "0.9": lambda: max(_row_costs())}),
     *held("steps, and with alpha1 = 0.19 no k wins", {"0.19": lambda: mode_row(_FULL, "lr@k2").alpha1}),
     # the planner's faults
-    *held("and wrote 1.34 tok/s (0.05x `ar`, predicted", {
-        "1.34": lambda: _async_run()["tokens_per_s"],
-        "0.05x": lambda: _async_run()["tokens_per_s"] / next(
-            r["tokens_per_s"] for r in _runs(_NO_OVERLAP, "ar") if r["index"] == _async_run()["index"])}),
-    *held("12x too fast). Its cost model", {
-        "12x": lambda: _async_run()["predicted_tok_s"] / _async_run()["tokens_per_s"]}),
-    *held("3-17% per token. The warm-up", {  # "3" is a count to the log's check, a percentage to the reader
-        "3": lambda: 100 * min(_first_slower_by()), "17%": lambda: max(_first_slower_by())}),
-    *held("within 0.970-1.083x of `ar` on every problem", {
-        "0.970": lambda: min(_ratios(_RECHECK)), "1.083x": lambda: max(_ratios(_RECHECK))}),
+    *held(
+        "and wrote 1.34 tok/s (0.05x `ar`, predicted",
+        {
+            "1.34": lambda: _async_run()["tokens_per_s"],
+            "0.05x": lambda: (
+                _async_run()["tokens_per_s"]
+                / next(r["tokens_per_s"] for r in _runs(_NO_OVERLAP, "ar") if r["index"] == _async_run()["index"])
+            ),
+        },
+    ),
+    *held(
+        "12x too fast). Its cost model", {"12x": lambda: _async_run()["predicted_tok_s"] / _async_run()["tokens_per_s"]}
+    ),
+    *held(
+        "3-17% per token. The warm-up",
+        {  # "3" is a count to the log's check, a percentage to the reader
+            "3": lambda: 100 * min(_first_slower_by()),
+            "17%": lambda: max(_first_slower_by()),
+        },
+    ),
+    *held(
+        "within 0.970-1.083x of `ar` on every problem",
+        {"0.970": lambda: min(_ratios(_RECHECK)), "1.083x": lambda: max(_ratios(_RECHECK))},
+    ),
     *held(f"0.9702, problem {_recheck_lowest()[1]})", {"0.9702": lambda: _recheck_lowest()[0]}),
 ]
 

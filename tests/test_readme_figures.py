@@ -21,7 +21,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from bench_log_sources import BENCH, BENCH_SOURCES, BENCH_TABLES, PARTS, UNHELD, log_figures, sections
+from bench_log import BENCH, sections
+from bench_log_sources import BENCH_SOURCES, BENCH_TABLES, PARTS, log_figures
 from figure_check import Source, check_source, line_figures, unsourced
 from test_harness_table import _script as harness_table_script
 from theory_sources import THEORY, THEORY_SOURCES, prose_figures
@@ -329,13 +330,12 @@ def test_a_table_row_edited_by_hand_fails():
     assert edited != BENCH and unsourced(log_figures(edited), BENCH_SOURCES)
 
 
-def test_the_run_log_s_unheld_sections_are_sections_with_figures_still_unsourced():
-    """A section leaves UNHELD once its figures are held: the list names no section that is gone or done."""
-    headings = [heading for heading, _ in sections(BENCH)]
-    assert UNHELD <= set(headings), f"UNHELD names sections the log no longer has: {UNHELD - set(headings)}"
-    claimed = {heading for part in PARTS for heading in part.HELD}
-    assert claimed <= set(headings) - UNHELD, f"sections a part holds, still named unheld or gone: {claimed - (set(headings) - UNHELD)}"
-    for heading, lines in sections(BENCH):
-        if heading in UNHELD:
-            found = [(figure, line) for line in lines for figure in line_figures(line)]
-            assert unsourced(found, BENCH_SOURCES), f"every figure of {heading!r} has a source: drop it from UNHELD"
+def test_every_section_of_the_run_log_with_figures_belongs_to_one_part():
+    """A part names the sections it holds; every section with a figure belongs to exactly one, and no part names
+    a section the log no longer has."""
+    claimed = [heading for part in PARTS for heading in part.HELD]
+    headings = {heading for heading, _ in sections(BENCH)}
+    assert len(claimed) == len(set(claimed)), "a section is named by two parts"
+    assert set(claimed) <= headings, f"parts name sections the log no longer has: {set(claimed) - headings}"
+    with_figures = {heading for heading, lines in sections(BENCH) if any(map(line_figures, lines))}
+    assert with_figures <= set(claimed), f"sections no part holds: {with_figures - set(claimed)}"
