@@ -13,6 +13,7 @@ import functools
 import json
 import re
 import statistics
+import tomllib
 from pathlib import Path
 from typing import Callable
 
@@ -121,3 +122,51 @@ def cells(*values: str) -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def torch_pin() -> str:
+    """The torch version pyproject.toml pins, as "major.minor"."""
+    pin = next(
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if d.startswith("torch==")
+    )
+    return ".".join(pin.removeprefix("torch==").split(".")[:2])
+
+
+def on_problems_of(name: str, other: str, mode: str) -> float:
+    """Ratio of ``mode``'s median tokens a second in two files, over the problems of ``other``."""
+    ids = {r["problem_id"] for r in records(other)}
+    return median([r["tokens_per_s"] for r in records(name) if r["mode"] == mode and r["problem_id"] in ids]) / tps(
+        other, mode
+    )
+
+
+def over_best_fixed(name: str) -> float:
+    """``auto``'s median tokens a second over the fastest fixed mode's of the same file."""
+    return tps(name, "auto") / max(tps(name, m) for m in {r["mode"] for r in records(name)} - {"ar", "auto"})
+
+
+def first_problem_ratio(name: str, mode: str, over: str) -> float:
+    first = min(r["index"] for r in records(name))
+    rate = {r["mode"]: r["tokens_per_s"] for r in records(name) if r["index"] == first}
+    return rate[mode] / rate[over]
+
+
+def median_without_first(name: str, mode: str) -> float:
+    first = min(r["index"] for r in records(name))
+    return median([r["tokens_per_s"] for r in records(name) if r["mode"] == mode and r["index"] != first])
+
+
+def listed(context: str, written: list[str], values: Callable[[], list[float]]) -> list[Source]:
+    """Sources for a list of figures on one line (``written``, in the log's order), each the value at its place;
+    a figure written twice must be what both places compute."""
+
+    def compute(figure: str) -> str:
+        got = values()
+        if len(got) != len(written):
+            return f"{len(got)} values, not {len(written)}"
+        found = {like(figure, v) for v, w in zip(got, written) if w == figure}
+        return found.pop() if len(found) == 1 else " / ".join(sorted(found))
+
+    return [(context, figure, lambda f=figure: compute(f)) for figure in dict.fromkeys(written)]

@@ -13,17 +13,20 @@ from bench_log import (
     cells,
     cost_points,
     held,
-    like,
+    listed,
     median,
+    median_without_first,
     mode_row,
+    on_problems_of,
+    over_best_fixed,
     per_problem,
     planner,
     planner_ratios,
     records,
     speedup,
+    torch_pin,
     tps,
 )
-from bench_log_front import _median_without_first, _on_problems_of, _over_best_fixed, _torch_pin
 from figure_check import Source
 
 from lookahead_reasoning.bench.report import fidelity_table
@@ -152,20 +155,6 @@ def _pair_bank_exact() -> float:
 # ------------------------------------------------------------------------------------------ sources of a kind
 
 
-def _listed(context: str, written: list[str], values: Callable[[], list[float]]) -> list[Source]:
-    """Sources for a list of figures on one line (``written``, in the log's order), each the value at its place;
-    a figure written twice must be what every place computes."""
-
-    def compute(figure: str) -> str:
-        got = values()
-        if len(got) != len(written):
-            return f"{len(got)} values, not {len(written)}"
-        found = {like(figure, v) for v, w in zip(got, written) if w == figure}
-        return found.pop() if len(found) == 1 else " / ".join(sorted(found))
-
-    return [(context, figure, lambda f=figure: compute(f)) for figure in dict.fromkeys(written)]
-
-
 def _spread(context: str, low: str, high: str, values: Callable[[], list[float]]) -> list[Source]:
     """Sources for a range "low-high" of values: their least and greatest."""
     return held(context, {low: lambda: min(values()), high: lambda: max(values())})
@@ -269,7 +258,7 @@ SOURCES: list[Source] = [
     # CPU kernels
     *held("c falls to about a third of what it was in bf16 (0.12", {"0.12": lambda: mode_row(_BF16, "auto").c}),
     # answer fidelity on 30 problems
-    ("2-core AMD EPYC with avx512_bf16, torch 2.13 CPU; GSM8K train problems 200-229", "2.13", _torch_pin),
+    ("2-core AMD EPYC with avx512_bf16, torch 2.13 CPU; GSM8K train problems 200-229", "2.13", torch_pin),
     *held("`sd`: gamma 12, stop 0.4", {"0.4": lambda: _runs(_FID, "sd")[0]["draft_stop_below"]}),
     *held(
         "`lr` accepted 70 of 186 drafted steps (alpha1 0.38",
@@ -306,16 +295,16 @@ SOURCES: list[Source] = [
     *held("worse than the 4-12% of this machine's", {"12%": lambda: max(_earlier_planner_errors())}),
     ("worse than the 4-12% of this machine's", "4", lambda: f"{min(_earlier_planner_errors()) * 100:.0f}"),
     # mode auto on the avx512_bf16 machine
-    ("torch 2.13 CPU; GSM8K train problems 100-109, greedy, up to 512 new", "2.13", _torch_pin),
+    ("torch 2.13 CPU; GSM8K train problems 100-109, greedy, up to 512 new", "2.13", torch_pin),
     *held("draft stop 0.4 for the fixed modes", {"0.4": lambda: _runs(_BF16, "sd@g12")[0]["draft_stop_below"]}),
     *held(
         "bf16, against the goals of mode `auto`: `auto` / best fixed mode = 1.07 (`hf-assisted`; 1.18 against",
-        {"1.07": lambda: _over_best_fixed(_BF16), "1.18": lambda: speedup(_BF16, "auto", "sd@g12")},
+        {"1.07": lambda: over_best_fixed(_BF16), "1.18": lambda: speedup(_BF16, "auto", "sd@g12")},
     ),
     *held("`auto` / `hf-assisted` = 1.07, goal: to match it;", {"1.07": lambda: speedup(_BF16, "auto", "hf-assisted")}),
     *_spread("`auto` > `ar` on 10 of 10 problems (2.28x-3.63x)", "2.28x", "3.63x", lambda: per_problem(_BF16, "auto")),
     *held("predicted speed within 12% (median", {"12%": lambda: planner(_BF16) - 1}),
-    *_listed(
+    *listed(
         "`hf-assisted`: 0.98, 0.91, 1.35, 1.16, 0.98, 1.31, 0.98, 0.99, 1.06, 1.05: `auto`",
         ["0.98", "0.91", "1.35", "1.16", "0.98", "1.31", "0.98", "0.99", "1.06", "1.05"],
         lambda: _auto_over_hf(_BF16),
@@ -327,7 +316,7 @@ SOURCES: list[Source] = [
         {"0.7": lambda: _main_stop(_BF16), "0.4": lambda: _runs(_BF16, "sd@g12")[0]["draft_stop_below"]},
     ),
     *held("0.7 were accepted too rarely to pay for drafting them", {"0.7": lambda: _main_stop(_BF16)}),
-    *held("against the goals: `auto` / best fixed mode = 0.96", {"0.96": lambda: _over_best_fixed(_FP32)}),
+    *held("against the goals: `auto` / best fixed mode = 0.96", {"0.96": lambda: over_best_fixed(_FP32)}),
     *held(
         "(`sd@g12` 8.46, `hf-assisted` 8.43), goal: within three percent of it, missed; `auto` / `hf-assisted`",
         {
@@ -341,7 +330,7 @@ SOURCES: list[Source] = [
         "predicted within 10%. Per problem `auto` / `hf-assisted`: 0.69,",
         {"10%": lambda: planner(_FP32) - 1, "0.69": lambda: _auto_over_hf(_FP32)[0]},
     ),
-    *_listed(
+    *listed(
         "1.01, 1.08, 1.13, 0.97, 1.21, 1.12, 0.93, 1.06, 0.96 (median",
         ["1.01", "1.08", "1.13", "0.97", "1.21", "1.12", "0.93", "1.06", "0.96"],
         lambda: _auto_over_hf(_FP32)[1:],
@@ -357,7 +346,7 @@ SOURCES: list[Source] = [
     *held(
         "the medians are `auto` 8.27, `hf-assisted` 8.01, `sd@g12` 7.77, `ar` 4.22",
         {
-            mode_figure: lambda m=mode: _median_without_first(_FP32, m)
+            mode_figure: lambda m=mode: median_without_first(_FP32, m)
             for mode, mode_figure in [("auto", "8.27"), ("hf-assisted", "8.01"), ("sd@g12", "7.77"), ("ar", "4.22")]
         },
     ),
@@ -434,7 +423,7 @@ SOURCES: list[Source] = [
         {
             "9.91": lambda: _median_on(_W8A8, _BF16_AFTER, "ar"),
             "4.31": lambda: tps(_BF16_AFTER, "ar"),
-            "2.30x": lambda: _on_problems_of(_W8A8, _BF16_AFTER, "ar"),
+            "2.30x": lambda: on_problems_of(_W8A8, _BF16_AFTER, "ar"),
             "14.60": lambda: _median_on(_W8A8, _BF16_AFTER, "auto"),
             "11.52": lambda: tps(_BF16_AFTER, "auto"),
         },
@@ -447,7 +436,7 @@ SOURCES: list[Source] = [
     ),
     *held(
         "1.27x (per problem 1.12-1.29); correct 4 against 3 of 5",
-        {"1.27x": lambda: _on_problems_of(_W8A8, _BF16_AFTER, "auto")},
+        {"1.27x": lambda: on_problems_of(_W8A8, _BF16_AFTER, "auto")},
     ),
     *_spread(
         "1.27x (per problem 1.12-1.29); correct 4 against 3 of 5",
@@ -458,7 +447,7 @@ SOURCES: list[Source] = [
     # float32 again, with learned rates
     *held(
         "`auto` / best fixed mode (`hf-assisted`) 1.02 (goal: within three percent of it)",
-        {"1.02": lambda: _over_best_fixed(_FP32_RERUN)},
+        {"1.02": lambda: over_best_fixed(_FP32_RERUN)},
     ),
     *held(
         "`hf-assisted` 1.02 (goal: to match it), faster", {"1.02": lambda: speedup(_FP32_RERUN, "auto", "hf-assisted")}
@@ -505,19 +494,19 @@ SOURCES: list[Source] = [
         },
     ),
     *held("Predicted / realised: 0.998 (median over problems", {"0.998": lambda: planner(_FP32_CAL)}),
-    *_listed(
+    *listed(
         "per problem 0.909, 1.188, 1.119, 1.108, 0.820,",
         ["0.909", "1.188", "1.119", "1.108", "0.820"],
         lambda: planner_ratios(_FP32_CAL)[:5],
     ),
-    *_listed(
+    *listed(
         "1.042, 0.880, 1.035, 0.822, 0.961), against",
         ["1.042", "0.880", "1.035", "0.822", "0.961"],
         lambda: planner_ratios(_FP32_CAL)[5:],
     ),
     *held(
         "against 1.155 before. `auto` / best fixed mode (`sd@g12`) 1.035,",
-        {"1.155": lambda: planner(_FP32_RERUN), "1.035": lambda: _over_best_fixed(_FP32_CAL)},
+        {"1.155": lambda: planner(_FP32_RERUN), "1.035": lambda: over_best_fixed(_FP32_CAL)},
     ),
     *held("/ `hf-assisted` 1.045, faster", {"1.045": lambda: speedup(_FP32_CAL, "auto", "hf-assisted")}),
     *_spread(
@@ -538,7 +527,7 @@ SOURCES: list[Source] = [
     ),
     *held(
         "1.119: the moonshot (a tenth over the best fixed mode) is met in this run; / `sd@g12` 1.18",
-        {"1.119": lambda: _over_best_fixed(_BF16_CAL), "1.18": lambda: speedup(_BF16_CAL, "auto", "sd@g12")},
+        {"1.119": lambda: over_best_fixed(_BF16_CAL), "1.18": lambda: speedup(_BF16_CAL, "auto", "sd@g12")},
     ),
     *_spread(
         "`ar` on 10 of 10 (2.13x-3.61x); per problem against `hf-assisted`",
@@ -546,12 +535,12 @@ SOURCES: list[Source] = [
         "3.61x",
         lambda: per_problem(_BF16_CAL, "auto"),
     ),
-    *_listed(
+    *listed(
         "`hf-assisted` 1.02, 0.91, 1.31, 1.07, 1.00, 1.39,",
         ["1.02", "0.91", "1.31", "1.07", "1.00", "1.39"],
         lambda: _auto_over_hf(_BF16_CAL)[:6],
     ),
-    *_listed("1.16, 1.07, 1.02, 1.13. Plans:", ["1.16", "1.07", "1.02", "1.13"], lambda: _auto_over_hf(_BF16_CAL)[6:]),
+    *listed("1.16, 1.07, 1.02, 1.13. Plans:", ["1.16", "1.07", "1.02", "1.13"], lambda: _auto_over_hf(_BF16_CAL)[6:]),
 ]
 
 # The sections whose every figure is held.

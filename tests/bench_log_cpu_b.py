@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import json
 from collections import Counter
-from typing import Callable
 
 from bench_log import (
     RESULTS,
@@ -15,17 +14,19 @@ from bench_log import (
     cost_points,
     held,
     like,
+    listed,
     median,
     mode_row,
+    over_best_fixed,
     per_problem,
     planner,
     planner_ratios,
     records,
     same_text,
     speedup,
+    torch_pin,
     tps,
 )
-from bench_log_front import _over_best_fixed, _torch_pin
 from figure_check import Source
 from transformers import GenerationConfig
 
@@ -41,20 +42,6 @@ _ONEDNN, _MKL, _INT8 = "auto-onednn-cpu.jsonl", "auto-mkl-cpu.jsonl", "auto-int8
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def _listed(context: str, written: list[str], values: Callable[[], list[float]]) -> list[Source]:
-    """Sources for a list of figures on one line (``written``, in the log's order), each the value at its place;
-    a figure written twice must be what both places compute."""
-
-    def compute(figure: str) -> str:
-        got = values()
-        if len(got) != len(written):
-            return f"{len(got)} values, not {len(written)}"
-        found = {like(figure, v) for v, w in zip(got, written) if w == figure}
-        return found.pop() if len(found) == 1 else " / ".join(sorted(found))
-
-    return [(context, figure, lambda f=figure: compute(f)) for figure in dict.fromkeys(written)]
 
 
 def _plans(name: str, mode: str = "auto") -> str:
@@ -96,7 +83,7 @@ def _emulated_row(label: str, name: str) -> str:
         f"{tps(name, 'sd@g12'):.2f}",
         f"{tps(name, 'hf-assisted'):.2f}",
         f"{auto:.2f} ({auto / ar:.2f}x)",
-        f"{_over_best_fixed(name):.3f}",
+        f"{over_best_fixed(name):.3f}",
         _wins(name),
         f"{planner(name):.3f}",
         _plans(name),
@@ -110,12 +97,12 @@ def _int8_over_fp32_ar() -> float:
 
 _EMULATED: list[Source] = [
     *held("stays at the 1.83x that `int8` measured", {"1.83x": _int8_over_fp32_ar}),
-    *_listed(
+    *listed(
         "against `hf-assisted` 0.96, 0.91, 1.09, 1.09, 0.91)",
         ["0.96", "0.91", "1.09", "1.09", "0.91"],
         lambda: per_problem(_EMU_ONEDNN, "auto", "hf-assisted"),
     ),
-    *_listed(
+    *listed(
         "(per problem 1.03, 0.89, 0.82, 0.82, 1.26)",
         ["1.03", "0.89", "0.82", "0.82", "1.26"],
         lambda: per_problem(_EMU_DEFAULT, "auto", "sd@g12"),
@@ -142,7 +129,7 @@ _CAPPED: list[Source] = [
     ("when it is over 5% cheaper", "5%", lambda: like("5%", PAD_GAIN)),
     *held(
         "`auto` / best fixed mode (`sd@g12`) 1.024, / `hf-assisted` 1.09",
-        {"1.024": lambda: _over_best_fixed(_EMU_MKLCAP), "1.09": lambda: speedup(_EMU_MKLCAP, "auto", "hf-assisted")},
+        {"1.024": lambda: over_best_fixed(_EMU_MKLCAP), "1.09": lambda: speedup(_EMU_MKLCAP, "auto", "hf-assisted")},
     ),
     *held(
         "(1.46x-3.10x); predicted / realised 1.00 (median;",
@@ -152,12 +139,12 @@ _CAPPED: list[Source] = [
             "1.00": lambda: planner(_EMU_MKLCAP),
         },
     ),
-    *_listed(
+    *listed(
         "per problem 1.02, 1.52, 1.00, 0.83, 0.64)",
         ["1.02", "1.52", "1.00", "0.83", "0.64"],
         lambda: planner_ratios(_EMU_MKLCAP),
     ),
-    *_listed(
+    *listed(
         "problem against `sd@g12`: 1.12, 0.75, 1.07, 1.02, 1.14.",
         ["1.12", "0.75", "1.07", "1.02", "1.14"],
         lambda: per_problem(_EMU_MKLCAP, "auto", "sd@g12"),
@@ -233,19 +220,19 @@ _AVX2: list[Source] = [
         {"4.64": lambda: tps(_INT8, "auto"), "4.58": lambda: tps(_ONEDNN, "hf-assisted")},
     ),
     *held("`sd@g12` 4.13). Notes:", {"4.13": lambda: tps(_ONEDNN, "sd@g12")}),
-    *_listed(
+    *listed(
         "108 at 4.91 and 6.09 tok/s in `auto-onednn-cpu.jsonl`",
         ["4.91", "6.09"],
         lambda: _rates(_ONEDNN, "hf-assisted", _DRIFTED),
     ),
-    *_listed(
+    *listed(
         "and at 3.69 and 4.20 half an hour later", ["3.69", "4.20"], lambda: _rates(_FIX_CHECK, "hf-assisted", _DRIFTED)
     ),
     *held(
         "105-109 at 3.7-4.7 tok/s in the pass kept",
         {"3.7": lambda: min(_rates(_INT8, "ar", _LATE)), "4.7": lambda: max(_rates(_INT8, "ar", _LATE))},
     ),
-    *_listed(
+    *listed(
         "`auto` 3.59 and 4.33 tok/s against",
         ["3.59", "4.33", "3.69", "4.20", "0.97x"],
         lambda: [
@@ -259,7 +246,7 @@ _AVX2: list[Source] = [
     *held(
         "(problem 100, all modes, an earlier run on the same machine): ar 2.09", {"2.09": lambda: tps(_LR_MODES, "ar")}
     ),
-    *_listed(
+    *listed(
         "sd@g12 3.23, lr@k1 1.06, lr@k2 1.48, lr-sd@k1g12 3.09, hf-assisted 4.12, auto 3.92 tok/s",
         ["3.23", "1.06", "1.48", "3.09", "4.12", "3.92"],
         lambda: [tps(_LR_MODES, m) for m in ("sd@g12", "lr@k1", "lr@k2", "lr-sd@k1g12", "hf-assisted", "auto")],
@@ -457,7 +444,7 @@ def _hf_confidence() -> float:
 
 
 _EARLIER: list[Source] = [
-    *held("(2-core AMD EPYC with avx512_bf16, torch 2.13 CPU", {"2.13": lambda: float(_torch_pin())}),
+    *held("(2-core AMD EPYC with avx512_bf16, torch 2.13 CPU", {"2.13": lambda: float(torch_pin())}),
     *held("up to 512 new tokens; MiniLM cosine >= 0.85", {"0.85": _minilm}),
     *held(
         "(5.77 vs 5.57 tok/s median", {"5.77": lambda: tps(_FIRST, "ar"), "5.57": lambda: tps(_FIRST, "hf-generate")}

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import tomllib
-
 from bench_log import (
-    ROOT,
     Table,
     cells,
     cost_points,
+    first_problem_ratio,
     held,
     like,
-    median,
+    median_without_first,
     mode_row,
+    on_problems_of,
+    over_best_fixed,
     per_problem,
     planner,
     planner_ratios,
     records,
     speedup,
+    torch_pin,
     tps,
 )
 from figure_check import Source
@@ -84,18 +85,8 @@ TABLES: list[Table] = [
 ]
 
 
-def _torch_pin() -> str:
-    """The torch version pyproject.toml pins, as "major.minor"."""
-    pin = next(
-        d
-        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-        if d.startswith("torch==")
-    )
-    return ".".join(pin.removeprefix("torch==").split(".")[:2])
-
-
 SOURCES: list[Source] = [
-    ("2-core AMD EPYC virtual machines, torch", "2.13", _torch_pin),
+    ("2-core AMD EPYC virtual machines, torch", "2.13", torch_pin),
     (
         "0.4 for the fixed modes",
         "0.4",
@@ -159,10 +150,10 @@ SOURCES: list[Source] = [
     *held(
         "and ran at 0.69x `hf-assisted`; over the other nine",
         {
-            "0.69x": lambda: _first_problem_ratio(_FP32, "auto", "hf-assisted"),
-            "8.27": lambda: _median_without_first(_FP32, "auto"),
-            "8.01": lambda: _median_without_first(_FP32, "hf-assisted"),
-            "7.77": lambda: _median_without_first(_FP32, "sd@g12"),
+            "0.69x": lambda: first_problem_ratio(_FP32, "auto", "hf-assisted"),
+            "8.27": lambda: median_without_first(_FP32, "auto"),
+            "8.01": lambda: median_without_first(_FP32, "hf-assisted"),
+            "7.77": lambda: median_without_first(_FP32, "sd@g12"),
         },
     ),
     *held(
@@ -249,15 +240,15 @@ SOURCES: list[Source] = [
     *held(
         "w8a8 `ar` 2.30x and `auto` 1.27x bf16's",
         {
-            "2.30x": lambda: _on_problems_of(_W8A8, _BF16_AFTER, "ar"),
-            "1.27x": lambda: _on_problems_of(_W8A8, _BF16_AFTER, "auto"),
+            "2.30x": lambda: on_problems_of(_W8A8, _BF16_AFTER, "ar"),
+            "1.27x": lambda: on_problems_of(_W8A8, _BF16_AFTER, "auto"),
         },
     ),
     *held(
         "`auto` ran 1.15x `hf-assisted` instead of 0.69x",
         {
             "1.15x": lambda: speedup("auto-fp32-rates-check.jsonl", "auto", "hf-assisted"),
-            "0.69x": lambda: _first_problem_ratio(_FP32, "auto", "hf-assisted"),
+            "0.69x": lambda: first_problem_ratio(_FP32, "auto", "hf-assisted"),
         },
     ),
     # the AVX2-only machine
@@ -284,8 +275,8 @@ SOURCES: list[Source] = [
     *held(
         "gave `auto` 1.04x the best fixed mode under oneDNN and 0.89x",
         {
-            "1.04x": lambda: _over_best_fixed("auto-avx2emu-onednn-cpu.jsonl"),
-            "0.89x": lambda: _over_best_fixed("auto-avx2emu-default-cpu.jsonl"),
+            "1.04x": lambda: over_best_fixed("auto-avx2emu-onednn-cpu.jsonl"),
+            "0.89x": lambda: over_best_fixed("auto-avx2emu-default-cpu.jsonl"),
         },
     ),
     *held("That run gave `auto` 5.33 tok/s", {"5.33": lambda: tps(_MKLCAP, "auto")}),
@@ -309,30 +300,6 @@ SOURCES: list[Source] = [
     ),
     *held("`auto` on int8 weights (4.64 tok/s)", {"4.64": lambda: tps(_INT8_AVX2, "auto")}),
 ]
-
-
-def _on_problems_of(name: str, other: str, mode: str) -> float:
-    """Ratio of ``mode``'s median tokens a second in two files, over the problems of ``other``."""
-    ids = {r["problem_id"] for r in records(other)}
-    return median([r["tokens_per_s"] for r in records(name) if r["mode"] == mode and r["problem_id"] in ids]) / tps(
-        other, mode
-    )
-
-
-def _over_best_fixed(name: str) -> float:
-    """``auto``'s median tokens a second over the fastest fixed mode's of the same file."""
-    return tps(name, "auto") / max(tps(name, m) for m in {r["mode"] for r in records(name)} - {"ar", "auto"})
-
-
-def _first_problem_ratio(name: str, mode: str, over: str) -> float:
-    first = min(r["index"] for r in records(name))
-    rate = {r["mode"]: r["tokens_per_s"] for r in records(name) if r["index"] == first}
-    return rate[mode] / rate[over]
-
-
-def _median_without_first(name: str, mode: str) -> float:
-    first = min(r["index"] for r in records(name))
-    return median([r["tokens_per_s"] for r in records(name) if r["mode"] == mode and r["index"] != first])
 
 
 # The sections whose figures are not all held yet (the log's history, oldest runs last).
