@@ -111,7 +111,9 @@ def main() -> int:
                 bench = EngineBench(args.dataset, out, **urls, scorer=scoring,
                                     modes=args.modes if i == 0 else lr_modes, limit=min(end, args.limit),
                                     offset=args.offset, max_new_tokens=args.max_new_tokens,
-                                    concurrency=args.concurrency, verifier=verifier, settings=Settings())
+                                    concurrency=args.concurrency, verifier=verifier, settings=Settings(),
+                                    server={"cache_prompt": not args.no_prompt_cache} if "llama.cpp" in
+                                    (args.engine, args.draft_engine) else {})
                 print(run_engine_bench(bench))
     return 0
 

@@ -55,7 +55,16 @@ def test_no_window_no_timeline(tmp_path):
     with FakeEngine(text="2 \\boxed{2}") as engine:
         run_engine_bench(EngineBench(str(data), str(out), engine.url, modes=("ar",)), progress=False)
     [record] = map(json.loads, out.read_text().splitlines())
-    assert "timeline" not in record
+    assert "timeline" not in record and "cache_prompt" not in record
+
+
+def test_records_say_how_the_servers_were_started(tmp_path):
+    data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
+    with FakeEngine(text="2 \\boxed{2}") as engine:
+        bench = EngineBench(str(data), str(out), engine.url, modes=("ar",), server={"cache_prompt": False})
+        run_engine_bench(bench, progress=False)
+    [record] = map(json.loads, out.read_text().splitlines())
+    assert record["cache_prompt"] is False
 
 
 def test_a_forked_planner_keeps_its_own_plan_and_shares_what_it_learns():

@@ -66,7 +66,9 @@ class EngineBench:
     the modes that use it); ``template``: the served model's tokenizer, for engines that apply no chat
     template themselves; ``scorer``: what scores drafted tokens for the likelihood verifiers
     (EnginePair's ``scorer``: a name, a URL, or one loaded already); ``target_model``, ``draft_model``: the
-    served models' names, where a server serves several."""
+    served models' names, where a server serves several; ``server``: how the servers were started, written into
+    every record as it is (``{"cache_prompt": False}``: llama.cpp's prompt cache off), so that a file says
+    what its engine did."""
 
     dataset: str
     out: str
@@ -85,6 +87,7 @@ class EngineBench:
     concurrency: int = 1
     verifier: Any = "exact"
     window: int = 0  # > 0: records carry a timeline; plain modes then decode in requests of this many tokens
+    server: dict[str, Any] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
@@ -191,7 +194,7 @@ class EngineRunner:
                 "engine": True, **self.models, **verifier_fields(self.verifier),
                 "scorer": getattr(self.bench.scorer, "name", self.bench.scorer),
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
-                "batch_wall_s": round(batch_s, 4) if batch_s is not None else None,
+                "batch_wall_s": round(batch_s, 4) if batch_s is not None else None, **self.bench.server,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
