@@ -8,6 +8,7 @@ import json
 import math
 import re
 import statistics
+from typing import Callable
 
 from bench_log import (
     RESULTS,
@@ -15,6 +16,7 @@ from bench_log import (
     Table,
     cells,
     held,
+    like,
     median,
     mode_row,
     per_problem,
@@ -457,9 +459,6 @@ SOURCES += [
         },
     ),
     *held(
-        "minutes a problem with the cache on, more without", {"3.2": lambda: _minutes_a_problem(_E2E, _E2E_LIKELIHOOD)}
-    ),
-    *held(
         "its text on 11 (0.90 and 0.55;",
         {
             "0.90": lambda: _fidelity(_BF16_RUNS, "auto", _SAME_ANSWER),
@@ -472,6 +471,83 @@ SOURCES += [
     ),
     *held("answers and 0.50 of the texts here.", {"0.50": lambda: _fidelity((_FLOORS[3],), "ar-batched", _SAME_TEXT)}),
 ]
+
+# ------------------------------------------------------------------- lr over llama.cpp with the prompt cache off
+
+_OFF, _OFF_LIKELIHOOD = "e2e-llamacpp-nocache-avx512.jsonl", "e2e-llamacpp-nocache-avx512-likelihood@0.3.jsonl"
+_FLOOR_OFF = "floor-llamacpp-nocache-avx512.jsonl"
+
+
+def _off_problems() -> set[str]:
+    """The problems the cache-off ``lr`` runs finished (every run of both files)."""
+    return {r["problem_id"] for r in records(_OFF) if r["mode"] == "ar"}
+
+
+def _off_runs(name: str, mode: str) -> list[dict]:
+    return [r for r in _runs(name, mode) if r["problem_id"] in _off_problems()]
+
+
+def _kept_of_ar(name: str, mode: str, base: str = _OFF) -> tuple[int, int, int]:
+    """(same answer, same text, runs) of ``mode`` against ``base``'s ``ar`` on the cache-off runs' problems."""
+    ar = {r["problem_id"]: r for r in _runs(base, "ar")}
+    runs = _off_runs(name, mode)
+    answers = sum(same_answer(r["predicted"], ar[r["problem_id"]]["predicted"]) for r in runs)
+    return answers, sum(r["text"] == ar[r["problem_id"]]["text"] for r in runs), len(runs)
+
+
+def _off_row(label: str, name: str, mode: str, base: str = _OFF) -> str:
+    """A row of the cache-off table: answers and texts kept of ``base``'s ``ar``, right answers, pooled alpha1,
+    and tokens per target request."""
+    runs = _off_runs(name, mode)
+    answers, texts, n = _kept_of_ar(name, mode, base)
+    accepted = sum(r.get("accepted_steps") or 0 for r in runs)
+    judged = sum(r.get("judged_pairs") or 0 for r in runs)
+    kept = ["-", "-"] if mode == "ar" else [f"{answers}/{n}", f"{texts}/{n}"]
+    per_request = [t for t in map(tokens_per_target_request, runs) if t is not None]
+    return cells(
+        label,
+        *kept,
+        f"{sum(r['correct'] for r in runs)}/{n}",
+        f"{accepted / judged:.3f} ({accepted}/{judged})" if judged else "-",
+        f"{statistics.mean(per_request):.1f}" if per_request else "-",
+    )
+
+
+def _off_share(name: str, mode: str, what: int, base: str = _OFF) -> float:
+    """The share of runs that kept ``base``'s ``ar``'s answer (``what`` 0) or text (1)."""
+    kept = _kept_of_ar(name, mode, base)
+    return kept[what] / kept[2]
+
+
+TABLES += [
+    (
+        "noise floor: lr over llama.cpp with the prompt cache off",
+        lambda: [
+            _off_row("`ar`", _OFF, "ar"),
+            _off_row("`lr` `exact`", _OFF, "lr@k2"),
+            _off_row("`lr` `likelihood@0.3`", _OFF_LIKELIHOOD, "lr@k2"),
+            _off_row("floor: `ar` beside a second request", _FLOOR_OFF, "ar-batched", _FLOOR_OFF),
+        ],
+    ),
+]
+
+def _stated(context: str, written_as: str, value: Callable[[], float]) -> Source:
+    """A source for a figure the log writes as ``written_as`` is written ("0.00"): the figure is what the files give
+    now, so the log must state exactly that on the line with ``context``."""
+    return (context, like(written_as, value()), lambda: like(written_as, value()))
+
+
+SOURCES += [
+    _stated("`lr` with `exact` kept `ar`'s answer on a share of", "0.00", lambda: _off_share(_OFF, "lr@k2", 0)),
+    _stated("of them and its text on a share of", "0.00", lambda: _off_share(_OFF, "lr@k2", 1)),
+    _stated("with `likelihood@0.3`, answers", "0.00", lambda: _off_share(_OFF_LIKELIHOOD, "lr@k2", 0)),
+    _stated("with `likelihood@0.3`, answers", "0.00", lambda: _off_share(_OFF_LIKELIHOOD, "lr@k2", 1)),
+    _stated("`ar` beside a second request, on the same problems:", "0.00",
+            lambda: _off_share(_FLOOR_OFF, "ar-batched", 0, _FLOOR_OFF)),
+    _stated("`ar` beside a second request, on the same problems:", "0.00",
+            lambda: _off_share(_FLOOR_OFF, "ar-batched", 1, _FLOOR_OFF)),
+]
+
 
 HELD: list[str] = [
     "Through lm-evaluation-harness: the target alone against the library (avx512_bf16 CPU)",

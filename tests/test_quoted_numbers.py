@@ -96,6 +96,11 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
         [row] = [line for line in modes.splitlines() if line.startswith(f"| {mode} |")]
         answers, texts, n = _agreement(names, recorded)
         assert template.format(answers, texts, n=n) in row, (mode, answers, texts, n, row)
+    [lr_row] = [line for line in modes.splitlines() if line.startswith("| `lr` |")]
+    answers, texts, n = _agreement(["e2e-llamacpp-nocache-avx512.jsonl"], "lr@k2")
+    assert f"llama.cpp with its prompt cache off: answer {answers}/{n}, text {texts}/{n}" in lr_row
+    assert (f"`lr` with `exact` and the cache off kept `ar`'s answer on {answers} of {n} problems and its text on "
+            f"{texts} (the first {n} of the same 50)") in README
     [ar_row] = [line for line in modes.splitlines() if line.startswith("| `ar` |")]
     again, batched = (_agreement(["floor-llamacpp-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
     assert (f"run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; beside a second request: "
