@@ -16,7 +16,23 @@ import sys
 from types import ModuleType
 from unittest import mock
 
-from bench_log import RESULTS, ROOT, Table, cells, held, mode_row
+from bench_log import (
+    RESULTS,
+    ROOT,
+    Table,
+    alpha1_pooled,
+    cells,
+    gpu,
+    h100_machine,
+    held,
+    mode_row,
+    pair_rates,
+    pair_step_rates,
+    schedule_rates,
+    schedule_ratio,
+    schedules,
+    weight_ms,
+)
 from figure_check import Source
 
 _COSTS, _FIRST, _RUN1, _RECHECK = (
@@ -33,14 +49,6 @@ _TARGETS = (_TARGET, _7B, _32B)
 # ------------------------------------------------------------------------------------------ what is reused
 
 
-def _figures() -> ModuleType:
-    """tests/test_readme_figures.py, whose H100 and schedule sources this part reuses (imported when first
-    needed: it imports the run log's parts itself)."""
-    import test_readme_figures
-
-    return test_readme_figures
-
-
 @functools.cache
 def _report() -> ModuleType:
     """benchmarks/gpu_report.py, which printed the compiled path's tables."""
@@ -48,11 +56,6 @@ def _report() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _gpu(name: str) -> dict:
-    """A committed GPU results file (JSON)."""
-    return _figures()._gpu(name)
 
 
 def _report_lines(name: str) -> list[str]:
@@ -80,7 +83,7 @@ def _transformers_pin() -> str:
 
 
 def _shape(name: str, shape: str, key: str) -> float:
-    return _gpu(name)["shapes"][shape][key]
+    return gpu(name)["shapes"][shape][key]
 
 
 def _compiled_ms(name: str, shape: str) -> float:
@@ -90,22 +93,22 @@ def _compiled_ms(name: str, shape: str) -> float:
 
 def _inductor_ms(name: str, shape: str) -> float:
     """Greedy AR's ms a token with inductor's kernels replayed as graphs."""
-    return _gpu(name)["inductor"][shape]["ar_ms"]
+    return gpu(name)["inductor"][shape]["ar_ms"]
 
 
 def _point(name: str, shape: str, rows: int, tokens: int, key: str = "points") -> float:
     """T(R, n) of a shape in a compiled-path file, at 256 cached tokens (seconds)."""
-    return _gpu(name)["shapes"][shape][key][str(rows)][str(tokens)]
+    return gpu(name)["shapes"][shape][key][str(rows)][str(tokens)]
 
 
 def _costs_beta(tokens: int) -> dict[int, float]:
     """beta(R) = T(R, n) / T(1, n) of the eager costs file for n = ``tokens``, R > 1 (R = 2..8)."""
-    return {int(r): beta for r, beta in _gpu(_COSTS)["beta"][str(tokens)].items() if int(r) > 1}
+    return {int(r): beta for r, beta in gpu(_COSTS)["beta"][str(tokens)].items() if int(r) > 1}
 
 
 def _decode_ms(shape: str, attention: str = "now") -> float:
     """Eager greedy AR's ms a token in the costs file (``attention``: "now", or "with cuDNN attention")."""
-    return _gpu(_COSTS)["decode_ms"][shape][attention]
+    return gpu(_COSTS)["decode_ms"][shape][attention]
 
 
 def _int8_c() -> list[float]:
@@ -115,14 +118,14 @@ def _int8_c() -> list[float]:
 
 def _temperature(name: str) -> float:
     """The temperature of the sampled runs of a compiled-path file's lossless check (labels ``mode@t0.8``)."""
-    labels = _gpu(name)["lossless"]["cuda-graphs"]["same_tokens"]
+    labels = gpu(name)["lossless"]["cuda-graphs"]["same_tokens"]
     [value] = {float(label.rpartition("@t")[2]) for label in labels if "@t" in label}
     return value
 
 
 def _top_kernels(name: str = _FIRST) -> list[tuple[str, int, float]]:
     """The replayed forward's largest kernels (name, calls, ms a forward) in torch.profiler's record."""
-    return [tuple(k) for k in _gpu(name)["kernels"]["cuda-graphs"]["top"]]
+    return [tuple(k) for k in gpu(name)["kernels"]["cuda-graphs"]["top"]]
 
 
 def _matmul_ms() -> float:
@@ -132,29 +135,29 @@ def _matmul_ms() -> float:
 
 def _beta_small_batch(name: str, shape: str) -> float:
     """The largest beta(R) = T(R, n) / T(1, n) over R <= 4, n <= 13 of a shape on the compiled path."""
-    points = _gpu(name)["shapes"][shape]["points"]
+    points = gpu(name)["shapes"][shape]["points"]
     return max(points[r][n] / points["1"][n] for r in points if int(r) <= 4 for n in points[r] if int(n) <= 13)
 
 
 def _bandwidth_ratio(shape: str) -> float:
     """Compiled AR's time a token over the time its bf16 weights take to read at the H100's bandwidth."""
-    return _shape(_FIRST, shape, "compiled_ar_ms") / _figures()._weight_ms(shape)
+    return _shape(_FIRST, shape, "compiled_ar_ms") / weight_ms(shape)
 
 
 def _priced_over_wall(name: str) -> list[float]:
     """Each mode's forwards priced by the measured compiled tables over the run's wall time (every pair)."""
-    report, shapes = _report(), _gpu(name)["shapes"]
+    report, shapes = _report(), gpu(name)["shapes"]
     draft = report.grid(shapes[_SMALL]["points"])
     return [
         report.realised(run, report.grid(shapes[t]["points"]), draft)[0] / run["wall_s"]
         for t in _TARGETS
-        for run in _gpu(name)["cycles"][t]["runs"]
+        for run in gpu(name)["cycles"][t]["runs"]
     ]
 
 
 def _moved(first: str, second: str, times) -> float:
     """The largest ratio (up or down) of a time between two compiled-path files, over the shapes."""
-    ratios = [times(first, s) / times(second, s) for s in _gpu(first)["shapes"]]
+    ratios = [times(first, s) / times(second, s) for s in gpu(first)["shapes"]]
     return max(max(r, 1 / r) for r in ratios)
 
 
@@ -164,7 +167,7 @@ def _c_eager(name: str, target: str) -> float:
 
 def _compiled_pays_above(name: str, target: str) -> float:
     """gpu_report's alpha1 above which an LR plan beats every plan without drafted steps (compiled path)."""
-    report, shapes = _report(), _gpu(name)["shapes"]
+    report, shapes = _report(), gpu(name)["shapes"]
     costs = report.CostTable(report.grid(shapes[target]["points"]), report.grid(shapes[_SMALL]["points"]))
     return report.pays_above(costs, report.OFFLINE["alpha"], report.OFFLINE["step_tokens"])
 
@@ -203,9 +206,7 @@ def _recheck_above_first(shape: str) -> float:
 def _step_alpha1(config: str) -> float | None:
     """A configuration's step acceptance alpha1 (median over its recorded runs); None without drafted steps."""
     values = [
-        r["summary"]["alpha1"]
-        for r in _figures()._schedules()
-        if r["config"] == config and r["summary"].get("alpha1") is not None
+        r["summary"]["alpha1"] for r in schedules() if r["config"] == config and r["summary"].get("alpha1") is not None
     ]
     return statistics.median(values) if values and config.startswith("lr") else None
 
@@ -213,14 +214,13 @@ def _step_alpha1(config: str) -> float | None:
 def _schedule_rows() -> list[str]:
     """The table of recorded schedules priced with the first H100 run's compiled tables: per configuration its
     alpha1, and per target its median tokens a second and median rate over ``ar``'s, problem by problem."""
-    figures = _figures()
     rows = []
-    for config in dict.fromkeys(r["config"] for r in figures._schedules()):
+    for config in dict.fromkeys(r["config"] for r in schedules()):
         alpha1 = _step_alpha1(config)
         row = [config, "-" if alpha1 is None else f"{alpha1:.2f}"]
         for target in _TARGETS:
-            rates = [v for (c, _), v in figures._schedule_rates(target).items() if c == config]
-            row.append(f"{statistics.median(rates):.0f} tok/s, {figures._schedule_ratio(config, target)}")
+            rates = [v for (c, _), v in schedule_rates(target).items() if c == config]
+            row.append(f"{statistics.median(rates):.0f} tok/s, {schedule_ratio(config, target)}")
         rows.append(cells(*row))
     return rows
 
@@ -232,7 +232,7 @@ def _exact_alpha1() -> list[float]:
 def _lr_gains_on_32b() -> list[float]:
     """The LR configurations' priced rates over ``ar``'s on the 32B's shape, less one."""
     return [
-        float(_figures()._schedule_ratio(c, _32B).rstrip("x")) - 1
+        float(schedule_ratio(c, _32B).rstrip("x")) - 1
         for c in ("lr@k1-exact", "lr@k2-exact", "lr@k1-likelihood", "lr@k2-likelihood")
     ]
 
@@ -263,20 +263,18 @@ def _break_even(machine) -> dict[int, float | None]:
     """alpha1 above which drafting one (k 1) or two (k 2) steps a cycle pays, at the offline pair's rates."""
     from lookahead_reasoning.theory.breakeven import break_even
 
-    return break_even(*_figures()._pair_step_rates(), machine).alpha1
+    return break_even(*pair_step_rates(), machine).alpha1
 
 
 def _engine_break_even() -> dict[int, float | None]:
     from lookahead_reasoning.theory.breakeven import break_even_requests
 
     engine = _cpu_costs("engine-costs-avx512-cpu.json")
-    return break_even_requests(
-        _figures()._pair_step_rates()[0], engine.target, engine.draft, overlap=engine.overlap
-    ).alpha1
+    return break_even_requests(pair_step_rates()[0], engine.target, engine.draft, overlap=engine.overlap).alpha1
 
 
 def _h100_break_even(key: str) -> list[dict[int, float | None]]:
-    return [_break_even(_figures()._h100_machine(t, key)) for t in _TARGETS]
+    return [_break_even(h100_machine(t, key)) for t in _TARGETS]
 
 
 _CPU_MACHINES = (
@@ -328,11 +326,6 @@ def _break_even_rows() -> list[str]:
     return rows
 
 
-def _verifier_alpha1(name: str, mode_prefix: str) -> float:
-    """Steps kept over steps judged, pooled over a results file's runs of ``mode_prefix``."""
-    return _figures()._alpha1(name, mode_prefix)
-
-
 TABLES: list[Table] = [
     ("the compiled path on an H100, as gpu_report.py prints it", lambda: _report_lines(_FIRST)),
     ("recorded schedules priced with the first H100 run's compiled tables", _schedule_rows),
@@ -341,11 +334,11 @@ TABLES: list[Table] = [
 
 SOURCES: list[Source] = [
     # On a GPU: random weights of the offline pair's shapes (gpu-costs-h100.json)
-    ("80GB, torch 2.11 (cu130), bf16, sdpa attention", "2.11", lambda: _version(_gpu(_COSTS)["torch"])),
+    ("80GB, torch 2.11 (cu130), bf16, sdpa attention", "2.11", lambda: _version(gpu(_COSTS)["torch"])),
     (
         "no transformers version (the compiled run below, the same day, had 5.17)",
         "5.17",
-        lambda: _version(_gpu(_FIRST)["env"]["transformers"]),
+        lambda: _version(gpu(_FIRST)["env"]["transformers"]),
     ),
     *held(
         "beta(R) = T(R, n) / T(1, n) is 0.99-1.04 for rows",
@@ -360,7 +353,7 @@ SOURCES: list[Source] = [
         "shape and 18.4 ms for the 0.5B's, so a drafted token costs 0.75",
         {"18.4": lambda: _decode_ms(_SMALL), "0.75": lambda: _decode_ms(_SMALL) / _decode_ms(_TARGET)},
     ),
-    *held("one draft forward over one target forward, is 0.87", {"0.87": lambda: _gpu(_COSTS)["c"]}),
+    *held("one draft forward over one target forward, is 0.87", {"0.87": lambda: gpu(_COSTS)["c"]}),
     *held(
         "0.07-0.12). With beta(2) = 0.99, one drafted step pays only above alpha1 = beta + c1 - 1 = 0.74",
         {
@@ -375,19 +368,19 @@ SOURCES: list[Source] = [
     *held("kernels stay): 2.9x faster", {"2.9x": lambda: _decode_ms(_TARGET, _CUDNN) / _decode_ms(_TARGET)}),
     *held(
         "so mode `auto` planned from launch times; now it records 25.9 ms",
-        {"25.9": lambda: _gpu(_COSTS)["clock"]["recorded_s"] * 1e3},
+        {"25.9": lambda: gpu(_COSTS)["clock"]["recorded_s"] * 1e3},
     ),
-    *held("events' 26.6 ms (`clock` in the file)", {"26.6": lambda: _gpu(_COSTS)["clock"]["cuda_events_s"] * 1e3}),
+    *held("events' 26.6 ms (`clock` in the file)", {"26.6": lambda: gpu(_COSTS)["clock"]["cuda_events_s"] * 1e3}),
     # The compiled path on an H100 (gpu-compiled-h100.json, its first run gpu-compiled-h100-run1.json)
     (
         "One NVIDIA H100 80GB, torch 2.11 (cu130), transformers 5.17, bf16, 2026-11-26: the compiled",
         "2.11",
-        lambda: _version(_gpu(_FIRST)["env"]["torch"]),
+        lambda: _version(gpu(_FIRST)["env"]["torch"]),
     ),
     (
         "One NVIDIA H100 80GB, torch 2.11 (cu130), transformers 5.17, bf16, 2026-11-26: the compiled",
         "5.17",
-        lambda: _version(_gpu(_FIRST)["env"]["transformers"]),
+        lambda: _version(gpu(_FIRST)["env"]["transformers"]),
     ),
     *held(
         "at temperature 0.8 with the same seed) wrote the eager path's tokens on CUDA graphs",
@@ -395,7 +388,7 @@ SOURCES: list[Source] = [
     ),
     *held(
         "Replayed as graphs, the 1.5B's forward keeps the GPU busy 5.3 ms of",
-        {"5.3": lambda: _gpu(_FIRST)["kernels"]["cuda-graphs"]["gpu_busy_ms_per_forward"]},
+        {"5.3": lambda: gpu(_FIRST)["kernels"]["cuda-graphs"]["gpu_busy_ms_per_forward"]},
     ),
     *held("its 5.8 (torch.profiler over five one-token forwards", {"5.8": lambda: _point(_FIRST, _TARGET, 1, 1) * 1e3}),
     *held("the masked memory-efficient attention takes 1.25 ms", {"1.25": lambda: _top_kernels()[0][2]}),
@@ -409,7 +402,7 @@ SOURCES: list[Source] = [
         {
             "6.04": lambda: _shape(_FIRST, _TARGET, "compiled_ar_ms"),
             "3.4x": lambda: _shape(_FIRST, _TARGET, "eager_ar_ms") / _shape(_FIRST, _TARGET, "compiled_ar_ms"),
-            "4.99": lambda: _gpu(_FIRST)["inductor"][_TARGET]["ar_ms"],
+            "4.99": lambda: gpu(_FIRST)["inductor"][_TARGET]["ar_ms"],
         },
     ),
     *held(
@@ -461,7 +454,7 @@ SOURCES: list[Source] = [
     (
         "This is the GPU's transformers (5.17), not the project's pin (5.24)",
         "5.17",
-        lambda: _version(_gpu("gpu-generate-h100.json")["transformers"]),
+        lambda: _version(gpu("gpu-generate-h100.json")["transformers"]),
     ),
     ("This is the GPU's transformers (5.17), not the project's pin (5.24)", "5.24", _transformers_pin),
     *held("temperature 0.8) wrote the eager path's tokens. 18 graphs", {"0.8": lambda: _temperature(_RECHECK)}),
@@ -531,7 +524,7 @@ SOURCES: list[Source] = [
     (
         "the more a kept token or step is worth: token SD reaches 3.38x",
         "3.38x",
-        lambda: _figures()._schedule_ratio("sd", _32B),
+        lambda: schedule_ratio("sd", _32B),
     ),
     *held(
         "step acceptance (0.18-0.21 with `exact`, 0.33 with `likelihood@0.3`)",
@@ -549,16 +542,16 @@ SOURCES: list[Source] = [
     # When the step layer pays, machine by machine
     *held(
         "The pair's rates come from the schedules above: token alpha 0.93",
-        {"0.93": lambda: _figures()._pair_rates()[0]},
+        {"0.93": lambda: pair_rates()[0]},
     ),
     *held(
         "0.21 (`exact`) and 0.33 (`likelihood@0.3`) in the recorded bf16 runs, 0.17 and 0.27 over llama.cpp, 0.40",
         {
             "0.21": lambda: _step_alpha1("lr@k1-exact"),
             "0.33": lambda: _step_alpha1("lr@k1-likelihood"),
-            "0.17": lambda: _verifier_alpha1("e2e-llamacpp.jsonl", "lr@"),
-            "0.27": lambda: _verifier_alpha1("e2e-llamacpp-likelihood@0.3.jsonl", "lr@"),
-            "0.40": lambda: _verifier_alpha1("auto-bf16-cpu.jsonl", "lr@k1"),
+            "0.17": lambda: alpha1_pooled("e2e-llamacpp.jsonl", "lr@"),
+            "0.27": lambda: alpha1_pooled("e2e-llamacpp-likelihood@0.3.jsonl", "lr@"),
+            "0.40": lambda: alpha1_pooled("auto-bf16-cpu.jsonl", "lr@k1"),
         },
     ),  # its verifier: embedding-numbers
     *held(
@@ -570,7 +563,7 @@ SOURCES: list[Source] = [
             "0.74": lambda: _break_even(_cpu_machine(_CPU_MACHINES[0][1]))[1],
         },
     ),
-    *held("of 0.93 token SD is a strong plan to beat", {"0.93": lambda: _figures()._pair_rates()[0]}),
+    *held("of 0.93 token SD is a strong plan to beat", {"0.93": lambda: pair_rates()[0]}),
 ]
 
 HELD = [

@@ -14,7 +14,10 @@ from bench_log import (
     RESULTS,
     ROOT,
     Table,
+    bank_share,
     cells,
+    foreign_steps,
+    harm,
     held,
     like,
     median,
@@ -29,7 +32,7 @@ from bench_log import (
 from figure_check import Source
 from test_harness_table import _script as _harness_script
 
-from lookahead_reasoning.bench.flips import Z95, HarmRow, harm_rows, kept_foreign_steps, read_bank
+from lookahead_reasoning.bench.flips import Z95, kept_foreign_steps
 from lookahead_reasoning.bench.grading import same_answer
 from lookahead_reasoning.bench.report import fidelity_table, tokens_per_target_request
 from lookahead_reasoning.verifiers.likelihood import DEFAULT_THRESHOLDS
@@ -200,46 +203,18 @@ SOURCES += [
 
 # ------------------------------------------------------------------------------------------ the verifiers
 
-_BANK = ("pairs-gsm8k.jsonl", "pairs-gsm8k-llamacpp.jsonl")
 _E2E, _E2E_LIKELIHOOD, _FLOOR = "e2e-llamacpp.jsonl", "e2e-llamacpp-likelihood@0.3.jsonl", "floor-llamacpp-avx512.jsonl"
 _FIDELITY = "fidelity30-fp32-cpu.jsonl"  # lr (k 2) with embedding-numbers on GSM8K train 200-229
 
 
-@functools.cache
-def _committed() -> dict:
-    """``lookahead-reasoning verifiers`` on the whole bank: every verifier's decision on every pair."""
-    return json.loads((RESULTS / "verifier-ablation.json").read_text(encoding="utf-8"))
-
-
-def _bank(verifier: str) -> float:
-    """The share of the bank's pairs ``verifier`` accepts."""
-    decisions = _committed()["accepted"][verifier]
-    return decisions.count("1") / len(decisions)
-
-
-@functools.cache
-def _harm() -> dict[str, HarmRow]:
-    """Each verifier's flips among the accepted non-exact pairs continued, as ``verifiers --flips`` counts them."""
-    pairs, _ = read_bank([RESULTS / name for name in _BANK])
-    where = {tuple(key): i for i, key in enumerate(_committed()["keys"])}
-    at = [where[(p["problem_id"], p["mode"])] for p in pairs]
-    decisions = {v: [d[i] == "1" for i in at] for v, d in _committed()["accepted"].items()}
-    flips = [
-        json.loads(line)
-        for line in (RESULTS / "flips-gsm8k-llamacpp.jsonl").read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
-    return {row.verifier: row for row in harm_rows(pairs, decisions, flips)}
-
-
 def _bank_row(verifier: str) -> str:
     """A row of the bank table: acceptance on the bank, flips among the non-exact pairs continued, answers kept."""
-    row = _harm()[verifier]
+    row = harm()[verifier]
     rate = f"{row.rate:.1%} ({row.low * 100:.1f}-{row.high:.1%})" if row.continued else "-"
     default = verifier == f"likelihood@{DEFAULT_THRESHOLDS['min-prob']}"
     return cells(
         f"`{verifier}`" + " (default threshold)" * default,
-        f"{_bank(verifier):.1%}",
+        f"{bank_share(verifier):.1%}",
         str(row.continued),
         str(row.flips),
         rate,
@@ -263,7 +238,7 @@ def _keeps(run: dict, base: str = _E2E) -> bool:
     return same_answer(run["predicted"], ar[run["problem_id"]])
 
 
-def _alpha1(name: str, mode: str = "lr@k2") -> tuple[int, int]:
+def alpha1_pooled(name: str, mode: str = "lr@k2") -> tuple[int, int]:
     """(steps accepted, steps judged) over a file's runs of ``mode``."""
     return (
         sum(r.get("accepted_steps") or 0 for r in _runs(name, mode)),
@@ -272,7 +247,7 @@ def _alpha1(name: str, mode: str = "lr@k2") -> tuple[int, int]:
 
 
 def _alpha1_share(name: str) -> float:
-    accepted, judged = _alpha1(name)
+    accepted, judged = alpha1_pooled(name)
     return accepted / judged
 
 
@@ -280,7 +255,7 @@ def _e2e_row(label: str, name: str, mode: str, base: str = _E2E, timed: bool = T
     """A row of the end-to-end table: answers kept against ``base``'s ``ar``, right answers, the pooled alpha1,
     and for the timed runs tokens per target request and the median tokens a second."""
     runs = _runs(name, mode)
-    accepted, judged = _alpha1(name, mode)
+    accepted, judged = alpha1_pooled(name, mode)
     kept = "-" if mode == "ar" else f"{sum(_keeps(r, base) for r in runs)}/{len(runs)}"
     alpha1 = f"{accepted / judged:.3f} ({accepted}/{judged})" if judged else "-"
     speed = [f"{statistics.mean(tokens_per_target_request(r) for r in runs):.1f}", f"{tps(name, mode):.2f}"]
@@ -300,16 +275,12 @@ def _share_kept(runs: list[dict], base: str = _E2E) -> float:
 
 def _predicted_kept(verifier: str, steps: float) -> float:
     """(1 - flip rate) ^ (foreign steps kept per run)."""
-    return (1 - _harm()[verifier].rate) ** steps
+    return (1 - harm()[verifier].rate) ** steps
 
 
 def _predicted_foreign() -> float:
     """What the flip rate of ``likelihood@0.3`` predicts the runs that kept drafted steps of their own keep."""
     return _predicted_kept("likelihood@0.3", statistics.mean(map(kept_foreign_steps, _own_steps_only(True))))
-
-
-def _foreign_steps(name: str, mode: str) -> float:
-    return statistics.mean(kept_foreign_steps(r) for r in records(name) if r["mode"] == mode)
 
 
 def _minutes_a_problem(*names: str) -> float:
@@ -351,23 +322,26 @@ TABLES += [
 
 SOURCES += [
     *held("| verifier | bank accepted |", {"95%": lambda: math.erf(Z95 / math.sqrt(2))}),  # the interval's cover
-    *held("accepts no pair with other numbers and flips 16.0%", {"16.0%": lambda: _harm()["embedding-numbers"].rate}),
-    *held("below) kept 1.70 drafted steps per problem", {"1.70": lambda: _foreign_steps(_FIDELITY, "lr")}),
+    *held("accepts no pair with other numbers and flips 16.0%", {"16.0%": lambda: harm()["embedding-numbers"].rate}),
+    *held("below) kept 1.70 drafted steps per problem", {"1.70": lambda: foreign_steps(_FIDELITY, "lr")}),
     *held(
         "on its cycle log); (1 - 0.160) ^ 1.70 predicts 74%",
         {
-            "0.160": lambda: _harm()["embedding-numbers"].rate,
-            "1.70": lambda: _foreign_steps(_FIDELITY, "lr"),
-            "74%": lambda: _predicted_kept("embedding-numbers", _foreign_steps(_FIDELITY, "lr")),
-            "82%": lambda: (1 - _harm()["embedding-numbers"].low) ** _foreign_steps(_FIDELITY, "lr"),
+            "0.160": lambda: harm()["embedding-numbers"].rate,
+            "1.70": lambda: foreign_steps(_FIDELITY, "lr"),
+            "74%": lambda: _predicted_kept("embedding-numbers", foreign_steps(_FIDELITY, "lr")),
+            "82%": lambda: (1 - harm()["embedding-numbers"].low) ** foreign_steps(_FIDELITY, "lr"),
         },
     ),
     *held("and the run kept 22 of 30 (73%)", {"73%": lambda: _share_kept(_runs(_FIDELITY, "lr"), _FIDELITY)}),
     *held("whose predicted answers kept stay >= 90%", {"90%": _kept_bar}),
-    *held("1.45x `exact`'s acceptance", {"1.45x": lambda: _bank("likelihood@0.3") / _bank("exact")}),
+    *held("1.45x `exact`'s acceptance", {"1.45x": lambda: bank_share("likelihood@0.3") / bank_share("exact")}),
     *held(
         "it keeps 98% predicted at 23.9%",
-        {"98%": lambda: _harm()["likelihood-numbers@0.3"].retention, "23.9%": lambda: _bank("likelihood-numbers@0.3")},
+        {
+            "98%": lambda: harm()["likelihood-numbers@0.3"].retention,
+            "23.9%": lambda: bank_share("likelihood-numbers@0.3"),
+        },
     ),
     *held("minutes a problem for the three runs", {"3.2": lambda: _minutes_a_problem(_E2E, _E2E_LIKELIHOOD)}),
     *held(
@@ -531,6 +505,7 @@ TABLES += [
     ),
 ]
 
+
 def _stated(context: str, written_as: str, value: Callable[[], float]) -> Source:
     """A source for a figure the log writes as ``written_as`` is written ("0.00"): the figure is what the files give
     now, so the log must state exactly that on the line with ``context``."""
@@ -542,10 +517,16 @@ SOURCES += [
     _stated("of them and its text on a share of", "0.00", lambda: _off_share(_OFF, "lr@k2", 1)),
     _stated("with `likelihood@0.3`, answers", "0.00", lambda: _off_share(_OFF_LIKELIHOOD, "lr@k2", 0)),
     _stated("with `likelihood@0.3`, answers", "0.00", lambda: _off_share(_OFF_LIKELIHOOD, "lr@k2", 1)),
-    _stated("`ar` beside a second request, on the same problems:", "0.00",
-            lambda: _off_share(_FLOOR_OFF, "ar-batched", 0, _FLOOR_OFF)),
-    _stated("`ar` beside a second request, on the same problems:", "0.00",
-            lambda: _off_share(_FLOOR_OFF, "ar-batched", 1, _FLOOR_OFF)),
+    _stated(
+        "`ar` beside a second request, on the same problems:",
+        "0.00",
+        lambda: _off_share(_FLOOR_OFF, "ar-batched", 0, _FLOOR_OFF),
+    ),
+    _stated(
+        "`ar` beside a second request, on the same problems:",
+        "0.00",
+        lambda: _off_share(_FLOOR_OFF, "ar-batched", 1, _FLOOR_OFF),
+    ),
 ]
 
 

@@ -8,9 +8,16 @@ import re
 from pathlib import Path
 
 import pytest
+from bench_log import (
+    cache_off_ratios,
+    h100_machine,
+    pair_rates,
+    pair_step_rates,
+    schedule_rates,
+    schedule_ratio,
+    schedules,
+)
 from test_harness_table import _script as harness_table_script
-from test_readme_figures import (_cache_off_ratios, _h100_machine, _pair_rates, _pair_step_rates, _schedule_rates,
-                                 _schedule_ratio, _schedules)
 from theory_sources import check_output
 
 from lookahead_reasoning.bench.grading import same_answer
@@ -230,7 +237,7 @@ def test_the_schedules_priced_for_the_h100_are_what_the_pack_and_its_table_give(
     """Every row of the run log's table of recorded schedules priced by the first H100 run's tables."""
     import statistics
 
-    runs = _schedules()
+    runs = schedules()
     targets = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
     configs = list(dict.fromkeys(r["config"] for r in runs))
     assert len(runs) == 80 and len(configs) == 8
@@ -239,9 +246,9 @@ def test_the_schedules_priced_for_the_h100_are_what_the_pack_and_its_table_give(
         alpha1 = [r["summary"]["alpha1"] for r in mine if r["summary"].get("alpha1") is not None]
         cells = [f"{statistics.median(alpha1):.2f}" if alpha1 and config.startswith("lr") else "-"]
         for t in targets:
-            rates = _schedule_rates(t)
+            rates = schedule_rates(t)
             ours = [rates[(config, r["problem_id"])] for r in mine]
-            cells.append(f"{statistics.median(ours):.0f} tok/s, {_schedule_ratio(config, t)}")
+            cells.append(f"{statistics.median(ours):.0f} tok/s, {schedule_ratio(config, t)}")
         row = f"| {config} | " + " | ".join(cells) + " |"
         assert row in BENCH_README, row
 
@@ -250,9 +257,9 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
     from lookahead_reasoning.planning import CostTable
     from lookahead_reasoning.theory.breakeven import Machine, break_even, break_even_requests
 
-    alpha, step = _pair_rates()
+    alpha, step = pair_rates()
     assert f"token alpha {alpha:.2f}" in BENCH_README and f"{step:.0f} tokens a step" in BENCH_README
-    rates = _pair_step_rates()
+    rates = pair_step_rates()
 
     def shown(points: dict) -> tuple[str, str]:
         return tuple("never" if points[k] is None else f"{points[k]:.2f}" for k in (1, 2))
@@ -268,7 +275,7 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
     k1, k2 = shown(break_even_requests(rates[0], engine.target, engine.draft, overlap=engine.overlap).alpha1)
     assert f"`engine-costs-avx512-cpu.json` | - | - | - | - | {k1} | {k2} |" in BENCH_README
     for key, label in (("eager_points", "eager"), ("points", "compiled")):
-        cols = [shown(break_even(*rates, _h100_machine(target, key)).alpha1)
+        cols = [shown(break_even(*rates, h100_machine(target, key)).alpha1)
                 for target in ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")]
         row = (f"| H100 {label}, 1.5B / 7B / 32B target | - | - | - | - | {' / '.join(c[0] for c in cols)} | "
                f"{' / '.join(c[1] for c in cols)} |")
@@ -282,7 +289,7 @@ def test_what_the_prompt_cache_costs_is_what_the_side_by_side_files_hold():
                for c in ("on", "off"))
     assert on == off and len(on) == 8
     for mode, label in (("ar", "`ar` ran at"), ("lr@k2", "`lr@k2` with `exact` at")):
-        ratios = _cache_off_ratios(mode)
+        ratios = cache_off_ratios(mode)
         quoted = f"{label} {statistics.median(ratios):.2f}"
         assert quoted in BENCH_README.replace("\n  ", " "), quoted
         assert f"{min(ratios):.2f}-{max(ratios):.2f}" in BENCH_README, (mode, ratios)

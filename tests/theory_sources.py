@@ -7,12 +7,12 @@ computes another. (Figures inside code, inline code and formulas are the formula
 from __future__ import annotations
 
 import functools
-import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from bench_log import cost_points
 from figure_check import Source, line_figures
 
 from lookahead_reasoning.planning.costs import PAD_GAIN
@@ -34,13 +34,6 @@ def prose_figures(text: str) -> list[tuple[str, str]]:
 
 
 @functools.cache
-def _points(name: str) -> dict[int, dict[int, float]]:
-    """The target's T(R, n) of a committed CPU cost table: rows -> new tokens -> seconds."""
-    table = json.loads((ROOT / "benchmarks" / "results" / f"cpu-costs-{name}.json").read_text())["table"]
-    return {int(r): {int(n): t for n, t in curve.items()} for r, curve in table["target"]["points"].items()}
-
-
-@functools.cache
 def check_output() -> str:
     """What ``theory/check.py`` prints (run once for every test that reads it)."""
     return subprocess.run([sys.executable, str(ROOT / "theory" / "check.py")], capture_output=True, text=True,
@@ -55,7 +48,7 @@ def _mean_rows_overstate() -> list[float]:
 
 def _beta(name: str, n: int) -> float:
     """beta(2) at n new tokens a row: T(2, n) / T(1, n)."""
-    return _points(name)[2][n] / _points(name)[1][n]
+    return cost_points(name)[2][n] / cost_points(name)[1][n]
 
 
 def _test_parameters() -> tuple[list[str], str]:
@@ -92,8 +85,8 @@ THEORY_SOURCES: list[Source] = [
     ("and recovers alpha within", "0.93", lambda: _test_parameters()[0][2]),
     ("and recovers alpha within", "0.01", lambda: _test_parameters()[1]),
     # section 8
-    ("a pass over 13 new tokens costs", "2.82", lambda: f"{_points('avx2emu-fp32')[1][13] / _points('avx2emu-fp32')[1][1]:.2f}"),
-    ("1.16 in bf16 with native kernels", "1.16", lambda: f"{_points('avx512-bf16')[1][13] / _points('avx512-bf16')[1][1]:.2f}"),
+    ("a pass over 13 new tokens costs", "2.82", lambda: f"{cost_points('avx2emu-fp32')[1][13] / cost_points('avx2emu-fp32')[1][1]:.2f}"),
+    ("1.16 in bf16 with native kernels", "1.16", lambda: f"{cost_points('avx512-bf16')[1][13] / cost_points('avx512-bf16')[1][1]:.2f}"),
     ("undercuts", "5%", lambda: f"{PAD_GAIN:.0%}"),
     ("at the rates of this project's pair; `theory/check.py` reports it", "2.8",
      lambda: f"{min(_mean_rows_overstate()):.1f}"),
