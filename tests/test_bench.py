@@ -318,6 +318,30 @@ def test_every_committed_record_names_its_rates_and_its_verifiers_threshold():
     assert checked > 1000
 
 
+def test_every_committed_record_over_llama_cpp_says_whether_its_prompt_cache_was_on():
+    """A record that ran against a llama.cpp server (its runtime, or a GGUF target or draft) carries
+    ``cache_prompt``: the prompt cache moves llama.cpp's greedy text, so a reader must not have to guess it.
+    Files from before the field existed say true (their requests asked for the cache, or the server's default
+    kept it on); the cache-off runs say false."""
+    import glob
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    seen: dict[str, set] = {}
+    for path in sorted(glob.glob(str(root / "**" / "*.jsonl"), recursive=True)):
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            names = [str(record.get(k) or "") for k in ("target", "draft", "target_model", "draft_model")]
+            if record.get("runtime") == "llama.cpp" or any(n.endswith(".gguf") for n in names):
+                assert isinstance(record.get("cache_prompt"), bool), path
+                seen.setdefault(Path(path).name, set()).add(record["cache_prompt"])
+    assert all(len(values) == 1 for values in seen.values()), seen
+    off = {name for name, values in seen.items() if values == {False}}
+    assert off and all("nocache" in name or "cache-off" in name for name in off), off
+    assert len(seen) > 30
+
+
 def test_one_label_grammar_reads_every_mode_and_prints_every_plan():
     """Modes as a user types them (benchmark sweeps, engine modes) and plans as mode auto names them are one
     grammar: CyclePlan.parse reads what CyclePlan.label prints."""
