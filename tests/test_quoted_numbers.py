@@ -34,8 +34,10 @@ def _jsonl(name: str) -> list[dict]:
     return [json.loads(line) for line in (RESULTS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_the_end_to_end_verifier_sentence_is_what_its_files_hold():
-    exact, loose = load_results(RESULTS / "e2e-llamacpp.jsonl"), load_results(RESULTS / "e2e-llamacpp-likelihood@0.3.jsonl")
+def _end_to_end(exact_name: str, loose_name: str) -> tuple[int, int, int, float, list[dict]]:
+    """(answers of ``ar`` kept by likelihood@0.3, by exact, problems, likelihood's alpha1 over exact's, the
+    likelihood runs) of one pair of end-to-end files over llama.cpp."""
+    exact, loose = load_results(RESULTS / exact_name), load_results(RESULTS / loose_name)
     ar = {r["problem_id"]: r for r in exact if r["mode"] == "ar"}
 
     def kept(records):
@@ -48,9 +50,24 @@ def test_the_end_to_end_verifier_sentence_is_what_its_files_hold():
 
     (same_exact, n), (same_loose, n_loose) = kept(exact), kept(loose)
     assert n == n_loose == len(ar)
+    return same_loose, same_exact, n, alpha1(loose) / alpha1(exact), [r for r in loose if r["mode"] != "ar"]
+
+
+def test_the_end_to_end_verifier_sentence_is_what_its_files_hold():
+    same_loose, same_exact, n, ratio, loose = _end_to_end("e2e-llamacpp.jsonl", "e2e-llamacpp-likelihood@0.3.jsonl")
     assert f"kept `ar`'s answer on {same_loose} of {n}, `exact` on {same_exact}" in README
-    assert f"accepted {alpha1(loose) / alpha1(exact):.2f}x what `exact` accepted" in README
+    assert f"accepted {ratio:.2f}x what `exact` accepted" in README
     assert all(r["verifier_threshold"] == 0.3 for r in loose)  # the record says its threshold, not only the file name
+    same_loose, same_exact, n, ratio, loose = _end_to_end("e2e-llamacpp-nocache-avx512.jsonl",
+                                                          "e2e-llamacpp-nocache-avx512-likelihood@0.3.jsonl")
+    both = f"both kept `ar`'s answer on {same_exact} of {n}" if same_loose == same_exact else \
+        f"kept `ar`'s answer on {same_loose} of {n}, `exact` on {same_exact}"
+    batched = [r for r in load_results(RESULTS / "floor-llamacpp-nocache-avx512.jsonl") if r["mode"] == "ar-batched"]
+    floor = {r["problem_id"]: r for r in load_results(RESULTS / "floor-llamacpp-nocache-avx512.jsonl") if r["mode"] == "ar"}
+    kept_batched = sum(same_answer(r["predicted"], floor[r["problem_id"]]["predicted"]) for r in batched)
+    assert (f"with the engine's prompt cache off, it accepted {ratio:.2f}x what `exact` accepted there and {both} "
+            f"(`ar` beside a second request: {kept_batched})") in README
+    assert all(r["verifier_threshold"] == 0.3 and r["cache_prompt"] is False for r in loose)
 
 
 def test_the_bank_and_flip_counts_quoted_are_the_files():
@@ -106,8 +123,8 @@ def test_the_modes_table_gives_what_each_runtime_reproduced_of_ar():
     [lr_row] = [line for line in modes.splitlines() if line.startswith("| `lr` |")]
     answers, texts, n = _agreement(["e2e-llamacpp-nocache-avx512.jsonl"], "lr@k2")
     assert f"llama.cpp with its prompt cache off: answer {answers}/{n}, text {texts}/{n}" in lr_row
-    assert (f"`lr` with `exact` and the cache off kept `ar`'s answer on {answers} of {n} problems and its text on "
-            f"{texts} (the first {n} of the same 50)") in README
+    assert (f"`lr` with `exact` and the cache off kept `ar`'s answer on {answers} of the same {n} problems and its text on "
+            f"{texts}.") in README
     [ar_row] = [line for line in modes.splitlines() if line.startswith("| `ar` |")]
     again, batched = (_agreement(["floor-llamacpp-avx512.jsonl"], m) for m in ("ar-again", "ar-batched"))
     assert (f"run again: answer {again[0]}/{again[2]}, text {again[1]}/{again[2]}; beside a second request: "

@@ -130,6 +130,8 @@ SOURCES: list[Source] = [
     ("predicted to keep", "92%", lambda: f"{harm()['likelihood@0.3'].retention:.0%}"),
     ("it accepted 1.61x what `exact` accepted", "1.61x",
      lambda: f"{alpha1_pooled('e2e-llamacpp-likelihood@0.3.jsonl', 'lr@') / alpha1_pooled('e2e-llamacpp.jsonl', 'lr@'):.2f}x"),
+    ("with the engine's prompt cache off, it accepted", "1.45x",
+     lambda: f"{alpha1_pooled('e2e-llamacpp-nocache-avx512-likelihood@0.3.jsonl', 'lr@') / alpha1_pooled('e2e-llamacpp-nocache-avx512.jsonl', 'lr@'):.2f}x"),
     # llama.cpp's prompt cache: lr's speed with it off over its speed with it on, problem by problem
     ("makes `ar` repeat itself exactly, at some speed", "0.73", lambda: f"{statistics.median(cache_off_ratios('lr@k2')):.2f}"),
     # the engine against this library's loops (GSM8K train 400-409)
