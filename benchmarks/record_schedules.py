@@ -88,6 +88,8 @@ def generators(rehearse: bool, dtype: str) -> tuple[dict[str, Any], Any, Any]:
 
 
 def run_one(gens: dict[str, Any], target: Any, draft: Any, problem: Any, config: tuple, max_new_tokens: int) -> dict:
+    import torch
+
     from lookahead_reasoning.bench.grading import grade
     from lookahead_reasoning.prompts import math_messages
     from lookahead_reasoning.runtime.schedule import ScheduleRecorder, summary
@@ -114,7 +116,8 @@ def run_one(gens: dict[str, Any], target: Any, draft: Any, problem: Any, config:
             "token_ids": list(result.token_ids), "correct": g.correct, "predicted": g.predicted, "gold": problem.answer,
             "wall_s": round(wall, 3), "summary": stats, "plans": plans, "predicted_tok_s": predicted,
             "schedule_summary": summary(events), "events": events,
-            "dtype": str(next(target.model.parameters()).dtype), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "dtype": str(next(target.model.parameters()).dtype), "threads": torch.get_num_threads(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def pack(src: Path, dest: Path) -> None:
