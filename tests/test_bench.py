@@ -295,26 +295,28 @@ def test_a_record_names_its_verifiers_rule_and_threshold():
     assert verifier_fields(make_verifier("exact")) == {"verifier": "exact", "verifier_threshold": None}
 
 
+def _committed_records():
+    """(path, record) of every line of every JSONL file under benchmarks/results/."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for path in sorted(root.rglob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                yield path, json.loads(line)
+
+
 def test_every_committed_record_names_its_rates_and_its_verifiers_threshold():
     """benchmarks/results/ holds each record's token-level rates under their own names (``alpha_judged``:
     accepted / judged, with its source where it was estimated; ``accepted_per_drafted``), never the older
     ambiguous ``alpha`` or ``acceptance_rate``, and the threshold its verifier ran at (None with
     ``verifier_threshold_recorded`` false where the run did not record it)."""
-    import glob
-
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     checked = 0
-    for path in sorted(glob.glob(str(root / "**" / "*.jsonl"), recursive=True)):
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            assert "alpha" not in record and "acceptance_rate" not in record, path
-            if record.get("verifier"):
-                assert "verifier_threshold" in record, path
-                assert record["verifier_threshold"] is not None or record["verifier"] == "exact" or \
-                    record.get("verifier_threshold_recorded") is False, path
-            checked += 1
+    for path, record in _committed_records():
+        assert "alpha" not in record and "acceptance_rate" not in record, path
+        if record.get("verifier"):
+            assert "verifier_threshold" in record, path
+            assert record["verifier_threshold"] is not None or record["verifier"] == "exact" or \
+                record.get("verifier_threshold_recorded") is False, path
+        checked += 1
     assert checked > 1000
 
 
@@ -323,19 +325,12 @@ def test_every_committed_record_over_llama_cpp_says_whether_its_prompt_cache_was
     ``cache_prompt``: the prompt cache moves llama.cpp's greedy text, so a reader must not have to guess it.
     Files from before the field existed say true (their requests asked for the cache, or the server's default
     kept it on); the cache-off runs say false."""
-    import glob
-
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     seen: dict[str, set] = {}
-    for path in sorted(glob.glob(str(root / "**" / "*.jsonl"), recursive=True)):
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            names = [str(record.get(k) or "") for k in ("target", "draft", "target_model", "draft_model")]
-            if record.get("runtime") == "llama.cpp" or any(n.endswith(".gguf") for n in names):
-                assert isinstance(record.get("cache_prompt"), bool), path
-                seen.setdefault(Path(path).name, set()).add(record["cache_prompt"])
+    for path, record in _committed_records():
+        names = [str(record.get(k) or "") for k in ("target", "draft", "target_model", "draft_model")]
+        if record.get("runtime") == "llama.cpp" or any(n.endswith(".gguf") for n in names):
+            assert isinstance(record.get("cache_prompt"), bool), path
+            seen.setdefault(path.name, set()).add(record["cache_prompt"])
     assert all(len(values) == 1 for values in seen.values()), seen
     off = {name for name, values in seen.items() if values == {False}}
     assert off and all("nocache" in name or "cache-off" in name for name in off), off

@@ -62,9 +62,7 @@ def test_the_end_to_end_verifier_sentence_is_what_its_files_hold():
                                                           "e2e-llamacpp-nocache-avx512-likelihood@0.3.jsonl")
     both = f"both kept `ar`'s answer on {same_exact} of {n}" if same_loose == same_exact else \
         f"kept `ar`'s answer on {same_loose} of {n}, `exact` on {same_exact}"
-    batched = [r for r in load_results(RESULTS / "floor-llamacpp-nocache-avx512.jsonl") if r["mode"] == "ar-batched"]
-    floor = {r["problem_id"]: r for r in load_results(RESULTS / "floor-llamacpp-nocache-avx512.jsonl") if r["mode"] == "ar"}
-    kept_batched = sum(same_answer(r["predicted"], floor[r["problem_id"]]["predicted"]) for r in batched)
+    kept_batched = _agreement(["floor-llamacpp-nocache-avx512.jsonl"], "ar-batched")[0]
     assert (f"with the engine's prompt cache off, it accepted {ratio:.2f}x what `exact` accepted there and {both} "
             f"(`ar` beside a second request: {kept_batched})") in README
     assert all(r["verifier_threshold"] == 0.3 and r["cache_prompt"] is False for r in loose)
