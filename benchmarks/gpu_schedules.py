@@ -47,7 +47,7 @@ from lookahead_reasoning.runtime.schedule import host_gaps, replay  # noqa: E402
 from lookahead_reasoning.testing import real_shape_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEDULES = ROOT / "benchmarks" / "results" / "schedules" / "gsm8k-100-109.jsonl.gz"
+SCHEDULES = ROOT / "benchmarks" / "results" / "schedules" / "gsm8k-100-119.jsonl.gz"
 DRAFT = "qwen2.5-coder-0.5b"
 TARGETS = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
 SHARE = {"qwen2.5-coder-1.5b": 0.4, "qwen2.5-7b": 0.25, "qwen2.5-32b": 0.35}  # of the replay section's seconds

@@ -1,7 +1,7 @@
 """The forward schedules of real runs: what the offline pair's forwards were, mode by mode, to replay on a GPU.
 
-    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --offset 100 --limit 10
-    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --pack benchmarks/results/schedules/gsm8k-100-109.jsonl.gz
+    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --offset 100 --limit 20
+    .venv/bin/python benchmarks/record_schedules.py --out runs/schedules.jsonl --pack benchmarks/results/schedules/gsm8k-100-119.jsonl.gz
     .venv/bin/python benchmarks/record_schedules.py --rehearse --out /tmp/rehearsal.jsonl   # tiny models, 2 problems, 32 tokens
 
 Each GSM8K problem is answered greedily by the real offline pair (bf16 where the CPU has it, else float32;

@@ -202,9 +202,9 @@ def weight_ms(name: str) -> float:
 
 @functools.cache
 def schedules() -> tuple[dict, ...]:
-    """The offline pair's recorded runs on GSM8K train 100-109 (notebooks 08 and 11 read them): written in bf16
+    """The offline pair's recorded runs on GSM8K train 100-119 (notebooks 08 and 11 read them): written in bf16
     with the draft as a GPU would run it (not int8), every configuration."""
-    with gzip.open(RESULTS / "schedules" / "gsm8k-100-109.jsonl.gz", "rt", encoding="utf-8") as fh:
+    with gzip.open(RESULTS / "schedules" / "gsm8k-100-119.jsonl.gz", "rt", encoding="utf-8") as fh:
         return tuple(json.loads(line) for line in fh)
 
 

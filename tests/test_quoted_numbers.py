@@ -255,7 +255,14 @@ def test_the_schedules_priced_for_the_h100_are_what_the_pack_and_its_table_give(
     runs = schedules()
     targets = ("qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
     configs = list(dict.fromkeys(r["config"] for r in runs))
-    assert len(runs) == 80 and len(configs) == 8
+    problems = sorted({r["index"] for r in runs})
+    assert len(configs) == 8 and len(runs) == len(problems) * len(configs)  # every problem in every configuration
+    assert f"answered GSM8K train {problems[0]}-{problems[-1]} (untuned)" in BENCH_README
+    assert f"every session verb of every run ({len(runs)} runs," in BENCH_README
+    # "problems 100-109 with torch on both cores, 110-119 in two processes of one thread each"
+    assert {r["index"] for r in runs if r["threads"] == 2} == set(range(100, 110))
+    assert {r["index"] for r in runs if r["threads"] == 1} == set(range(110, 120))
+    assert "problems 100-109 with\ntorch on both cores, 110-119 in two processes of one thread each" in BENCH_README
     for config in configs:
         mine = [r for r in runs if r["config"] == config]
         alpha1 = [r["summary"]["alpha1"] for r in mine if r["summary"].get("alpha1") is not None]
