@@ -124,8 +124,8 @@ def env(device: torch.device) -> dict:
     return info
 
 
-def fast(backend: str, rows: int = 8, length: int = 1024, **buckets: Any) -> FastPathConfig:
-    return FastPathConfig(backend=backend, rows=rows, length=length, **buckets)
+def fast(backend: str, rows: int = 8, length: int = 1024, **fields: Any) -> FastPathConfig:
+    return FastPathConfig(backend=backend, rows=rows, length=length, **fields)
 
 
 def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:

@@ -10,7 +10,8 @@ with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU
 2. ``lossless``: tiny float32 models, greedy: every mode on the compiled path writes the eager path's
    tokens (``gpu_compiled.lossless``).
 3. ``context``: the 1.5B shape's greedy AR milliseconds per token after 1k, 4k, 16k and 32k cached
-   tokens (the cache grows to hold them; attention reads the used columns rounded up).
+   tokens (the cache grows to hold them; attention reads the used columns rounded up), and after 4k
+   with q/k/v and gate/up run as separate products (``FastPathConfig(fuse=False)``), beside the fused.
 4. ``replay``: per target shape, first its greedy AR milliseconds a token after 4k cached tokens and T(R, n)
    for up to 4 rows of 1 and 13 tokens (beta), then problem by problem while its share of the budget lasts,
    every configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
@@ -152,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         lm = real_shape_lm("qwen2.5-coder-1.5b", device, **changes).use_fast_path(fast(backend, length=4096))
         try:
             ctx = (256, 1024) if args.rehearse else CONTEXTS
-            return {"backend": backend, "ms_per_token": context_ms(lm, ctx, 16 if args.rehearse else 64),
-                    "columns": lm.fast.arena.shape.length, "grown": lm.fast.grown}
+            out = {"backend": backend, "ms_per_token": context_ms(lm, ctx, 16 if args.rehearse else 64),
+                   "columns": lm.fast.arena.shape.length, "grown": lm.fast.grown}
+            lm.use_fast_path(fast(backend, length=4096, fuse=False))  # the same weights, q/k/v and gate/up apart
+            out["unfused_ms_per_token"] = context_ms(lm, ctx[:1] if args.rehearse else (4096,), 16 if args.rehearse else 64)
+            return out
         finally:
             free(lm)
 
@@ -195,6 +199,9 @@ def print_report(data: dict, schedules: Path) -> None:
     ctx = data.get("context", {}).get("ms_per_token")
     if ctx:
         print("AR ms a token by cached tokens (1.5B shape): " + ", ".join(f"{c}: {ms}" for c, ms in ctx.items()))
+    apart = data.get("context", {}).get("unfused_ms_per_token")
+    if apart:
+        print("the same with q/k/v and gate/up as separate products: " + ", ".join(f"{c}: {ms}" for c, ms in apart.items()))
     for name, shape in data.get("replay", {}).items():
         runs = shape.get("runs") if isinstance(shape, dict) else None
         if not runs:

@@ -285,8 +285,67 @@ def test_attention_reads_the_used_columns_rounded_up_not_the_allocation():
     assert sorted({span for rows, n, span in lm.fast._graphs}) == [256, 512]
 
 
+def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monkeypatch):
+    """q/k/v and gate/up each run as one product: three fewer linear products a layer than unfused, the
+    same logits, the model's weights views into the stacked ones (nothing held twice), the eager path
+    untouched; a second fast path on the same model reuses the stacks."""
+    import torch.nn.functional as F
+
+    loaded = tiny_model("qwen2", seed=5)
+    layers = loaded.model.model.layers
+    eager = LM(loaded.model, loaded.tokenizer)
+    prompt = eager.prompt_ids(QUESTION)
+    reference = eager.session([prompt, prompt[:-3]]).logits(keep=1)
+    unfused = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64, fuse=False))
+    fused = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
+    assert unfused.fast.fused is None and fused.fast.fused.groups == 2 * len(layers)
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        stack = attn._lookahead_stack.weight
+        assert [attn.q_proj.weight.data_ptr(), attn.k_proj.weight.data_ptr(), attn.v_proj.weight.data_ptr()] == [
+            stack[0].data_ptr(), stack[attn.q_proj.out_features].data_ptr(),
+            stack[attn.q_proj.out_features + attn.k_proj.out_features].data_ptr()]
+        assert mlp.up_proj.weight.data_ptr() == mlp._lookahead_stack.weight[mlp.gate_proj.out_features].data_ptr()
+        assert type(attn.q_proj) is torch.nn.Linear  # the model's own layers stay in place between forwards
+
+    calls = []
+    real = F.linear
+    monkeypatch.setattr(F, "linear", lambda x, w, b=None: calls.append(w.shape) or real(x, w, b))
+    out = {}
+    for name, lm in (("unfused", unfused), ("fused", fused)):
+        calls.clear()
+        out[name] = lm.session([prompt, prompt[:-3]]).logits(keep=1)
+        out[name + " products"] = len(calls)
+    assert out["unfused products"] - out["fused products"] == 3 * len(layers)
+    torch.testing.assert_close(out["fused"], out["unfused"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["fused"], reference, rtol=1e-4, atol=1e-4)
+    monkeypatch.undo()
+    torch.testing.assert_close(eager.session([prompt, prompt[:-3]]).logits(keep=1), reference, rtol=0, atol=0)
+    again = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
+    assert all(a is b for a, b in zip(again.fast.fused.stacks, fused.fast.fused.stacks))
+
+
+def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_by_name():
+    """Layers that are not plain nn.Linear (the int8 draft) are left unfused, and still run; a model
+    quantised after its fast path was made is refused by name, not run on stale stacked weights."""
+    from lookahead_reasoning.models.kernels import quantize_draft_int8
+
+    loaded = tiny_model("qwen2", seed=6)
+    stale = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
+    prompt = stale.prompt_ids(QUESTION)
+    quantize_draft_int8(loaded.model)
+    with pytest.raises(ConfigError, match="weights changed since its fast path was made"):
+        stale.session([prompt]).logits()
+    lm = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
+    assert lm.fast.fused.groups == 0
+    eager = LM(loaded.model, loaded.tokenizer)
+    torch.testing.assert_close(lm.session([prompt]).logits(keep=1), eager.session([prompt]).logits(keep=1),
+                               rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"backend": "tensorrt"}, "backend must be one of"),
+    ({"fuse": "yes"}, "fuse must be True or False"),
     ({"rows": 0}, "rows must be an integer"),
     ({"length": 4}, "length .* must be an integer >= 16"),
     ({"row_buckets": (4, 2)}, "row_buckets must be increasing"),

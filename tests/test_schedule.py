@@ -110,6 +110,7 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["lossless"]["rehearsed-graphs"]["all_same"]
     assert set(data["context"]["ms_per_token"]) == {"256", "1024"}
+    assert set(data["context"]["unfused_ms_per_token"]) == {"256"}  # the fused products' A/B
     for name in gpu.TARGETS:
         runs = data["replay"][name]["runs"]
         assert {r["config"] for r in runs} == {"ar", "lr@k2-exact", "auto-h100"}, name
@@ -118,3 +119,4 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     gpu.main(["--report", str(out), "--schedules", str(packed)])
     table = capsys.readouterr().out
     assert "| lr@k2-exact |" in table and "| ar | " in table
+    assert "the same with q/k/v and gate/up as separate products: 256: " in table

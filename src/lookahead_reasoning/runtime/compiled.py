@@ -32,6 +32,12 @@ mask and the positions built inside from the (R, L) mask of real columns. The ``
 Attention runs through PyTorch's SDPA with the mask, grouped-query heads folded into the query (no
 copy of the keys per query head); flash-attn's kernels take no mask with holes. The language-model
 head runs outside the graph on the positions a loop keeps.
+
+With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
+do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
+weights instead of three (or two) small ones. The model's own weights become views into the stacked
+ones, so no weight is held twice and the eager path, which still calls each projection, computes the
+same numbers from the same memory.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes
 from ..errors import ConfigError, require
+from .fused import FusedProducts
 from .graphs import Graph, RehearsedGraph
 
 BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")
@@ -92,12 +99,14 @@ class FastPathConfig:
     length: int = 4096
     row_buckets: tuple[int, ...] = ROW_BUCKETS
     token_buckets: tuple[int, ...] = TOKEN_BUCKETS
+    fuse: bool = True  # q/k/v and gate/up as one product each (FusedProducts)
 
     def __post_init__(self) -> None:
         require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         require(isinstance(self.rows, int) and self.rows >= 1, f"rows must be an integer >= 1, got {self.rows!r}")
         require(isinstance(self.length, int) and self.length >= 16,
                 f"length (columns per row) must be an integer >= 16, got {self.length!r}")
+        require(isinstance(self.fuse, bool), f"fuse must be True or False, got {self.fuse!r}")
         for name, buckets in (("row_buckets", self.row_buckets), ("token_buckets", self.token_buckets)):
             require(len(buckets) > 0 and all(isinstance(b, int) and b >= 1 for b in buckets)
                     and list(buckets) == sorted(set(buckets)), f"{name} must be increasing integers >= 1, got {buckets!r}")
@@ -206,6 +215,7 @@ class FastPath:
         self._compiled: Callable | None = None
         self._graphs: dict[tuple[int, int, int], Graph] = {}
         self._pool = None
+        self.fused = FusedProducts(self.decoder) if config.fuse else None
         _register_attention()
 
     # ------------------------------------------------------------------ shapes
@@ -267,7 +277,8 @@ class FastPath:
         if rb > bsz:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
         cols = torch.arange(start, start + n, device=self.device)
-        with torch.no_grad(), _attention(self.model.config), attention_kernels(self.device):
+        fused = self.fused.installed() if self.fused is not None else nullcontext()
+        with torch.no_grad(), _attention(self.model.config), attention_kernels(self.device), fused:
             if not bucketed or self.config.backend == "eager":
                 return self.body(ids, mask, cols)[:bsz]
             if self.config.backend in GRAPH_BACKENDS:
@@ -328,5 +339,6 @@ class FastPath:
         return self.head(hidden).float()
 
 
-__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "check_fast_path", "FastPath", "FastPathConfig", "ROW_BUCKETS", "TOKEN_BUCKETS",
+__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "check_fast_path", "FastPath", "FastPathConfig",
+           "ROW_BUCKETS", "TOKEN_BUCKETS",
            "default_backend", "masked_attention"]

@@ -1,0 +1,124 @@
+"""Fused products: linear layers that read the same input, run as one matrix product.
+
+A decoder layer of a Llama-family model reads its input through three projections (query, key and value)
+and its MLP's input through two (gate and up). At batch 1 on a GPU each is a small product, launched on
+its own; stacked, they are one. :class:`FusedProducts` stacks them once for the compiled path
+(:mod:`.compiled`), makes the model's own weights views into the stacks (nothing is held twice, and the
+eager path, which still calls each projection, reads the same memory), and for a compiled forward puts
+a :class:`_Part` where each projection was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError, require
+
+
+class _Stack:
+    """Linear layers that read the same input, as one product: ``weight`` (sum of outputs, in) holds their
+    weights stacked in order, ``bias`` theirs or None; ``pending`` the parts not yet handed out."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]):
+        self.weight, self.bias, self.sizes = weight, bias, sizes
+        self.pending: dict[int, torch.Tensor] = {}
+
+
+class _Part(torch.nn.Module):
+    """Part ``index`` of a :class:`_Stack`, put where one of its linear layers was. The first part called
+    runs the one product over (B, n, in) and keeps the others' slices for their calls (each is called once
+    per forward, with the same input: the model's own code, e.g. ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)``)."""
+
+    def __init__(self, stack: _Stack, index: int):
+        super().__init__()
+        self.stack, self.index = stack, index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stack = self.stack
+        if self.index not in stack.pending:
+            parts = F.linear(x, stack.weight, stack.bias).split(stack.sizes, dim=-1)
+            stack.pending = dict(enumerate(parts))
+        return stack.pending.pop(self.index)
+
+
+def _stacked_already(owner: torch.nn.Module, linears: list[torch.nn.Linear]) -> _Stack | None:
+    """The stack an earlier :class:`FusedProducts` made of ``linears``, if their weights still live in it."""
+    stack = getattr(owner, "_lookahead_stack", None)
+    if stack is None or stack.sizes != [m.weight.shape[0] for m in linears]:
+        return None
+    starts = [sum(stack.sizes[:i]) for i in range(len(linears))]
+    same = all(m.weight.data_ptr() == stack.weight[s].data_ptr() for m, s in zip(linears, starts))
+    biased = stack.bias is None or all(m.bias.data_ptr() == stack.bias[s:].data_ptr() for m, s in zip(linears, starts))
+    return stack if same and biased else None
+
+
+def _stack(linears: list[torch.nn.Linear]) -> _Stack:
+    """Stack ``linears``' weights (and biases) into one tensor and make theirs views into it (no copy is
+    kept: the eager path reads the same memory)."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    biases = [m.bias for m in linears]
+    bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
+    at = 0
+    for m in linears:
+        size = m.weight.shape[0]
+        m.weight.data = weight[at:at + size]
+        if bias is not None:
+            m.bias.data = bias[at:at + size]
+        at += size
+    return _Stack(weight, bias, [m.weight.shape[0] for m in linears])
+
+
+class FusedProducts:
+    """Each decoder layer's q/k/v projections and gate/up projections as one product each, for the
+    compiled path's forwards (:meth:`installed`); a group is left as it is unless its members are plain
+    ``nn.Linear`` layers over one input size (a quantised draft, for one, keeps its own layers). A group
+    whose model has them fused already (stacked weights still in place) is not stacked again."""
+
+    GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, torch.nn.Module]] = []
+        self.stacks: list[_Stack] = []
+        for layer in getattr(decoder, "layers", []):
+            for owner_name, names in self.GROUPS:
+                owner = getattr(layer, owner_name, None)
+                linears = [getattr(owner, n, None) for n in names]
+                if owner is None or not all(type(m) is torch.nn.Linear for m in linears):
+                    continue
+                if len({m.in_features for m in linears}) != 1 or any(hasattr(m, "_hf_hook") for m in linears):
+                    continue
+                stack = _stacked_already(owner, linears) or _stack(linears)
+                owner._lookahead_stack = stack
+                self.stacks.append(stack)
+                self.swaps += [(owner, n, m, _Part(stack, i)) for i, (n, m) in enumerate(zip(names, linears))]
+
+    @property
+    def groups(self) -> int:
+        return len(self.stacks)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """For the block, every fused group's layers are its :class:`_Part` s; the model's own come back after.
+        A model whose weights were replaced since (cast, moved, quantised) is refused: its stacks are stale."""
+        if self.swaps:
+            owner, name, own, part = self.swaps[0]
+            current = getattr(owner, name)
+            require(current is own and own.weight.data_ptr() == part.stack.weight.data_ptr(),
+                    "this model's weights changed since its "
+                    "fast path was made (cast, moved or quantised): call use_fast_path again", ConfigError)
+        for stack in self.stacks:
+            stack.pending = {}
+        for owner, name, _, part in self.swaps:
+            setattr(owner, name, part)
+        try:
+            yield
+        finally:
+            for owner, name, own, _ in self.swaps:
+                setattr(owner, name, own)
+
+
+__all__ = ["FusedProducts"]
