@@ -8,7 +8,8 @@ No weights travel to a GPU machine: every model is drawn there with random weigh
    every mode on the compiled path writes the eager path's tokens; then a warm 256-token ``lr-sd``
    run records no new CUDA graph.
 3. ``shapes``: per shape, eager and compiled: greedy AR's milliseconds per token after a 300-token
-   prompt, the seconds to record the graphs, T(R, n) for R 1-8 and n 1-16 on the compiled path
+   prompt (``*_ar_ms``, the prompt's forward included, as the committed runs measured it; ``*_decode_ms``,
+   decoding alone), the seconds to record the graphs, T(R, n) for R 1-8 and n 1-16 on the compiled path
    (``planning.costs.profile``, 256 cached tokens) and a few eager points beside it.
 4. ``cycles``: per (target, draft) pair, each mode generates with the compiled path, every forward
    logged (who, rows, n, cached tokens, seconds) beside the run's wall time, so that the cost model's
@@ -156,8 +157,29 @@ def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:
     return out
 
 
+def decode_only_ms(lm: LM, tokens: int, prompt_tokens: int = 300) -> float:
+    """Milliseconds per token of greedy decoding after a ``prompt_tokens`` prompt, the prompt's forward not
+    timed: each token's forward, its argmax and the read of it, as a decoding loop pays them."""
+    session = lm.session([[(7 + 31 * i) % len(lm.tokenizer) for i in range(prompt_tokens)]])
+    logits = session.logits(keep=1)
+
+    def step(logits: torch.Tensor) -> torch.Tensor:
+        session.extend(0, [int(logits[0, -1].argmax())])
+        return session.logits(keep=1)
+
+    for _ in range(8):  # the one-token shape recorded or compiled
+        logits = step(logits)
+    sync(lm.device)
+    start = time.perf_counter()
+    for _ in range(tokens):
+        logits = step(logits)
+    sync(lm.device)
+    return (time.perf_counter() - start) / tokens * 1000
+
+
 def decode_ms(lm: LM, tokens: int) -> float:
-    """Milliseconds per token of greedy AR after a 300-token prompt (a short warm-up run first)."""
+    """Milliseconds per token of greedy AR after a 300-token prompt, the prompt's (eager) forward included,
+    as every committed run measured it (a short warm-up run first); :func:`decode_only_ms` leaves it out."""
     prompt = [(7 + 31 * i) % len(lm.tokenizer) for i in range(300)]
     generate(lm, prompt, max_new_tokens=8)
     sync(lm.device)
@@ -234,6 +256,7 @@ def measure_shape(lm: LM, backend: str, rehearse: bool) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     out["eager_ar_ms"] = decode_ms(lm, 16 if rehearse else 48)
+    out["eager_decode_ms"] = decode_only_ms(lm, 16 if rehearse else 48)
     out["eager_points"] = points_json(steady_points(lm, EAGER_GRID, repeats=3))
     lm.use_fast_path(fast(backend))
     start = time.perf_counter()
@@ -242,12 +265,14 @@ def measure_shape(lm: LM, backend: str, rehearse: bool) -> dict:
     out["warm_s"] = round(time.perf_counter() - start, 2)
     out["graphs"] = lm.fast.captures + lm.fast.compiles
     out["compiled_ar_ms"] = decode_ms(lm, 32 if rehearse else 128)
+    out["compiled_decode_ms"] = decode_only_ms(lm, 32 if rehearse else 128)
     out["points"] = points_json(steady_points(lm, GRID if not rehearse else {1: (1, 13), 4: (1, 13)}, repeats=5))
     out["profile_points"] = points_json(profile(lm, {1: (1, 13), 4: (1, 13)}, repeats=3, progress=False).points)
     out["arena_copies"] = lm.fast.arena.copies
     if device.type == "cuda":
         out["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
     print(f"[shapes] {lm.name}: AR {out['eager_ar_ms']:.2f} ms/token eager, {out['compiled_ar_ms']:.2f} compiled "
+          f"(decode alone {out['eager_decode_ms']:.2f} and {out['compiled_decode_ms']:.2f}) "
           f"({out['graphs']} graphs in {out['warm_s']} s); T(1,1) {out['points']['1']['1'] * 1e3:.2f} ms", flush=True)
     return out
 

@@ -120,3 +120,16 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| lr@k2-exact |" in table and "| ar | " in table
     assert "the same with q/k/v and gate/up as separate products: 256: " in table
+
+
+def test_decoding_alone_is_timed_without_the_prompts_forward():
+    """gpu_compiled.decode_only_ms: one forward over the prompt, then one-token forwards fed the argmax."""
+    from lookahead_reasoning.runtime.lm import LM
+    from lookahead_reasoning.testing import tiny_model
+
+    gpu = _script("gpu_compiled")
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0))
+    seen = []
+    lm.listeners.append(lambda timing: seen.append((timing.rows, timing.n, timing.cached)))
+    assert gpu.decode_only_ms(lm, tokens=5, prompt_tokens=40) > 0
+    assert seen[0] == (1, 40, 0) and seen[1:] == [(1, 1, 40 + i) for i in range(8 + 5)]
