@@ -12,6 +12,8 @@ with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU
 3. ``context``: the 1.5B shape's greedy AR milliseconds per token after 1k, 4k, 16k and 32k cached
    tokens (the cache grows to hold them; attention reads the used columns rounded up), and after 4k
    with q/k/v and gate/up run as separate products (``FastPathConfig(fuse=False)``), beside the fused.
+   ``flex``: the same contexts with flex attention (``FastPathConfig(attention="flex")``: its compiled
+   decoding kernel splits the key columns over thread blocks) instead of the masked SDPA kernel.
 4. ``replay``: per target shape, first its greedy AR milliseconds a token after 4k cached tokens and T(R, n)
    for up to 4 rows of 1 and 13 tokens (beta), then problem by problem while its share of the budget lasts,
    every configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
@@ -91,6 +93,17 @@ def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 409
     return out
 
 
+def greedy_tokens(lm: Any, steps: int, prompt_tokens: int = 300) -> list[int]:
+    """``steps`` greedy tokens after a fixed ``prompt_tokens`` prompt (to compare two attentions' choices)."""
+    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    session = lm.session([[(7 + 31 * i) % vocab for i in range(prompt_tokens)]])
+    out = []
+    for _ in range(steps):
+        out.append(int(session.logits(keep=1)[0, -1].argmax()))
+        session.extend(0, out[-1:])
+    return out
+
+
 def replay_shape(target: Any, draft: Any, records: list[dict], seconds: float) -> dict:
     """Problem by problem while ``seconds`` last: each record replayed untimed, then timed."""
     models = {"target": target, "draft": draft}
@@ -162,6 +175,24 @@ def main(argv: list[str] | None = None) -> int:
             free(lm)
 
     report.section(result, "context", 5 if args.rehearse else 45, context)
+
+    def flex() -> dict:
+        lm = real_shape_lm("qwen2.5-coder-1.5b", device, **changes).use_fast_path(
+            fast(backend, length=4096, attention="flex"))
+        try:
+            ctx = (256,) if args.rehearse else CONTEXTS
+            out = {"backend": backend, "attention": "flex", "ms_per_token": context_ms(lm, ctx, 8 if args.rehearse else 64)}
+            flex_tokens = greedy_tokens(lm, 32)
+            lm.use_fast_path(fast(backend, length=4096))
+            sdpa_tokens = greedy_tokens(lm, 32)
+            out["same_greedy_tokens_as_sdpa"] = next(
+                (i for i, (a, b) in enumerate(zip(flex_tokens, sdpa_tokens)) if a != b), len(sdpa_tokens))
+            print(f"[flex] {out}", flush=True)
+            return out
+        finally:
+            free(lm)
+
+    report.section(result, "flex", 5 if args.rehearse else 60, flex)
     left = budget.left() - 10
     for name in args.targets.split(","):
         holder: dict[str, Any] = {}
@@ -199,6 +230,9 @@ def print_report(data: dict, schedules: Path) -> None:
     ctx = data.get("context", {}).get("ms_per_token")
     if ctx:
         print("AR ms a token by cached tokens (1.5B shape): " + ", ".join(f"{c}: {ms}" for c, ms in ctx.items()))
+    flex = (data.get("flex") or {}).get("ms_per_token")
+    if flex:
+        print("the same with flex attention: " + ", ".join(f"{c}: {ms}" for c, ms in flex.items()))
     apart = data.get("context", {}).get("unfused_ms_per_token")
     if apart:
         print("the same with q/k/v and gate/up as separate products: " + ", ".join(f"{c}: {ms}" for c, ms in apart.items()))

@@ -54,8 +54,11 @@ def reference():
     return gen, prompt, tokens
 
 
-@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR],
-                         ids=["static-eager", "rehearsed-graphs", "static-inductor"])
+FLEX = FastPathConfig(backend="rehearsed-graphs", attention="flex")  # flex attention's reference code on a CPU
+
+
+@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX],
+                         ids=["static-eager", "rehearsed-graphs", "static-inductor", "flex-attention"])
 def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference, backend):
     gen, prompt, tokens = reference
     gen.target.use_fast_path(backend)
@@ -70,7 +73,7 @@ def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference
         assert isinstance(session.kv, StaticKVState)  # it ran on the static cache
         if backend is INDUCTOR:
             assert gen.target.fast.compiles >= 4 and gen.draft.fast.compiles >= 1
-        if backend == "rehearsed-graphs":  # the rows x tokens x columns recordings were replayed
+        if backend in ("rehearsed-graphs", FLEX):  # the rows x tokens x columns recordings were replayed
             assert gen.target.fast.captures >= 4 and gen.draft.fast.captures >= 1
     finally:
         gen.target.use_fast_path(None)
@@ -325,6 +328,27 @@ def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monke
     assert all(a is b for a, b in zip(again.fast.fused.stacks, fused.fast.fused.stacks))
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_flex_attention_reads_the_mask_as_sdpa_does(n):
+    """The two attention functions agree on grouped queries under a mask with holes (a parked row's pads,
+    columns past the causal edge), for one new token (one mask row for every folded query) and several."""
+    from lookahead_reasoning.runtime.attention import flex_masked_attention, masked_attention
+
+    g = torch.Generator().manual_seed(n)
+    b, hq, hkv, length, d = 2, 4, 2, 256, 16
+    query = torch.randn(b, hq, n, d, generator=g)
+    key, value = torch.randn(b, hkv, length, d, generator=g), torch.randn(b, hkv, length, d, generator=g)
+    allowed = torch.rand(b, 1, (hq // hkv) * n if n > 1 else 1, length, generator=g) > 0.3
+    allowed[..., 0] = True  # no query row without a column
+    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    sdpa, _ = masked_attention(None, query, key, value, mask, scaling=0.25)
+    flex, _ = flex_masked_attention(None, query, key, value, mask, scaling=0.25)
+    assert sdpa.shape == (b, n, hq, d)
+    torch.testing.assert_close(flex, sdpa, rtol=1e-5, atol=1e-5)
+    unmasked, _ = masked_attention(None, query, key, value, torch.zeros_like(mask), scaling=0.25)
+    assert not torch.allclose(unmasked, sdpa, atol=1e-3)  # the mask matters to the comparison
+
+
 def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_by_name():
     """Layers that are not plain nn.Linear (the int8 draft) are left unfused, and still run; a model
     quantised after its fast path was made is refused by name, not run on stale stacked weights."""
@@ -346,6 +370,7 @@ def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_b
 @pytest.mark.parametrize("bad, message", [
     ({"backend": "tensorrt"}, "backend must be one of"),
     ({"fuse": "yes"}, "fuse must be True or False"),
+    ({"attention": "flash"}, "attention must be one of sdpa, flex"),
     ({"rows": 0}, "rows must be an integer"),
     ({"length": 4}, "length .* must be an integer >= 16"),
     ({"row_buckets": (4, 2)}, "row_buckets must be increasing"),

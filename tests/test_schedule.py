@@ -111,6 +111,8 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     assert data["lossless"]["rehearsed-graphs"]["all_same"]
     assert set(data["context"]["ms_per_token"]) == {"256", "1024"}
     assert set(data["context"]["unfused_ms_per_token"]) == {"256"}  # the fused products' A/B
+    assert set(data["flex"]["ms_per_token"]) == {"256"}  # flex attention beside the masked SDPA
+    assert data["flex"]["same_greedy_tokens_as_sdpa"] == 32  # float32 on the CPU: the same choices
     for name in gpu.TARGETS:
         runs = data["replay"][name]["runs"]
         assert {r["config"] for r in runs} == {"ar", "lr@k2-exact", "auto-h100"}, name
@@ -120,6 +122,7 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| lr@k2-exact |" in table and "| ar | " in table
     assert "the same with q/k/v and gate/up as separate products: 256: " in table
+    assert "the same with flex attention: 256: " in table
 
 
 def test_decoding_alone_is_timed_without_the_prompts_forward():

@@ -52,7 +52,8 @@ BAG_FORWARDERS = {
     "settings.py:Settings.with_overrides",  # dataclasses.replace on Settings (its fields)
     "testing.py:tiny_model",  # the architecture's model config (TINY_SHAPE's names)
     "testing.py:real_shape_lm",  # tiny_model (TINY_SHAPE's names, changing a real shape)
-    "runtime/compiled.py:masked_attention",  # what transformers hands an attention function (dropout, sliding_window, ...): none is read
+    "runtime/attention.py:masked_attention",
+    "runtime/attention.py:flex_masked_attention",  # what transformers hands an attention function (dropout, sliding_window, ...): none is read
     "integrations/hf_generate.py:generate",  # GenerationConfig.update (what generate was given), after the library's keywords (OWN)
     "integrations/hf_generate.py:decoding",  # the library's keywords (OWN), checked by options_from
     "integrations/hf_generate.py:decoding.lookahead_decoding",  # the model kwargs generate prepared: only attention_mask is read

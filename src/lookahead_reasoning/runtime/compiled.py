@@ -29,9 +29,11 @@ mask and the positions built inside from the (R, L) mask of real columns. The ``
 * ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device (:mod:`.graphs`), each replay
   running the forward again: how the tests check the graphs' input copies without a GPU.
 
-Attention runs through PyTorch's SDPA with the mask, grouped-query heads folded into the query (no
-copy of the keys per query head); flash-attn's kernels take no mask with holes. The language-model
-head runs outside the graph on the positions a loop keeps.
+Attention (:mod:`.attention`) runs through PyTorch's SDPA with the mask by default, or, with
+``attention="flex"``, through flex attention, whose compiled decoding kernel splits the key columns over
+thread blocks; grouped-query heads are folded into the query (no copy of the keys per query head);
+flash-attn's kernels take no mask with holes. The language-model head runs outside the graph on the
+positions a loop keeps.
 
 With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
 do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
@@ -42,18 +44,15 @@ same numbers from the same memory.
 
 from __future__ import annotations
 
-import contextlib
-from contextlib import AbstractContextManager, nullcontext
-import functools
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes
 from ..errors import ConfigError, require
+from .attention import ATTENTION_NAME, ATTENTIONS, CUDA_ATTENTION, attention_kernels, attention_name, masked_attention, using
 from .fused import FusedProducts
 from .graphs import Graph, RehearsedGraph
 
@@ -61,16 +60,6 @@ BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs", "rehears
 GRAPH_BACKENDS = ("cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")  # a recording per bucket shape
 ROW_BUCKETS = (1, 2, 4, 8)
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32)
-ATTENTION_NAME = "lookahead-static-sdpa"
-
-
-# The attention kernels a CUDA forward may use: every one PyTorch has but cuDNN's (see :mod:`.lm`).
-CUDA_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
-
-
-def attention_kernels(device: torch.device) -> AbstractContextManager:
-    """The attention kernels a forward on ``device`` may use: :data:`CUDA_ATTENTION` on CUDA, any elsewhere."""
-    return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
 
 
 FAST_PATH_CHOICES = ("auto", "off", *BACKENDS)
@@ -100,6 +89,7 @@ class FastPathConfig:
     row_buckets: tuple[int, ...] = ROW_BUCKETS
     token_buckets: tuple[int, ...] = TOKEN_BUCKETS
     fuse: bool = True  # q/k/v and gate/up as one product each (FusedProducts)
+    attention: str = "sdpa"  # or "flex" (runtime.attention)
 
     def __post_init__(self) -> None:
         require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -107,6 +97,7 @@ class FastPathConfig:
         require(isinstance(self.length, int) and self.length >= 16,
                 f"length (columns per row) must be an integer >= 16, got {self.length!r}")
         require(isinstance(self.fuse, bool), f"fuse must be True or False, got {self.fuse!r}")
+        require(self.attention in ATTENTIONS, f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
         for name, buckets in (("row_buckets", self.row_buckets), ("token_buckets", self.token_buckets)):
             require(len(buckets) > 0 and all(isinstance(b, int) and b >= 1 for b in buckets)
                     and list(buckets) == sorted(set(buckets)), f"{name} must be increasing integers >= 1, got {buckets!r}")
@@ -135,44 +126,6 @@ class _Writes:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # positions are always given: never used for them
         return 0
-
-
-def masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, scaling: float | None = None,
-                     **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """SDPA under an additive mask, grouped-query heads folded into the query.
-
-    Shapes: query (B, H_q, n, D), key and value (B, H_kv, L, D). The g = H_q / H_kv query heads of each
-    key head become g * n query rows of that head (row gi * n + t: query head kv_head * g + gi, token t),
-    so no key is copied per query head; ``attention_mask`` is (B, 1, g * n, L) in that row order, or
-    (B, 1, 1, L) when n = 1 (0 where a query may look, a large negative number elsewhere;
-    :meth:`FastPath.body` builds it once for all layers). Returns ((B, n, H_q, D), None), as
-    transformers' attention functions do.
-    """
-    require(attention_mask is not None, "the static path's attention needs its mask")
-    b, hq, n, d = query.shape
-    hkv = key.shape[1]
-    q = query.reshape(b, hkv, hq // hkv * n, d)
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)  # (B, H_kv, g n, D)
-    return out.reshape(b, hq, n, d).transpose(1, 2).contiguous(), None
-
-
-@functools.cache
-def _register_attention() -> None:
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTENTION_NAME, masked_attention)
-
-
-@contextlib.contextmanager
-def _attention(config: Any) -> Iterator[None]:
-    """Run the model's attention layers through :func:`masked_attention` for the block."""
-    saved = config._attn_implementation
-    config._attn_implementation = ATTENTION_NAME
-    try:
-        yield
-    finally:
-        config._attn_implementation = saved
 
 
 class FastPath:
@@ -216,7 +169,6 @@ class FastPath:
         self._graphs: dict[tuple[int, int, int], Graph] = {}
         self._pool = None
         self.fused = FusedProducts(self.decoder) if config.fuse else None
-        _register_attention()
 
     # ------------------------------------------------------------------ shapes
     def shape(self, rows: int, n: int) -> tuple[int, int, bool]:
@@ -278,7 +230,8 @@ class FastPath:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
         cols = torch.arange(start, start + n, device=self.device)
         fused = self.fused.installed() if self.fused is not None else nullcontext()
-        with torch.no_grad(), _attention(self.model.config), attention_kernels(self.device), fused:
+        attention = using(self.model.config, attention_name(self.config.attention, bucketed))
+        with torch.no_grad(), attention, attention_kernels(self.device), fused:
             if not bucketed or self.config.backend == "eager":
                 return self.body(ids, mask, cols)[:bsz]
             if self.config.backend in GRAPH_BACKENDS:
@@ -339,6 +292,7 @@ class FastPath:
         return self.head(hidden).float()
 
 
-__all__ = ["ATTENTION_NAME", "BACKENDS", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "check_fast_path", "FastPath", "FastPathConfig",
+__all__ = ["ATTENTION_NAME", "BACKENDS", "CUDA_ATTENTION", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "attention_kernels",
+           "check_fast_path", "FastPath", "FastPathConfig",
            "ROW_BUCKETS", "TOKEN_BUCKETS",
            "default_backend", "masked_attention"]
