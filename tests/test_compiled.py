@@ -349,6 +349,20 @@ def test_flex_attention_reads_the_mask_as_sdpa_does(n):
     assert not torch.allclose(unmasked, sdpa, atol=1e-3)  # the mask matters to the comparison
 
 
+def test_a_group_with_some_layers_biased_and_some_not_stays_apart():
+    """Qwen2's q/k/v carry biases and its MLP none; a model whose key projection alone lost its bias keeps
+    its attention projections apart (one product could not add the others' biases), and still runs."""
+    loaded = tiny_model("qwen2", seed=7)
+    for layer in loaded.model.model.layers:
+        layer.self_attn.k_proj.bias = None
+    eager = LM(loaded.model, loaded.tokenizer)
+    prompt = eager.prompt_ids(QUESTION)
+    reference = eager.session([prompt]).logits(keep=1)
+    lm = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
+    assert lm.fast.fused.groups == len(loaded.model.model.layers)  # the MLPs only
+    torch.testing.assert_close(lm.session([prompt]).logits(keep=1), reference, rtol=1e-4, atol=1e-4)
+
+
 def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_by_name():
     """Layers that are not plain nn.Linear (the int8 draft) are left unfused, and still run; a model
     quantised after its fast path was made is refused by name, not run on stale stacked weights."""

@@ -61,7 +61,7 @@ def _stack(linears: list[torch.nn.Linear]) -> _Stack:
     kept: the eager path reads the same memory)."""
     weight = torch.cat([m.weight.detach() for m in linears])
     biases = [m.bias for m in linears]
-    bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
     at = 0
     for m in linears:
         size = m.weight.shape[0]
@@ -90,6 +90,8 @@ class FusedProducts:
                 if owner is None or not all(type(m) is torch.nn.Linear for m in linears):
                     continue
                 if len({m.in_features for m in linears}) != 1 or any(hasattr(m, "_hf_hook") for m in linears):
+                    continue
+                if len({m.bias is None for m in linears}) != 1:  # some biased, some not: no one product
                     continue
                 stack = _stacked_already(owner, linears) or _stack(linears)
                 owner._lookahead_stack = stack
