@@ -157,22 +157,39 @@ def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:
     return out
 
 
+def fixed_ids(lm: LM, count: int) -> list[int]:
+    """A fixed prompt of ``count`` ids that both the tokenizer and the model's vocabulary hold (the same on
+    every run, so that every timing reads the same cache)."""
+    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    return [(7 + 31 * i) % vocab for i in range(count)]
+
+
+def greedy_decoder(lm: LM, prompt_tokens: int = 300) -> Callable[[], int]:
+    """Greedy decoding after :func:`fixed_ids`, one token a call. The prompt's forward runs here; each call
+    feeds the token the last forward chose (one forward of one token) and returns it."""
+    session = lm.session([fixed_ids(lm, prompt_tokens)])
+    logits = session.logits(keep=1)
+
+    def step() -> int:
+        nonlocal logits
+        token = int(logits[0, -1].argmax())
+        session.extend(0, [token])
+        logits = session.logits(keep=1)
+        return token
+
+    return step
+
+
 def decode_only_ms(lm: LM, tokens: int, prompt_tokens: int = 300) -> float:
     """Milliseconds per token of greedy decoding after a ``prompt_tokens`` prompt, the prompt's forward not
     timed: each token's forward, its argmax and the read of it, as a decoding loop pays them."""
-    session = lm.session([[(7 + 31 * i) % len(lm.tokenizer) for i in range(prompt_tokens)]])
-    logits = session.logits(keep=1)
-
-    def step(logits: torch.Tensor) -> torch.Tensor:
-        session.extend(0, [int(logits[0, -1].argmax())])
-        return session.logits(keep=1)
-
+    step = greedy_decoder(lm, prompt_tokens)
     for _ in range(8):  # the one-token shape recorded or compiled
-        logits = step(logits)
+        step()
     sync(lm.device)
     start = time.perf_counter()
     for _ in range(tokens):
-        logits = step(logits)
+        step()
     sync(lm.device)
     return (time.perf_counter() - start) / tokens * 1000
 
@@ -180,7 +197,7 @@ def decode_only_ms(lm: LM, tokens: int, prompt_tokens: int = 300) -> float:
 def decode_ms(lm: LM, tokens: int) -> float:
     """Milliseconds per token of greedy AR after a 300-token prompt, the prompt's (eager) forward included,
     as every committed run measured it (a short warm-up run first); :func:`decode_only_ms` leaves it out."""
-    prompt = [(7 + 31 * i) % len(lm.tokenizer) for i in range(300)]
+    prompt = fixed_ids(lm, 300)
     generate(lm, prompt, max_new_tokens=8)
     sync(lm.device)
     start = time.perf_counter()
@@ -200,8 +217,7 @@ def steady_points(lm: LM, grid: dict[int, tuple[int, ...]], repeats: int, prefix
     so a point is the forward alone (the library's clock: until the GPU is done), as a cycle's later
     forwards are; the fork's copies are not in it (planning.costs.profile times a fork in every point).
     """
-    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
-    ids = [(7 + 31 * i) % vocab for i in range(prefix)]
+    ids = fixed_ids(lm, prefix)
     base = lm.session([ids])
     base.logits()
     points: dict[int, dict[int, float]] = {}

@@ -43,7 +43,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_compiled import Budget, Report, env, fast, free, lossless, points_json, steady_points, sync  # noqa: E402
+from gpu_compiled import (  # noqa: E402
+    Budget, Report, env, fast, fixed_ids, free, greedy_decoder, lossless, points_json, steady_points, sync)
 
 from lookahead_reasoning.planning.costs import price_schedule  # noqa: E402
 from lookahead_reasoning.runtime.schedule import host_gaps, replay  # noqa: E402
@@ -72,7 +73,7 @@ def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 409
     vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
     out = {}
     for context in contexts:
-        ids = [(7 + 31 * i) % vocab for i in range(context)]
+        ids = fixed_ids(lm, context)
         session = lm.session([ids[:chunk]])
         session.logits()
         for at in range(chunk, context, chunk):
@@ -93,15 +94,10 @@ def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 409
     return out
 
 
-def greedy_tokens(lm: Any, steps: int, prompt_tokens: int = 300) -> list[int]:
-    """``steps`` greedy tokens after a fixed ``prompt_tokens`` prompt (to compare two attentions' choices)."""
-    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
-    session = lm.session([[(7 + 31 * i) % vocab for i in range(prompt_tokens)]])
-    out = []
-    for _ in range(steps):
-        out.append(int(session.logits(keep=1)[0, -1].argmax()))
-        session.extend(0, out[-1:])
-    return out
+def greedy_tokens(lm: Any, steps: int) -> list[int]:
+    """``steps`` greedy tokens after :func:`gpu_compiled.fixed_ids`' prompt (to compare two attentions' choices)."""
+    step = greedy_decoder(lm)
+    return [step() for _ in range(steps)]
 
 
 def replay_shape(target: Any, draft: Any, records: list[dict], seconds: float) -> dict:

@@ -70,10 +70,11 @@ def masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
 
 
 @functools.cache
-def _compiled_flex() -> Callable:
+def _flex(compiled: bool) -> Callable:
+    """PyTorch's flex attention, compiled or as its reference code (imported on first use, once)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
 
 def flex_masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -83,16 +84,13 @@ def flex_masked_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
     each score (``score_mod``), compiled on a GPU (flash-decoding's split of the key columns), the
     reference code elsewhere."""
     require(attention_mask is not None, "the static path's attention needs its mask")
-    from torch.nn.attention.flex_attention import flex_attention
-
     bias = attention_mask
     one_row = bias.shape[2] == 1  # n = 1: every folded query row reads the same mask row
 
     def add_mask(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return score + bias[b, 0, 0 if one_row else q, kv]
 
-    run = _compiled_flex() if query.is_cuda else flex_attention
-    out = run(_folded(query, key), key, value, score_mod=add_mask, scale=scaling)
+    out = _flex(query.is_cuda)(_folded(query, key), key, value, score_mod=add_mask, scale=scaling)
     return _unfolded(out, query), None
 
 
