@@ -7,7 +7,7 @@ different length) and in the middle of a row (each later chunk right-aligned aft
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import time
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.errors import ConfigError, PromptError
 from lookahead_reasoning.runtime import lm as lm_module
+from lookahead_reasoning.runtime.clock import EventClock, HostClock, clock_for
 from lookahead_reasoning.runtime.compiled import CUDA_ATTENTION
 
 from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
@@ -278,19 +279,65 @@ def test_a_forward_runs_under_the_attention_kernels_its_device_allows(monkeypatc
     assert max_abs_diff(restricted, logits) < ATOL and max_abs_diff(logits[0], reference_logits(lm, row)) < ATOL
 
 
-def test_a_forward_is_timed_to_the_end_of_its_gpu_work(monkeypatch):
-    """A GPU runs a forward after the call returns: ``finished`` waits for the tensor's device before the
-    clock is read (a CUDA tensor), and costs nothing on a CPU tensor. The forward's logits pass through it."""
-    waited = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
-    on_gpu = SimpleNamespace(is_cuda=True, device="cuda:1")
-    assert lm_module.finished(on_gpu) is on_gpu and waited == ["cuda:1"]
-    cpu = torch.ones(2)
-    assert lm_module.finished(cpu) is cpu and waited == ["cuda:1"]
-    passed = []
-    monkeypatch.setattr(lm_module, "finished", lambda tensor: passed.append(tensor.shape) or tensor)
-    tiny_lm("qwen2").forward(torch.tensor([[5, 6, 7]]), keep=2)
-    assert len(passed) == 1 and passed[0][:2] == (1, 2)
+class _StandInEvent:
+    """A CUDA event's bookkeeping on a CPU: the i-th event recorded is stamped at i**2 ms of device time
+    (so every forward's lap is a different length) and is reached once the stand-in device gets to it."""
+
+    stamped: list = []
+    reached = 0  # events the device has reached
+
+    def record(self, stream=None):
+        self.at = len(_StandInEvent.stamped)
+        _StandInEvent.stamped.append(self)
+
+    def query(self):
+        return self.at < _StandInEvent.reached
+
+    def synchronize(self):
+        _StandInEvent.reached = max(_StandInEvent.reached, self.at + 1)
+
+    def elapsed_time(self, last):
+        return float(last.at ** 2 - self.at ** 2)
+
+
+def test_a_gpu_forward_is_timed_by_events_and_nothing_waits_for_it(monkeypatch):
+    """On a GPU a forward is timed by two events and the host does not wait: its time reaches the listeners
+    and ``stats`` at a later forward once the device has reached its last event (in the order the forwards
+    ran), or when ``stats`` is read or a ``metered`` block ends, which wait for it. Nothing synchronizes."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: pytest.fail("a forward waited for the device"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    _StandInEvent.stamped, _StandInEvent.reached = [], 0
+    assert isinstance(clock_for(torch.device("cuda", 0)), EventClock)
+    assert isinstance(clock_for(torch.device("cpu")), HostClock)
+    lm = tiny_lm("qwen2")
+    lm.clock = EventClock(torch.device("cuda", 0), event=_StandInEvent)
+    seen = []
+    with lm.metered(seen.append):
+        session = lm.session([[5, 6, 7, 8]])
+        session.logits()
+        assert seen == [] and lm._stats.calls == 1  # counted at once, timed later
+        _StandInEvent.reached = 2  # the device got through the first forward
+        session.logits(extra=[[9]])
+        assert [(t.n, t.cached, t.seconds) for t in seen] == [(4, 0, 0.001)]  # events 0 and 1: 1 ms
+        session.logits(extra=[[10, 11]])
+        assert len(seen) == 1  # the second forward is not reached yet
+    assert [(t.n, t.cached, t.seconds) for t in seen] == [(4, 0, 0.001), (2, 3, 0.005), (3, 4, 0.009)]
+    session.logits(extra=[[12]])
+    assert lm.stats.calls == 4 and lm.stats.seconds == pytest.approx(0.001 + 0.005 + 0.009 + 0.013)
+    assert len(seen) == 3  # the listener left with the block
+
+
+def test_a_cpu_forward_is_timed_by_the_host_and_handed_on_at_once():
+    """On a CPU the forward's work is done when it returns: its time reaches the listener before ``forward``
+    returns, and it is the host's clock around the call."""
+    lm = tiny_lm("qwen2")
+    seen = []
+    lm.listeners.append(seen.append)
+    before = time.perf_counter()
+    lm.forward(torch.tensor([[5, 6, 7]]), keep=2)
+    spent = time.perf_counter() - before
+    assert len(seen) == 1 and 0 < seen[0].seconds <= spent and lm._laps == []
+    assert lm.stats.seconds == seen[0].seconds
 
 
 def test_a_session_over_ids_outside_the_vocabulary_is_refused_by_name():

@@ -19,6 +19,10 @@ forward is a :class:`~lookahead_reasoning.cache.StaticKVState` and the same ``fo
 to :class:`~.compiled.FastPath` (a static cache, bucket shapes, CUDA graphs); the ids, masks, padding,
 timing and logits around it are this method's either way.
 
+Every forward is timed (``LM.stats``, the listeners) by a clock (:mod:`.clock`) that never makes the host
+wait: on a GPU two CUDA events around the forward's work, read at a later forward, once the GPU has
+reached them; on a CPU the host's clock, handed on at once.
+
 On a CUDA device the forward leaves cuDNN's attention out of PyTorch's choice of attention kernels:
 cuDNN builds an execution plan for every new shape (about 2 ms of CPU per layer on an H100), and
 decoding changes the key length at every forward, so each token paid that planning again.
@@ -27,7 +31,6 @@ decoding changes the key length at every forward, so each token paid that planni
 from __future__ import annotations
 
 import inspect
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -37,6 +40,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState, StaticKVState
 from ..errors import PromptError, require
+from .clock import EventClock, HostClock, Lap, clock_for
 from .compiled import FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
 from .session import Session
 
@@ -76,15 +80,6 @@ ForwardListener = Callable[[ForwardTiming], None]
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
-def finished(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``, once its device has computed it. A GPU runs the kernels of a forward after the call
-    that queued them has returned: a clock read before this would time the queueing, not the forward
-    (on a CPU the work is done when the call returns, and this does nothing)."""
-    if tensor.is_cuda:
-        torch.cuda.synchronize(tensor.device)
-    return tensor
-
-
 class LM:
     """A causal LM with its tokenizer, seen as ``forward(ids, mask, state) -> logits``.
 
@@ -96,8 +91,10 @@ class LM:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
-        self.stats = ForwardStats()
-        self.listeners: list[ForwardListener] = []  # called after every forward (e.g. a cost table learning)
+        self._stats = ForwardStats()
+        self.listeners: list[ForwardListener] = []  # called with every forward's time (e.g. a cost table learning)
+        self.clock: HostClock | EventClock | None = None  # how forwards are timed; None: by device (runtime.clock)
+        self._laps: list[tuple[ForwardTiming, Lap]] = []  # timed forwards whose seconds are not read yet
         self.pad_to: PadPolicy | None = None  # pad forwards to a cheaper n (see the module docstring)
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
@@ -123,6 +120,24 @@ class LM:
         self.fast = None if config is None else FastPath(self.model, config, self.pad_id, self.cache_arg)
         return self
 
+    @property
+    def stats(self) -> ForwardStats:
+        """Every forward's calls, tokens and seconds so far (reading it waits for the forwards' times)."""
+        self.settle()
+        return self._stats
+
+    def settle(self, wait: bool = True) -> None:
+        """Hand the forwards whose time is known to ``stats`` and the listeners, in the order they ran; with
+        ``wait``, all of them (waiting for the device where one has not finished). A forward settles those
+        that are ready without waiting: on a GPU a forward's time arrives at the next forward, by when the
+        loop has read its tokens and the GPU has finished it."""
+        while self._laps and (wait or self._laps[0][1].ready()):
+            timing, lap = self._laps.pop(0)
+            timing = ForwardTiming(timing.rows, timing.n, timing.cached, lap.seconds())
+            self._stats.seconds += timing.seconds
+            for listener in self.listeners:
+                listener(timing)
+
     @contextmanager
     def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:
         """For the block: call ``listener`` with every forward's :class:`ForwardTiming`, and with
@@ -136,6 +151,7 @@ class LM:
         try:
             yield self
         finally:
+            self.settle()  # the block's last forwards reach its listener
             self.pad_to = saved
             if listener is not None and listener in self.listeners:
                 self.listeners.remove(listener)
@@ -215,7 +231,9 @@ class LM:
         real_tokens = int(new_mask.sum())
         padded = n if self.pad_to is None else max(n, int(self.pad_to(bsz, n)))
         static = isinstance(state, StaticKVState)
-        start = time.perf_counter()
+        self.settle(wait=False)
+        clock = self.clock if self.clock is not None else clock_for(device)
+        start = clock.start()
         if static:  # the compiled path runs n at its bucket (the same dummy tokens as pad_to's)
             padded = self._static_width(state, bsz, padded)
         if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
@@ -227,16 +245,14 @@ class LM:
             raw_logits = self.fast.logits(hidden if isinstance(keep_at, int) else hidden.index_select(1, keep_at))
         else:
             raw_logits = self._eager_logits(input_ids, full_mask, state, keep_at)
-        self.stats.calls += 1
-        self.stats.tokens += real_tokens
+        self._stats.calls += 1
+        self._stats.tokens += real_tokens
         state.mask = full_mask
         if padded > n:
             state.crop(state.length - (padded - n))
-        logits = finished(raw_logits.float())
-        seconds = time.perf_counter() - start
-        self.stats.seconds += seconds
-        for listener in self.listeners:
-            listener(ForwardTiming(bsz, padded, full_mask.shape[1] - padded, seconds))
+        logits = raw_logits.float()
+        self._laps.append((ForwardTiming(bsz, padded, full_mask.shape[1] - padded, 0.0), clock.stop(start)))
+        self.settle(wait=False)  # at once on a CPU; on a GPU when the forward has run (runtime.clock)
         return logits, state
 
     def _static_width(self, state: StaticKVState, rows: int, n: int) -> int:

@@ -153,7 +153,8 @@ def replay(events: Sequence[Event], models: dict[str, Any], sync: Any = None) ->
             _, model, sid, extra, active, keep, fed = event[:7]
             session = sessions[sid]
             got = _fed(session, active)
-            session.logits(extra=[tokens.take(n) for n in extra], keep=keep, active=[bool(a) for a in active])
+            logits = session.logits(extra=[tokens.take(n) for n in extra], keep=keep, active=[bool(a) for a in active])
+            logits.argmax(dim=-1).tolist()  # what a loop reads before its next forward (it waits for the device)
             got = [g + n if a else 0 for g, n, a in zip(got, extra, active)]
             require(got == list(fed), f"replay of forward {counts[model]} of the {model} fed {got} tokens per row, "
                     f"the recorded run {fed}", ValueError)
