@@ -83,13 +83,14 @@ def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference
 @pytest.mark.parametrize("stale", ["ids", "mask", "cols"])
 def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkeypatch, stale):
     """The rehearsal checks the graphs' input copies: a replay that leaves one of its recorded inputs as
-    the recording left it writes other tokens than the eager path (so the lossless test above would fail)."""
+    the recording left it (the ids, the mask or the new tokens' columns) writes other tokens than the eager
+    path (so the lossless test above would fail). The kept position's copy: the test after this one."""
     import lookahead_reasoning.runtime.graphs as graphs
 
-    def replay(graph, ids, mask, cols):
-        for name, value in (("ids", ids), ("mask", mask), ("cols", cols)):
+    def replay(graph, *inputs):
+        for name, static, value in zip(("ids", "mask", "cols", "keep"), graph.inputs, inputs):
             if name != stale:
-                getattr(graph, name).copy_(value)
+                static.copy_(value)
         graph._launch()
         return graph.output
 
@@ -102,6 +103,34 @@ def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkey
     finally:
         gen.target.use_fast_path(None)
         gen.draft.use_fast_path(None)
+
+
+def test_a_one_token_forward_runs_the_head_and_its_argmax_in_its_recording(monkeypatch):
+    """A forward of one new token a row (every decoding step) replays the head and its argmax with the rest:
+    no head runs after the graph, and the logits and ``argmax`` are the eager path's. A forward of several
+    tokens runs the head after its graph, on the kept positions only."""
+    import lookahead_reasoning.runtime.compiled as compiled
+
+    after = []
+    monkeypatch.setattr(compiled.FastPath, "logits", lambda self, hidden: after.append(tuple(hidden.shape)) or
+                        self.head(hidden).float())
+    eager_lm = LM(_MODEL.model, _MODEL.tokenizer)
+    graph_lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path("rehearsed-graphs")
+    sessions = [lm.session([[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 13]]) for lm in (eager_lm, graph_lm)]
+    torch.testing.assert_close(sessions[1].logits(keep=2), sessions[0].logits(keep=2), rtol=1e-4, atol=1e-4)
+    assert after == [(2, 2, _MODEL.model.config.hidden_size)]  # six tokens a row: the head after the graph
+    for i in range(6):
+        for s in sessions:
+            s.extend(0, [20 + i])
+            s.extend(1, [40 + i])
+        if i % 2:
+            eager, graph = (s.logits() for s in sessions)
+            torch.testing.assert_close(graph, eager, rtol=1e-4, atol=1e-4)
+        else:
+            eager, graph = (s.argmax() for s in sessions)
+            assert graph.shape == (2, 1) and graph.dtype == torch.long and torch.equal(graph, eager)
+    assert len(after) == 1  # one token a row: the head and argmax were replayed with the forward
+    assert isinstance(graph_lm.fast._graphs[(2, 1, 256)].output, tuple)
 
 
 def test_a_warm_lr_sd_run_compiles_nothing(monkeypatch):
@@ -286,6 +315,24 @@ def test_attention_reads_the_used_columns_rounded_up_not_the_allocation():
     for i in range(80):  # from 197 to 277 columns: the recordings read 256, then 512 columns
         session.logits(extra=[[5 + i % 50]])
     assert sorted({span for rows, n, span in lm.fast._graphs}) == [256, 512]
+
+
+def test_one_inductor_compile_serves_every_attended_span():
+    """Inductor compiles a bucket shape once, whatever columns attention reads: decoding from 197 to 277
+    columns (spans of 256, then 512) compiles one graph (a compile is 25-40 s for a real model on a GPU, and
+    a long run crosses a span every few thousand tokens), and writes the eager path's logits throughout."""
+    eager_lm = LM(_MODEL.model, _MODEL.tokenizer)
+    lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(FastPathConfig(backend="inductor", row_buckets=(1,),
+                                                                          token_buckets=(1, 16)))
+    sessions = [x.session([list(range(3, 200))]) for x in (eager_lm, lm)]
+    for s in sessions:
+        s.logits()  # 197 tokens: past the token buckets, run uncompiled
+    for i in range(80):
+        for s in sessions:
+            s.extend(0, [5 + i % 50])
+        eager, compiled = (s.logits() for s in sessions)
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+    assert attended_columns(sessions[1].kv.length, 4096) == 512 and lm.fast.compiles == 1
 
 
 def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monkeypatch):

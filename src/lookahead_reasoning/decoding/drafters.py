@@ -152,15 +152,18 @@ class ModelDrafter:
         for _ in range(gamma):
             if not any(drafting):
                 break
-            logits = self.session.logits(active=drafting)[:, -1, :proposable]  # (B, V)
-            if self.sampling.greedy:
-                tokens = next_token(logits, self.sampling).tolist()
-                q = None
-                top = torch.softmax(logits.float(), dim=-1).amax(dim=-1).tolist() if measure else None
+            if self.sampling.greedy and not measure and proposable == self.lm.vocab_size:
+                tokens, q, top = self.session.argmax(active=drafting)[:, -1].tolist(), None, None  # the ids alone
             else:
-                q = probs_from_logits(logits, self.sampling)
-                tokens = sample(q, self.generator).tolist()
-                top = q.amax(dim=-1).tolist() if measure else None
+                logits = self.session.logits(active=drafting)[:, -1, :proposable]  # (B, V)
+                if self.sampling.greedy:
+                    tokens = next_token(logits, self.sampling).tolist()
+                    q = None
+                    top = torch.softmax(logits.float(), dim=-1).amax(dim=-1).tolist() if measure else None
+                else:
+                    q = probs_from_logits(logits, self.sampling)
+                    tokens = sample(q, self.generator).tolist()
+                    top = q.amax(dim=-1).tolist() if measure else None
             for b in range(bsz):
                 if drafting[b]:
                     drafted[b].append(tokens[b])

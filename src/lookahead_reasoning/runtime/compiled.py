@@ -23,7 +23,9 @@ mask and the positions built inside from the (R, L) mask of real columns. The ``
 
 * ``"eager"``: called as it is, at the bucket shapes (the static cache without compiling: the
   reference of the compiled backends);
-* ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler);
+* ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler), one compile per
+  rows x tokens bucket, the attended columns left symbolic so that a longer span compiles nothing more
+  (inductor keeps its kernels on disk, ``TORCHINDUCTOR_CACHE_DIR``, and a later run loads them);
 * ``"cuda-graphs"``: recorded by hand as one CUDA graph per bucket (needs no compiler);
 * ``"inductor+cuda-graphs"``: inductor's kernels, recorded as CUDA graphs;
 * ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device (:mod:`.graphs`), each replay
@@ -32,8 +34,12 @@ mask and the positions built inside from the (R, L) mask of real columns. The ``
 Attention (:mod:`.attention`) runs through PyTorch's SDPA with the mask by default, or, with
 ``attention="flex"``, through flex attention, whose compiled decoding kernel splits the key columns over
 thread blocks; grouped-query heads are folded into the query (no copy of the keys per query head);
-flash-attn's kernels take no mask with holes. The language-model head runs outside the graph on the
-positions a loop keeps.
+flash-attn's kernels take no mask with holes.
+
+A forward of one new token a row (every decoding step: autoregressive, drafting) runs the language-model
+head and its argmax inside the recording, so a greedy token costs no launch after the graph's; the head of
+a forward of several (a prompt, checking drafted tokens) runs after it, on the kept positions only (the
+head of every position a bucket pads to would cost R x n x V logits).
 
 With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
 do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
@@ -194,11 +200,13 @@ class FastPath:
         self.grown += 1
 
     # ------------------------------------------------------------------ the forward
-    def body(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    def body(self, ids: torch.Tensor, mask: torch.Tensor,
+             cols: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The forward of R rows x n new tokens: ``ids`` (R, n), ``mask`` (R, W) 1 at the columns a row
         holds once these tokens are in (the new ones included), over the W columns attention reads
         (:func:`~lookahead_reasoning.cache.static.attended_columns`), ``cols`` (n,) the columns the new tokens take. Writes their keys and
-        values into the working rows; returns the hidden states (R, n, H)."""
+        values into the working rows; returns the hidden states (R, n, H), or, for one new token a row
+        (n = 1, every decoding step), the language-model head there: (float32 logits (R, 1, V), their argmax (R, 1))."""
         rows, length = mask.shape
         n = cols.shape[0]
         key_cols = torch.arange(length, device=mask.device)
@@ -212,11 +220,20 @@ class FastPath:
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0).index_select(1, cols)  # (R, n): real tokens before
         out = self.decoder(input_ids=ids, attention_mask={"full_attention": bias}, position_ids=positions,
                            use_cache=True, **{self.cache_arg: _Writes(self.arena, rows, length, self.kv_heads, cols)})
-        return out.last_hidden_state
+        if n > 1:
+            return out.last_hidden_state
+        logits = self.head(out.last_hidden_state).float()
+        return logits, logits.argmax(dim=-1)
 
-    def run(self, ids: torch.Tensor, full_mask: torch.Tensor, state: StaticKVState) -> torch.Tensor:
+    def run(self, ids: torch.Tensor, full_mask: torch.Tensor, state: StaticKVState,
+            keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Forward ``ids`` (B, n) of the resident ``state`` whose mask, these tokens included, is
-        ``full_mask`` (B, T + n) (:meth:`make_room` first). Returns hidden states (B, n, H)."""
+        ``full_mask`` (B, T + n) (:meth:`make_room` first), and apply the language-model head at the
+        positions ``keep`` (k,) of the n. Returns (float32 logits (B, k, V), their argmax (B, k) or None).
+
+        With one new token a row (every decoding step) the head and its argmax run inside the forward's
+        recording; with several, after it, on the kept positions only (the head of every position a bucket
+        pads to would cost R x n x V logits), and the argmax is left to the caller (None)."""
         bsz, n = ids.shape
         used = full_mask.shape[1]
         start = used - n
@@ -233,10 +250,15 @@ class FastPath:
         attention = using(self.model.config, attention_name(self.config.attention, bucketed))
         with torch.no_grad(), attention, attention_kernels(self.device), fused:
             if not bucketed or self.config.backend == "eager":
-                return self.body(ids, mask, cols)[:bsz]
-            if self.config.backend in GRAPH_BACKENDS:
-                return self._replay(ids, mask, cols)[:bsz]
-            return self._compiled_body()(ids, mask, cols)[:bsz]
+                out = self.body(ids, mask, cols)
+            elif self.config.backend in GRAPH_BACKENDS:
+                out = self._replay(ids, mask, cols)
+            else:
+                out = self._compiled_body()(ids, mask, cols)
+        if n == 1:
+            logits, top = out
+            return logits[:bsz], top[:bsz]
+        return self.logits(out[:bsz].index_select(1, keep)), None
 
     # ------------------------------------------------------------------ backends
     def _compiled_body(self) -> Callable:
@@ -254,20 +276,26 @@ class FastPath:
             for name in ("recompile_limit", "cache_size_limit"):  # a compile per bucket shape, all kept
                 if hasattr(config, name):
                     setattr(config, name, max(getattr(config, name), limit))
-            self._compiled = torch.compile(self.body, backend=counting, dynamic=False)
+            compiled = torch.compile(self.body, backend=counting, dynamic=False)
+
+            def any_span(ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> Any:
+                torch._dynamo.maybe_mark_dynamic(mask, 1)  # one compile serves every attended span
+                return compiled(ids, mask, cols)
+
+            self._compiled = any_span
         return self._compiled
 
-    def _replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    def _replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> Any:
         key = (ids.shape[0], ids.shape[1], mask.shape[1])  # rows, new tokens, attended columns
         graph = self._graphs.get(key)
         if graph is None:
             fn = self._compiled_body() if self.config.backend.startswith("inductor") else self.body
             if self.config.backend == "rehearsed-graphs":
-                graph = self._graphs[key] = RehearsedGraph(fn, ids, mask, cols, None)
+                graph = self._graphs[key] = RehearsedGraph(fn, (ids, mask, cols), None)
             else:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
-                graph = self._graphs[key] = Graph(fn, ids, mask, cols, self._pool)
+                graph = self._graphs[key] = Graph(fn, (ids, mask, cols), self._pool)
             self.captures += 1
             return graph.output
         return graph.replay(ids, mask, cols)
@@ -285,7 +313,7 @@ class FastPath:
                     state = self.new_state(rb)
                     ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
                     held = torch.ones(rb, max(span, nb), dtype=torch.long, device=self.device)
-                    self.run(ids, held, state)
+                    self.run(ids, held, state, torch.arange(nb - 1, nb, device=self.device))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The language-model head on (B, keep, H) hidden states: (B, keep, V) float32."""

@@ -206,7 +206,7 @@ class LM:
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, state: KVState | None = None, new_mask: torch.Tensor | None = None,
-                keep: int = 1) -> tuple[torch.Tensor, KVState]:
+                keep: int = 1, greedy: bool = False) -> tuple[torch.Tensor, KVState]:
         """Run the model on new tokens of B rows, appending them to ``state``'s cache.
 
         Args:
@@ -214,9 +214,12 @@ class LM:
             state: the rows' cache and (B, T) mask; None starts an empty cache.
             new_mask: (B, n) 1 for real tokens, 0 for pads; None means all real.
             keep: return logits for the last ``keep`` of the n positions.
+            greedy: return the logits' argmax instead (on the compiled path a one-position forward
+                computes it inside its recording).
 
         Returns:
-            (logits, state): logits is float32 (B, keep, V); ``state`` now covers T + n columns.
+            (logits, state): logits is float32 (B, keep, V), or with ``greedy`` the argmax ids (B, keep)
+            long; ``state`` now covers T + n columns.
         """
         require(input_ids.dim() == 2 and input_ids.shape[1] > 0, f"input_ids must be (B, n>0), got {tuple(input_ids.shape)}")
         device = self.device
@@ -240,9 +243,10 @@ class LM:
             input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), padded)
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
         keep_at = _keep_positions(keep, n, padded, device)
-        if static:
-            hidden = self.fast.run(input_ids, full_mask, state)  # (B, padded, H)
-            raw_logits = self.fast.logits(hidden if isinstance(keep_at, int) else hidden.index_select(1, keep_at))
+        top = None
+        if static:  # the head (and with one position its argmax) on the compiled path
+            at = keep_at if not isinstance(keep_at, int) else torch.arange(padded - keep_at, padded, device=device)
+            raw_logits, top = self.fast.run(input_ids, full_mask, state, at)
         else:
             raw_logits = self._eager_logits(input_ids, full_mask, state, keep_at)
         self._stats.calls += 1
@@ -251,6 +255,8 @@ class LM:
         if padded > n:
             state.crop(state.length - (padded - n))
         logits = raw_logits.float()
+        if greedy:
+            logits = top if top is not None else logits.argmax(dim=-1)
         self._laps.append((ForwardTiming(bsz, padded, full_mask.shape[1] - padded, 0.0), clock.stop(start)))
         self.settle(wait=False)  # at once on a CPU; on a GPU when the forward has run (runtime.clock)
         return logits, state

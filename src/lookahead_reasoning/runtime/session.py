@@ -4,7 +4,7 @@ Every loop in :mod:`lookahead_reasoning.decoding` is written against this small 
 
 * ``rows``: the token ids of each row (prompt and generated text);
 * ``logits(extra)``: feed each row's uncached tokens (plus optional ``extra`` drafted tokens) in one
-  forward pass and return the next-token logits;
+  forward pass and return the next-token logits (``argmax(extra)``: the same forward, their argmax);
 * ``set_rows(new_rows)``: move the rows to new token lists. The cache keeps the longest prefix
   that the old and new rows share, drops the rest (crop for one row, holes for several) and the
   new tokens are fed on the next ``logits`` call. This one verb covers accepting drafted tokens,
@@ -52,7 +52,7 @@ class Forward(Protocol):
     pad_id: int
 
     def forward(self, input_ids: torch.Tensor, state: KVState | None = None, new_mask: torch.Tensor | None = None,
-                keep: int = 1) -> tuple[torch.Tensor, KVState]: ...
+                keep: int = 1, greedy: bool = False) -> tuple[torch.Tensor, KVState]: ...
 
 
 class Session:
@@ -91,6 +91,18 @@ class Session:
             next-token distribution after each of the row's last ``keep`` tokens. Inactive rows are
             fed only pads and their logits are meaningless.
         """
+        return self._feed(extra, keep, active, greedy=False)
+
+    def argmax(self, extra: Sequence[Sequence[int]] | None = None, keep: int = 1,
+               active: Sequence[bool] | None = None) -> torch.Tensor:
+        """(B, keep) long: the most likely next token at the same positions as :meth:`logits`' (what greedy
+        decoding picks), the same forward. On the compiled path a forward keeping one position computes it
+        inside its recording, and only the ids leave the device."""
+        return self._feed(extra, keep, active, greedy=True)
+
+    def _feed(self, extra: Sequence[Sequence[int]] | None, keep: int, active: Sequence[bool] | None,
+              greedy: bool) -> torch.Tensor:
+        """:meth:`logits` or, with ``greedy``, :meth:`argmax`: one forward pass."""
         bsz = self.batch_size
         active = [True] * bsz if active is None else list(active)
         extra = [[] for _ in range(bsz)] if extra is None else [list(e) for e in extra]
@@ -110,7 +122,10 @@ class Session:
                 mask[b, n - len(chunk):] = 1
             self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
         started = time.perf_counter()
-        logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
+        if greedy:
+            logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep, greedy=True)
+        else:
+            logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
         if self.recorder is not None:
             self.recorder[0].forward(self.recorder[1], self, ForwardCall(extra, active, keep, [len(c) for c in chunks],
                                                                          columns, started, time.perf_counter() - started))
