@@ -14,6 +14,8 @@ with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU
    with q/k/v and gate/up run as separate products (``FastPathConfig(fuse=False)``), beside the fused.
    ``flex``: the same contexts with flex attention (``FastPathConfig(attention="flex")``: its compiled
    decoding kernel splits the key columns over thread blocks) instead of the masked SDPA kernel.
+   ``inductor``: the 1.5B shape's decoding bucket compiled by inductor (recorded as CUDA graphs):
+   seconds to compile into an empty kernel cache and again from the cache, and AR ms a token at 4k.
 4. ``replay``: per target shape, first its greedy AR milliseconds a token after 4k cached tokens and T(R, n)
    for up to 4 rows of 1 and 13 tokens (beta), then problem by problem while its share of the budget lasts,
    every configuration's schedule replayed once untimed (its graphs recorded) and then timed: wall seconds,
@@ -91,6 +93,32 @@ def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 409
         out[str(context)] = round((time.perf_counter() - start) / tokens * 1000, 3)
         del session
     print(f"[context] {lm.name}: " + ", ".join(f"{c} cached: {ms} ms" for c, ms in out.items()), flush=True)
+    return out
+
+
+def compile_costs(lm: Any, backend: str, contexts: tuple[int, ...], tokens: int) -> dict:
+    """What inductor's kernels cost to make and what they give, for the decoding bucket (one row, one token):
+    seconds to compile into an empty kernel cache, then again after dynamo forgets them (the kernels loaded
+    from the disk cache, as a later run would), the compiles each made, and AR ms a token at ``contexts``."""
+    import tempfile
+
+    import torch._dynamo
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    out: dict[str, Any] = {"backend": backend}
+    with tempfile.TemporaryDirectory() as cache, temporary_cache_dir(cache):
+        for name in ("cold", "cached"):
+            torch._dynamo.reset()
+            lm.use_fast_path(fast(backend, length=4096))
+            sync(lm.device)
+            start = time.perf_counter()
+            lm.fast.warm(rows=(1,), tokens=(1,), spans=(contexts[0],))
+            sync(lm.device)
+            out[f"{name}_compile_s"] = round(time.perf_counter() - start, 2)
+            out[f"{name}_compiles"] = lm.fast.compiles
+        out["ms_per_token"] = context_ms(lm, contexts, tokens)
+        out["compiles_after"] = lm.fast.compiles  # the contexts' other spans compile nothing more
+    print(f"[inductor] {out}", flush=True)
     return out
 
 
@@ -189,6 +217,16 @@ def main(argv: list[str] | None = None) -> int:
             free(lm)
 
     report.section(result, "flex", 5 if args.rehearse else 60, flex)
+
+    def inductor() -> dict:
+        backend_i = "inductor+cuda-graphs" if device.type == "cuda" else "inductor"
+        lm = real_shape_lm("qwen2.5-coder-1.5b", device, **changes)
+        try:
+            return compile_costs(lm, backend_i, (256,) if args.rehearse else (4096,), 16 if args.rehearse else 64)
+        finally:
+            free(lm)
+
+    report.section(result, "inductor", 5 if args.rehearse else 90, inductor)
     left = budget.left() - 10
     for name in args.targets.split(","):
         holder: dict[str, Any] = {}
@@ -232,6 +270,11 @@ def print_report(data: dict, schedules: Path) -> None:
     apart = data.get("context", {}).get("unfused_ms_per_token")
     if apart:
         print("the same with q/k/v and gate/up as separate products: " + ", ".join(f"{c}: {ms}" for c, ms in apart.items()))
+    ind = data.get("inductor") or {}
+    if ind.get("ms_per_token"):
+        print(f"the same compiled by inductor ({ind['backend']}): " + ", ".join(
+            f"{c}: {ms}" for c, ms in ind["ms_per_token"].items()) + f"; the decoding bucket compiled in "
+            f"{ind['cold_compile_s']} s, {ind['cached_compile_s']} s from the kernel cache")
     for name, shape in data.get("replay", {}).items():
         runs = shape.get("runs") if isinstance(shape, dict) else None
         if not runs:

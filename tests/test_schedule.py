@@ -113,6 +113,9 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     assert set(data["context"]["unfused_ms_per_token"]) == {"256"}  # the fused products' A/B
     assert set(data["flex"]["ms_per_token"]) == {"256"}  # flex attention beside the masked SDPA
     assert data["flex"]["same_greedy_tokens_as_sdpa"] == 32  # float32 on the CPU: the same choices
+    inductor = data["inductor"]  # compile costs, cold and from the kernel cache; no new compile for a longer span
+    assert inductor["cold_compiles"] == inductor["cached_compiles"] == inductor["compiles_after"] == 1
+    assert inductor["cold_compile_s"] > 0 and inductor["cached_compile_s"] > 0 and set(inductor["ms_per_token"]) == {"256"}
     for name in gpu.TARGETS:
         runs = data["replay"][name]["runs"]
         assert {r["config"] for r in runs} == {"ar", "lr@k2-exact", "auto-h100"}, name
@@ -123,6 +126,7 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     assert "| lr@k2-exact |" in table and "| ar | " in table
     assert "the same with q/k/v and gate/up as separate products: 256: " in table
     assert "the same with flex attention: 256: " in table
+    assert "the same compiled by inductor (inductor): 256: " in table
 
 
 def test_decoding_alone_is_timed_without_the_prompts_forward():
