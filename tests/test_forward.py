@@ -315,7 +315,7 @@ def test_a_gpu_forward_is_timed_by_events_and_nothing_waits_for_it(monkeypatch):
     with lm.metered(seen.append):
         session = lm.session([[5, 6, 7, 8]])
         session.logits()
-        assert seen == [] and lm._stats.calls == 1  # counted at once, timed later
+        assert seen == [] and lm.timings.stats.calls == 1  # counted at once, timed later
         _StandInEvent.reached = 2  # the device got through the first forward
         session.logits(extra=[[9]])
         assert [(t.n, t.cached, t.seconds) for t in seen] == [(4, 0, 0.001)]  # events 0 and 1: 1 ms
@@ -336,7 +336,7 @@ def test_a_cpu_forward_is_timed_by_the_host_and_handed_on_at_once():
     before = time.perf_counter()
     lm.forward(torch.tensor([[5, 6, 7]]), keep=2)
     spent = time.perf_counter() - before
-    assert len(seen) == 1 and 0 < seen[0].seconds <= spent and lm._laps == []
+    assert len(seen) == 1 and 0 < seen[0].seconds <= spent and lm.timings.laps == []
     assert lm.stats.seconds == seen[0].seconds
 
 

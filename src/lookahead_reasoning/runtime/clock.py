@@ -1,4 +1,5 @@
-"""How long a forward took, without making the host wait for it: :class:`HostClock` and :class:`EventClock`.
+"""How long a forward took, without making the host wait for it: :class:`HostClock` and :class:`EventClock`,
+and a model's forward counters on their way to its listeners (:class:`Timings`, :class:`ForwardStats`).
 
 On a CPU a forward's work is done when the call returns, so the host's clock before and after it is the
 forward's time. A GPU runs the work after the call that queued it has returned: timing it with the host's
@@ -10,14 +11,15 @@ decoding loop reads the forward's tokens before it starts the next forward, and 
 GPU anyway.
 
 A clock's :meth:`~HostClock.stop` gives a :class:`Lap`: ``ready()`` says whether its seconds can be read
-without waiting, ``seconds()`` reads them (waiting if they cannot). :class:`~.lm.LM` hands its listeners
-each forward's time once its lap is ready, in the order the forwards ran.
+without waiting, ``seconds()`` reads them (waiting if they cannot). :class:`Timings` hands a model's
+listeners each forward's time once its lap is ready, in the order the forwards ran.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -88,9 +90,78 @@ class EventClock:
         return _EventLap(mark, self._stamp())
 
 
+@dataclass
+class ForwardStats:
+    """How often and how long a model ran: the raw material of the cost ratio c.
+
+    A loop reads its own window of these counters: ``before = lm.stats.copy()`` at its start,
+    ``lm.stats.since(before)`` at its end.
+    """
+
+    calls: int = 0
+    tokens: int = 0  # real (unmasked) tokens fed, summed over rows
+    seconds: float = 0.0
+
+    def copy(self) -> "ForwardStats":
+        return ForwardStats(self.calls, self.tokens, self.seconds)
+
+    def since(self, before: "ForwardStats") -> "ForwardStats":
+        """The calls, tokens and seconds added after ``before`` was copied."""
+        return ForwardStats(self.calls - before.calls, self.tokens - before.tokens, self.seconds - before.seconds)
+
+
+@dataclass(frozen=True)
+class ForwardTiming:
+    """One timed forward: ``rows`` x ``n`` new token positions (n as run, padding included) after
+    ``cached`` cache columns."""
+
+    rows: int
+    n: int
+    cached: int
+    seconds: float
+
+
+ForwardListener = Callable[[ForwardTiming], None]
+
+
+class Timings:
+    """A model's forwards on their way to its counters (``stats``) and its ``listeners``: counted when they
+    run, timed when their lap is ready, handed on in the order they ran."""
+
+    def __init__(self) -> None:
+        self.stats = ForwardStats()
+        self.listeners: list[ForwardListener] = []
+        self.laps: list[tuple[ForwardTiming, Lap]] = []  # timed forwards whose seconds are not read yet
+
+    def start(self, clock: "HostClock | EventClock") -> Any:
+        """Settle what is ready, then start ``clock`` on a forward; give the mark to :meth:`stop`."""
+        self.settle(wait=False)
+        return clock, clock.start()
+
+    def stop(self, started: Any, timing: ForwardTiming, tokens: int) -> None:
+        """The forward ``started`` is queued: count it (``tokens`` real tokens) and queue its lap."""
+        clock, mark = started
+        self.stats.calls += 1
+        self.stats.tokens += tokens
+        self.laps.append((timing, clock.stop(mark)))
+        self.settle(wait=False)  # at once on a CPU; on a GPU when the forward has run
+
+    def settle(self, wait: bool = True) -> None:
+        """Hand the forwards whose time is known to ``stats`` and the listeners, in the order they ran; with
+        ``wait``, all of them (waiting for the device where one has not finished). A forward settles those
+        that are ready without waiting: on a GPU a forward's time arrives at the next forward, by when the
+        loop has read its tokens and the GPU has finished it."""
+        while self.laps and (wait or self.laps[0][1].ready()):
+            timing, lap = self.laps.pop(0)
+            timing = ForwardTiming(timing.rows, timing.n, timing.cached, lap.seconds())
+            self.stats.seconds += timing.seconds
+            for listener in self.listeners:
+                listener(timing)
+
+
 def clock_for(device: torch.device) -> HostClock | EventClock:
     """The clock a model on ``device`` is timed with: events on a CUDA device, the host's clock elsewhere."""
     return EventClock(device) if device.type == "cuda" else HostClock()
 
 
-__all__ = ["EventClock", "HostClock", "Lap", "clock_for"]
+__all__ = ["EventClock", "ForwardListener", "ForwardStats", "ForwardTiming", "HostClock", "Lap", "Timings", "clock_for"]

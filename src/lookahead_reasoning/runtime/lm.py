@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import inspect
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -40,43 +39,11 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState, StaticKVState
 from ..errors import PromptError, require
-from .clock import EventClock, HostClock, Lap, clock_for
+from .clock import EventClock, ForwardListener, ForwardStats, ForwardTiming, HostClock, Timings, clock_for
 from .compiled import FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
 from .session import Session
 
 
-@dataclass
-class ForwardStats:
-    """How often and how long a model ran: the raw material of the cost ratio c.
-
-    A loop reads its own window of these counters: ``before = lm.stats.copy()`` at its start,
-    ``lm.stats.since(before)`` at its end.
-    """
-
-    calls: int = 0
-    tokens: int = 0  # real (unmasked) tokens fed, summed over rows
-    seconds: float = 0.0
-
-    def copy(self) -> "ForwardStats":
-        return ForwardStats(self.calls, self.tokens, self.seconds)
-
-    def since(self, before: "ForwardStats") -> "ForwardStats":
-        """The calls, tokens and seconds added after ``before`` was copied."""
-        return ForwardStats(self.calls - before.calls, self.tokens - before.tokens, self.seconds - before.seconds)
-
-
-@dataclass(frozen=True)
-class ForwardTiming:
-    """One timed forward: ``rows`` x ``n`` new token positions (n as run, padding included) after
-    ``cached`` cache columns."""
-
-    rows: int
-    n: int
-    cached: int
-    seconds: float
-
-
-ForwardListener = Callable[[ForwardTiming], None]
 PadPolicy = Callable[[int, int], int]  # (rows, new tokens per row n) -> the n to run the forward at (>= n)
 
 
@@ -91,10 +58,9 @@ class LM:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
-        self._stats = ForwardStats()
-        self.listeners: list[ForwardListener] = []  # called with every forward's time (e.g. a cost table learning)
+        self.timings = Timings()  # every forward's counts and times, on their way to stats and the listeners
+        self.listeners: list[ForwardListener] = self.timings.listeners  # e.g. a cost table learning
         self.clock: HostClock | EventClock | None = None  # how forwards are timed; None: by device (runtime.clock)
-        self._laps: list[tuple[ForwardTiming, Lap]] = []  # timed forwards whose seconds are not read yet
         self.pad_to: PadPolicy | None = None  # pad forwards to a cheaper n (see the module docstring)
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
         self.pad_id = _pad_id(tokenizer, model)
@@ -124,19 +90,11 @@ class LM:
     def stats(self) -> ForwardStats:
         """Every forward's calls, tokens and seconds so far (reading it waits for the forwards' times)."""
         self.settle()
-        return self._stats
+        return self.timings.stats
 
     def settle(self, wait: bool = True) -> None:
-        """Hand the forwards whose time is known to ``stats`` and the listeners, in the order they ran; with
-        ``wait``, all of them (waiting for the device where one has not finished). A forward settles those
-        that are ready without waiting: on a GPU a forward's time arrives at the next forward, by when the
-        loop has read its tokens and the GPU has finished it."""
-        while self._laps and (wait or self._laps[0][1].ready()):
-            timing, lap = self._laps.pop(0)
-            timing = ForwardTiming(timing.rows, timing.n, timing.cached, lap.seconds())
-            self._stats.seconds += timing.seconds
-            for listener in self.listeners:
-                listener(timing)
+        """Hand the timed forwards to ``stats`` and the listeners (:meth:`.clock.Timings.settle`)."""
+        self.timings.settle(wait)
 
     @contextmanager
     def metered(self, listener: ForwardListener | None = None, pad_to: PadPolicy | None = None) -> Iterator["LM"]:
@@ -234,9 +192,7 @@ class LM:
         real_tokens = int(new_mask.sum())
         padded = n if self.pad_to is None else max(n, int(self.pad_to(bsz, n)))
         static = isinstance(state, StaticKVState)
-        self.settle(wait=False)
-        clock = self.clock if self.clock is not None else clock_for(device)
-        start = clock.start()
+        start = self.timings.start(self.clock or clock_for(device))
         if static:  # the compiled path runs n at its bucket (the same dummy tokens as pad_to's)
             padded = self._static_width(state, bsz, padded)
         if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
@@ -249,16 +205,13 @@ class LM:
             raw_logits, top = self.fast.run(input_ids, full_mask, state, at)
         else:
             raw_logits = self._eager_logits(input_ids, full_mask, state, keep_at)
-        self._stats.calls += 1
-        self._stats.tokens += real_tokens
         state.mask = full_mask
         if padded > n:
             state.crop(state.length - (padded - n))
         logits = raw_logits.float()
         if greedy:
             logits = top if top is not None else logits.argmax(dim=-1)
-        self._laps.append((ForwardTiming(bsz, padded, full_mask.shape[1] - padded, 0.0), clock.stop(start)))
-        self.settle(wait=False)  # at once on a CPU; on a GPU when the forward has run (runtime.clock)
+        self.timings.stop(start, ForwardTiming(bsz, padded, full_mask.shape[1] - padded, 0.0), real_tokens)
         return logits, state
 
     def _static_width(self, state: StaticKVState, rows: int, n: int) -> int:
