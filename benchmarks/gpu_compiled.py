@@ -41,6 +41,7 @@ import torch
 from lookahead_reasoning import LookaheadGenerator
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.planning.costs import profile
+from lookahead_reasoning.runtime.clock import wait_for as sync
 from lookahead_reasoning.runtime.compiled import FastPathConfig
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.sampling import SamplingConfig
@@ -69,11 +70,6 @@ class Budget:
 
     def left(self) -> float:
         return self.seconds - (time.perf_counter() - self.start)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Report:
@@ -166,15 +162,16 @@ def fixed_ids(lm: LM, count: int) -> list[int]:
 
 def greedy_decoder(lm: LM, prompt_tokens: int = 300) -> Callable[[], int]:
     """Greedy decoding after :func:`fixed_ids`, one token a call. The prompt's forward runs here; each call
-    feeds the token the last forward chose (one forward of one token) and returns it."""
+    feeds the token the last forward chose (one forward of one token, its argmax read as the greedy loop
+    reads it: ``Session.argmax``) and returns it."""
     session = lm.session([fixed_ids(lm, prompt_tokens)])
-    logits = session.logits(keep=1)
+    chosen = session.argmax()
 
     def step() -> int:
-        nonlocal logits
-        token = int(logits[0, -1].argmax())
+        nonlocal chosen
+        token = int(chosen[0, -1])
         session.extend(0, [token])
-        logits = session.logits(keep=1)
+        chosen = session.argmax()
         return token
 
     return step
@@ -214,7 +211,7 @@ def steady_points(lm: LM, grid: dict[int, tuple[int, ...]], repeats: int, prefix
     """T(R, n): median seconds of one forward of R rows x n new tokens after ``prefix`` cached tokens.
 
     The rows are forked from the prefix once per R, and rolled back to it after every timed forward,
-    so a point is the forward alone (the library's clock: until the GPU is done), as a cycle's later
+    so a point is the forward alone (until the GPU is done), as a cycle's later
     forwards are; the fork's copies are not in it (planning.costs.profile times a fork in every point).
     """
     ids = fixed_ids(lm, prefix)
@@ -228,6 +225,7 @@ def steady_points(lm: LM, grid: dict[int, tuple[int, ...]], repeats: int, prefix
             for r in range(repeats + 1):
                 start = time.perf_counter()
                 branches.logits(extra=[[100 + i for i in range(n - 1)]] * rows, keep=1)
+                sync(lm.device)  # until the GPU is done
                 if r:  # the first is a warm-up
                     times.append(time.perf_counter() - start)
                 branches.set_rows([list(ids)] * rows)

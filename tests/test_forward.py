@@ -19,7 +19,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.errors import ConfigError, PromptError
 from lookahead_reasoning.runtime import lm as lm_module
-from lookahead_reasoning.runtime.clock import EventClock, HostClock, clock_for
+from lookahead_reasoning.runtime.clock import EventClock, HostClock, clock_for, wait_for
 from lookahead_reasoning.runtime.compiled import CUDA_ATTENTION
 
 from conftest import LOGIT_ATOL as ATOL, ORDINARY_IDS, feed_chunks, max_abs_diff, reference_logits, tiny_lm
@@ -325,6 +325,28 @@ def test_a_gpu_forward_is_timed_by_events_and_nothing_waits_for_it(monkeypatch):
     session.logits(extra=[[12]])
     assert lm.stats.calls == 4 and lm.stats.seconds == pytest.approx(0.001 + 0.005 + 0.009 + 0.013)
     assert len(seen) == 3  # the listener left with the block
+
+
+def test_a_profile_point_waits_for_the_device_where_a_forward_does_not(monkeypatch):
+    """A model's forward never waits for its device, but a profile point (``planning.costs.forward_seconds``)
+    reads the host's clock around one, so it waits for the device after each forward it times. ``wait_for``
+    waits on a CUDA device only."""
+    import lookahead_reasoning.planning.costs as costs
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    wait_for(torch.device("cuda", 1))
+    wait_for(torch.device("cpu"))
+    assert waited == [torch.device("cuda", 1)]
+    order = []
+    monkeypatch.setattr(costs, "wait_for", lambda device: order.append(("wait", device.type)))
+    lm = tiny_lm("qwen2")
+    lm.listeners.append(lambda timing: order.append(("forward", timing.rows, timing.n)))
+    prefix = lm.session([[5, 6, 7, 8]])
+    prefix.logits()
+    order.clear()
+    assert costs.forward_seconds(lm, prefix, 2, 3, repeats=2) > 0
+    assert order == [("forward", 2, 3), ("wait", "cpu")] * 2
 
 
 def test_a_cpu_forward_is_timed_by_the_host_and_handed_on_at_once():

@@ -77,7 +77,8 @@ class AlignedScript(LM):
         self.calls = []
         self.ids = {w: tok.convert_tokens_to_ids(w) for w in ("aligned", "unaligned", "MATCH", "4", "the", "[")}
 
-    def forward(self, input_ids, state=None, new_mask=None, keep=1):
+    def forward(self, input_ids, state=None, new_mask=None, keep=1, greedy=False):
+        assert not greedy  # a judge reads logits
         rows = [input_ids[b][new_mask[b] == 1].tolist() for b in range(input_ids.shape[0])]
         self.calls.append(rows)
         logits = torch.full((len(rows), 1, self.vocab_size), -20.0)

@@ -245,7 +245,8 @@ class ScriptedJudge(LM):
         self.mode, self.delay, self.calls = mode, delay, []
         self.yes, self.no, self.marker = (tok.convert_tokens_to_ids(w) for w in ("yes", "no", "MATCH"))
 
-    def forward(self, input_ids, state=None, new_mask=None, keep=1):
+    def forward(self, input_ids, state=None, new_mask=None, keep=1, greedy=False):
+        assert not greedy  # a judge reads logits
         self.calls.append((input_ids.clone(), new_mask.clone()))
         assert state is None and keep == 1
         assert torch.all(new_mask[:, 1:] >= new_mask[:, :-1]), "pads must be on the left"

@@ -28,6 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError, require
+from ..runtime.clock import wait_for
 from ..runtime.lm import LM, ForwardTiming
 from ..runtime.schedule import forwards
 
@@ -208,6 +209,7 @@ def forward_seconds(lm: LM, prefix_session, rows: int, tokens: int, repeats: int
         extra = [[base + i for i in range(tokens - 1)] for _ in range(rows)]
         start = time.perf_counter()
         branches.logits(extra=extra, keep=keep)
+        wait_for(lm.device)  # the forward's work done, not only queued
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

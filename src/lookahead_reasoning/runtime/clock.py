@@ -159,9 +159,16 @@ class Timings:
                 listener(timing)
 
 
+def wait_for(device: torch.device) -> None:
+    """Return once ``device`` has run all it was given (a GPU); at once elsewhere. For a host clock read around
+    work whose time is wanted in full, such as a profile's forward (a model's forwards do not wait)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def clock_for(device: torch.device) -> HostClock | EventClock:
     """The clock a model on ``device`` is timed with: events on a CUDA device, the host's clock elsewhere."""
     return EventClock(device) if device.type == "cuda" else HostClock()
 
 
-__all__ = ["EventClock", "ForwardListener", "ForwardStats", "ForwardTiming", "HostClock", "Lap", "Timings", "clock_for"]
+__all__ = ["EventClock", "ForwardListener", "ForwardStats", "ForwardTiming", "HostClock", "Lap", "Timings", "clock_for", "wait_for"]

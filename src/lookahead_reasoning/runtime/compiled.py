@@ -226,10 +226,11 @@ class FastPath:
         return logits, logits.argmax(dim=-1)
 
     def run(self, ids: torch.Tensor, full_mask: torch.Tensor, state: StaticKVState,
-            keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            keep: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Forward ``ids`` (B, n) of the resident ``state`` whose mask, these tokens included, is
         ``full_mask`` (B, T + n) (:meth:`make_room` first), and apply the language-model head at the
-        positions ``keep`` (k,) of the n. Returns (float32 logits (B, k, V), their argmax (B, k) or None).
+        positions ``keep`` of the n: a (k,) index tensor, or an int for all n (as
+        :func:`~.lm._keep_positions` gives them). Returns (float32 logits (B, k, V), their argmax (B, k) or None).
 
         With one new token a row (every decoding step) the head and its argmax run inside the forward's
         recording; with several, after it, on the kept positions only (the head of every position a bucket
@@ -255,10 +256,11 @@ class FastPath:
                 out = self._replay(ids, mask, cols)
             else:
                 out = self._compiled_body()(ids, mask, cols)
-        if n == 1:
+        if isinstance(out, tuple):  # one new token a row: the head and its argmax ran in the forward
             logits, top = out
             return logits[:bsz], top[:bsz]
-        return self.logits(out[:bsz].index_select(1, keep)), None
+        hidden = out[:bsz]
+        return self.logits(hidden if isinstance(keep, int) else hidden.index_select(1, keep)), None
 
     # ------------------------------------------------------------------ backends
     def _compiled_body(self) -> Callable:

@@ -61,9 +61,13 @@ class RehearsedGraph(Graph):
         return tuple(o.clone() for o in out) if isinstance(out, tuple) else out.clone()
 
     def _launch(self) -> None:
-        out = self.fn(*self.inputs)
-        for static, value in zip(*((self.output, out) if isinstance(out, tuple) else ((self.output,), (out,)))):
+        for static, value in zip(_tensors(self.output), _tensors(self.fn(*self.inputs)), strict=True):
             static.copy_(value)
+
+
+def _tensors(output: Any) -> tuple[torch.Tensor, ...]:
+    """A forward's result as a tuple of tensors (one tensor, or a tuple of them)."""
+    return output if isinstance(output, tuple) else (output,)
 
 
 __all__ = ["Graph", "RehearsedGraph"]

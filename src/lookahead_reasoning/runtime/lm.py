@@ -59,7 +59,6 @@ class LM:
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.timings = Timings()  # every forward's counts and times, on their way to stats and the listeners
-        self.listeners: list[ForwardListener] = self.timings.listeners  # e.g. a cost table learning
         self.clock: HostClock | EventClock | None = None  # how forwards are timed; None: by device (runtime.clock)
         self.pad_to: PadPolicy | None = None  # pad forwards to a cheaper n (see the module docstring)
         self.cache_arg = cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
@@ -85,6 +84,11 @@ class LM:
             config = FastPathConfig(backend=config)
         self.fast = None if config is None else FastPath(self.model, config, self.pad_id, self.cache_arg)
         return self
+
+    @property
+    def listeners(self) -> list[ForwardListener]:
+        """Called with every forward's :class:`ForwardTiming` (e.g. a cost table learning); append to it."""
+        return self.timings.listeners
 
     @property
     def stats(self) -> ForwardStats:
@@ -200,9 +204,8 @@ class LM:
         full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
         keep_at = _keep_positions(keep, n, padded, device)
         top = None
-        if static:  # the head (and with one position its argmax) on the compiled path
-            at = keep_at if not isinstance(keep_at, int) else torch.arange(padded - keep_at, padded, device=device)
-            raw_logits, top = self.fast.run(input_ids, full_mask, state, at)
+        if static:  # the head (and with one new token its argmax) on the compiled path
+            raw_logits, top = self.fast.run(input_ids, full_mask, state, keep_at)
         else:
             raw_logits = self._eager_logits(input_ids, full_mask, state, keep_at)
         state.mask = full_mask

@@ -122,10 +122,7 @@ class Session:
                 mask[b, n - len(chunk):] = 1
             self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
         started = time.perf_counter()
-        if greedy:
-            logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep, greedy=True)
-        else:
-            logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep)
+        logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep, greedy=greedy)
         if self.recorder is not None:
             self.recorder[0].forward(self.recorder[1], self, ForwardCall(extra, active, keep, [len(c) for c in chunks],
                                                                          columns, started, time.perf_counter() - started))
