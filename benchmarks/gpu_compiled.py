@@ -153,10 +153,15 @@ def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:
     return out
 
 
+def shared_vocab(lm: LM) -> int:
+    """How many ids both the tokenizer and the model's vocabulary hold (at least 2)."""
+    return max(2, min(len(lm.tokenizer), lm.vocab_size))
+
+
 def fixed_ids(lm: LM, count: int) -> list[int]:
-    """A fixed prompt of ``count`` ids that both the tokenizer and the model's vocabulary hold (the same on
-    every run, so that every timing reads the same cache)."""
-    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    """A fixed prompt of ``count`` ids of :func:`shared_vocab` (the same on every run, so that every timing
+    reads the same cache)."""
+    vocab = shared_vocab(lm)
     return [(7 + 31 * i) % vocab for i in range(count)]
 
 

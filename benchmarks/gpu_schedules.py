@@ -46,7 +46,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_compiled import (  # noqa: E402
-    Budget, Report, env, fast, fixed_ids, free, greedy_decoder, lossless, points_json, steady_points, sync)
+    Budget, Report, env, fast, fixed_ids, free, greedy_decoder, lossless, points_json, shared_vocab, steady_points,
+    sync)
 
 from lookahead_reasoning.planning.costs import price_schedule  # noqa: E402
 from lookahead_reasoning.runtime.schedule import host_gaps, replay  # noqa: E402
@@ -72,7 +73,7 @@ def load_schedules(path: Path, problems: int | None = None) -> list[dict]:
 
 def context_ms(lm: Any, contexts: tuple[int, ...], tokens: int, chunk: int = 4096) -> dict[str, float]:
     """Greedy AR ms a token after each of ``contexts`` cached tokens (prefilled in chunks; decode only timed)."""
-    vocab = max(2, min(len(lm.tokenizer), lm.vocab_size))
+    vocab = shared_vocab(lm)
     out = {}
     for context in contexts:
         ids = fixed_ids(lm, context)

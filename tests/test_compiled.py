@@ -82,18 +82,23 @@ def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference
 
 @pytest.mark.parametrize("stale", ["ids", "mask", "cols"])
 def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkeypatch, stale):
-    """The rehearsal checks the graphs' input copies: a replay that leaves one of its recorded inputs as
-    the recording left it (the ids, the mask or the new tokens' columns) writes other tokens than the eager
-    path (so the lossless test above would fail). The kept position's copy: the test after this one."""
+    """The rehearsal checks the graphs' inputs: a replay that leaves one of its recorded inputs as the
+    recording left it writes other tokens than the eager path (so the lossless test above would fail):
+    the ids or the new tokens' columns not copied in, or the mask, which a recording reads where the arena
+    keeps it, read from a copy taken when it was recorded."""
     import lookahead_reasoning.runtime.graphs as graphs
 
     def replay(graph, *inputs):
-        for name, static, value in zip(("ids", "mask", "cols", "keep"), graph.inputs, inputs):
-            if name != stale:
+        for name, static, value in zip(("ids", "mask", "cols"), graph.inputs, inputs):
+            if name != stale and name != "mask":
                 static.copy_(value)
         graph._launch()
         return graph.output
 
+    if stale == "mask":  # every input cloned at recording, the mask too
+        init = graphs.Graph.__init__
+        monkeypatch.setattr(graphs.Graph, "__init__", lambda self, fn, inputs, pool, fixed=None:
+                            init(self, fn, tuple(x.clone() for x in inputs), pool, fixed))
     monkeypatch.setattr(graphs.Graph, "replay", replay)
     gen, prompt, tokens = reference
     gen.target.use_fast_path("rehearsed-graphs")
@@ -269,6 +274,60 @@ def test_a_parked_fork_cut_to_one_row_runs_on_the_static_cache():
         s3.select([0])
         lm.last = s3.logits(extra=[[12]], keep=1)
     torch.testing.assert_close(static_lm.last, eager_lm.last, rtol=1e-4, atol=1e-4)
+
+
+def _decode_then_roll_back(lm):
+    """A prompt (of a bucket's length: no dummy tokens to crop off), forked in two rows that decode six
+    one-token steps; then the second row's last three tokens rolled back (holes in the middle of its row)
+    and both fed again."""
+    s = lm.session([[5, 6, 7, 8]])
+    s.logits()
+    s = s.fork(2)
+    for t in range(6):
+        s.extend(0, [20 + t])
+        s.extend(1, [40 + t])
+        s.logits()
+    steady = lm.fast.arena.mask_writes if lm.fast is not None else None
+    s.set_rows([s.rows[0], s.rows[1][:-3]])
+    return steady, s.logits(extra=[[60], [61]]), s
+
+
+def test_the_device_mask_is_appended_to_while_decoding_and_written_whole_after_an_edit():
+    """The arena's device mask follows the resident state: a decoding step copies its new column (the
+    prompt's forward and the fork's first wrote the mask whole, and nothing since), and a rollback, which
+    edits the state's mask in place, makes the next forward write it whole; attention then reads what the
+    eager path reads."""
+    eager_lm, static_lm = _both()
+    _, want, eager = _decode_then_roll_back(eager_lm)
+    steady, got, s = _decode_then_roll_back(static_lm)
+    assert steady == 2 and static_lm.fast.arena.mask_writes == 3  # the prompt's, the fork's first, the rollback's
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for session in (eager, s):  # a hole punched in place (the same tensor, edited): written whole too
+        session.kv.mask[0, 5] = 0
+        session.extend(0, [62])
+        session.extend(1, [63])
+    torch.testing.assert_close(s.logits(), eager.logits(), rtol=1e-4, atol=1e-4)
+    assert static_lm.fast.arena.mask_writes == 4
+    device_mask = static_lm.fast.arena.mask
+    assert s.kv.mask.device.type == "cpu"  # the verbs read the host's copy
+    assert torch.equal(device_mask[:2, :s.kv.length], s.kv.mask) and not device_mask[:, s.kv.length:].any()
+    assert not s.kv.mask.all() and not device_mask[2:].any()  # the scratch rows a bucket adds see nothing but themselves
+
+
+def test_a_device_mask_that_is_only_appended_to_is_seen(monkeypatch):
+    """A deliberate break: the device's mask only ever appended to, never written whole after an edit. The
+    columns a rollback freed stay visible, and the logits after it are not the eager path's."""
+    import lookahead_reasoning.cache.static as static_cache
+
+    def append_only(arena, state, full_mask):
+        b, t = state.mask.shape
+        arena.mask[:b, t:full_mask.shape[1]].copy_(full_mask[:, t:])
+
+    monkeypatch.setattr(static_cache.StaticArena, "sync_mask", append_only)
+    eager_lm, static_lm = _both()
+    _, want, _ = _decode_then_roll_back(eager_lm)
+    _, got, _ = _decode_then_roll_back(static_lm)
+    assert not torch.allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_rows_beyond_the_static_cache_are_refused_by_name():

@@ -21,7 +21,7 @@ from lookahead_reasoning.errors import ConfigError, VerifierError
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import tiny_model
 from lookahead_reasoning.verifiers import (ALIGNED_QUESTION, CascadeVerifier, JudgeOptions, LLMJudgeVerifier,
-                                           OpenAIJudgeVerifier, TargetScoreVerifier, judge_question, make_verifier,
+                                           OpenAIJudgeVerifier, TargetScoreVerifier, make_verifier,
                                            paper_judge)
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

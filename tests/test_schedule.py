@@ -55,6 +55,27 @@ def test_a_recorded_schedule_holds_every_forward_of_the_run(recorded):
     assert lr["forks"] >= 2 and max(map(int, lr["target"]["rows"])) >= 2  # the cycles forked rows
 
 
+def test_a_recorded_forward_is_timed_with_its_devices_work(monkeypatch):
+    """A model's forward does not wait for its device, so the recorder waits before it reads the clock: once
+    a forward, on the device the forward's result lies on (on a CPU, a wait that returns at once)."""
+    import lookahead_reasoning.runtime.session as session_module
+
+    waited = []
+    monkeypatch.setattr(session_module, "wait_for", lambda device: waited.append(device.type))
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0))
+    recorder = ScheduleRecorder()
+    recorder.attach(lm, "target")
+    with recorder.recording() as events:
+        s = lm.session([[5, 6, 7]])
+        for t in range(3):
+            s.extend(0, [8 + t])
+            s.argmax()
+    assert waited == ["cpu"] * len(forwards(events, "target")) and len(waited) == 3
+    ScheduleRecorder.detach(lm)
+    lm.session([[5, 6, 7]]).logits()  # no recorder: no wait
+    assert len(waited) == 3
+
+
 @pytest.mark.parametrize("fast", [None, FastPathConfig(backend="rehearsed-graphs", length=64)],
                          ids=["dynamic-cache", "static-cache"])
 def test_a_replay_on_other_weights_makes_the_same_forwards(recorded, fast):

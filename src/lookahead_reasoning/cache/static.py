@@ -9,7 +9,12 @@ cache is an *arena*:
   forward of the compiled path runs on their first R rows, writing the new tokens' keys and values at
   columns T .. T + n - 1. They are allocated once and reallocated longer only when a row outgrows L
   (:meth:`StaticArena.grow`: a run of any length needs no sizing up front);
-* **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`).
+* **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`);
+* the working rows' **mask** (R_max, L) on the device: 1 at the columns a working row holds, what a
+  forward's attention reads (a view of it, so a recorded forward reads it where it lies, with no copy).
+  A state's own (B, T) mask stays on the host, where the verbs read and edit it without waiting for the
+  device; the device's copy follows it by appending the new tokens' columns
+  (:meth:`StaticArena.sync_mask`), and is written whole again only when the state changed it otherwise.
 
 At any time one state is *resident*: its B rows are working rows 0 .. B - 1. Another state's rows are
 parked. Running a state that is parked makes it resident: the resident one is copied out (its first
@@ -96,8 +101,11 @@ class StaticArena:
         self.keys = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.values = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.device = torch.device(device)
+        self.mask = torch.zeros(shape.rows, shape.length, dtype=torch.long, device=device)
         self._resident: weakref.ReferenceType | None = None
+        self._mask_of: tuple[weakref.ReferenceType, torch.Tensor, int] | None = None  # see sync_mask
         self.copies = 0  # rows copied into or out of the working rows (what residency costs)
+        self.mask_writes = 0  # times the device's mask was written whole (sync_mask), not appended to
 
     @property
     def resident(self) -> "StaticKVState | None":
@@ -107,7 +115,7 @@ class StaticArena:
         """A new empty state of ``rows`` rows, resident (the state it displaces is parked first)."""
         self.check_rows(rows)
         self._evict()
-        state = StaticKVState(self, torch.zeros(rows, 0, dtype=torch.long, device=self.device), parked=None)
+        state = StaticKVState(self, torch.zeros(rows, 0, dtype=torch.long), parked=None)  # the mask on the host
         self._resident = weakref.ref(state)
         return state
 
@@ -119,6 +127,23 @@ class StaticArena:
         self.keys[layer].index_put_(at, keys)
         self.values[layer].index_put_(at, values)
         return self.keys[layer][:rows, :, :span], self.values[layer][:rows, :, :span]
+
+    def sync_mask(self, state: "StaticKVState", full_mask: torch.Tensor) -> None:
+        """Make the device's mask hold the resident ``state``'s rows once this forward's tokens are in:
+        ``full_mask`` (B, T + n) (its mask and the new columns') in rows 0 .. B - 1, zeros everywhere else
+        (the columns past T + n and the scratch rows a bucket adds). When the device already holds
+        ``state.mask`` as the last forward left it (the same tensor, unedited: a decoding step), only
+        the n new columns are copied; otherwise (another state, a crop, a select, an edit in place) the
+        whole mask is written again. ``full_mask`` becomes what the next forward is compared with."""
+        b, t = state.mask.shape
+        mine = self._mask_of
+        if mine is not None and mine[0]() is state and mine[1] is state.mask and mine[2] == state.mask._version:
+            self.mask[:b, t:full_mask.shape[1]].copy_(full_mask[:, t:])
+        else:
+            self.mask.zero_()
+            self.mask[:b, :full_mask.shape[1]].copy_(full_mask)
+            self.mask_writes += 1
+        self._mask_of = (weakref.ref(state), full_mask, full_mask._version)
 
     def reserve(self, columns: int, budget: float | None) -> None:
         """Make the working rows hold ``columns`` columns: twice as long as now, or, where that does not fit
@@ -144,7 +169,8 @@ class StaticArena:
 
     def grow(self, length: int) -> None:
         """Make every working row ``length`` columns long (new tensors: the resident rows' first T columns
-        are copied over, the new columns are zeros). Parked snapshots are separate tensors and stay."""
+        are copied over, the new columns are zeros; so is the device's mask). Parked snapshots are separate
+        tensors and stay."""
         if length <= self.shape.length:
             return
         resident = self.resident
@@ -155,6 +181,8 @@ class StaticArena:
                 new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length, self.shape.head_dim))
                 new[:, :, :t] = old[:, :, :t]
                 works[layer] = new
+        mask, self.mask = self.mask, self.mask.new_zeros((self.shape.rows, length))
+        self.mask[:, :mask.shape[1]] = mask
 
     # ------------------------------------------------------------------ residency
     def make_resident(self, state: "StaticKVState") -> None:

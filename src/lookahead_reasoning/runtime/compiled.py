@@ -203,7 +203,8 @@ class FastPath:
     def body(self, ids: torch.Tensor, mask: torch.Tensor,
              cols: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The forward of R rows x n new tokens: ``ids`` (R, n), ``mask`` (R, W) 1 at the columns a row
-        holds once these tokens are in (the new ones included), over the W columns attention reads
+        holds once these tokens are in (the new ones included; a view of the arena's device mask), over the W
+        columns attention reads
         (:func:`~lookahead_reasoning.cache.static.attended_columns`), ``cols`` (n,) the columns the new tokens take. Writes their keys and
         values into the working rows; returns the hidden states (R, n, H), or, for one new token a row
         (n = 1, every decoding step), the language-model head there: (float32 logits (R, 1, V), their argmax (R, 1))."""
@@ -242,8 +243,8 @@ class FastPath:
         require(nb == n, f"run takes its tokens padded to a bucket already: n={n}, bucket {nb}")
         require(used <= self.arena.shape.length, f"{used} columns do not fit in {self.arena.shape.length}: make_room first")
         span = attended_columns(used, self.arena.shape.length)
-        mask = torch.zeros(rb, span, dtype=torch.long, device=self.device)
-        mask[:bsz, :used] = full_mask
+        self.arena.sync_mask(state, full_mask)
+        mask = self.arena.mask[:rb, :span]  # read where it lies: a recording's input at a fixed address
         if rb > bsz:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
         cols = torch.arange(start, start + n, device=self.device)
@@ -292,15 +293,17 @@ class FastPath:
         graph = self._graphs.get(key)
         if graph is None:
             fn = self._compiled_body() if self.config.backend.startswith("inductor") else self.body
-            if self.config.backend == "rehearsed-graphs":
-                graph = self._graphs[key] = RehearsedGraph(fn, (ids, mask, cols), None)
-            else:
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                graph = self._graphs[key] = Graph(fn, (ids, mask, cols), self._pool)
+            kind, pool = (RehearsedGraph, None) if self.config.backend == "rehearsed-graphs" else (Graph, self._cuda_pool())
+            graph = self._graphs[key] = kind(fn, (ids, mask, cols), pool, fixed=(False, True, False))
             self.captures += 1
             return graph.output
         return graph.replay(ids, mask, cols)
+
+    def _cuda_pool(self) -> Any:
+        """The memory pool every recording of this model shares (one, made on first use)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
 
     def warm(self, rows: tuple[int, ...] | None = None, tokens: tuple[int, ...] | None = None,
              spans: tuple[int, ...] = (FIRST_SPAN,)) -> None:

@@ -17,14 +17,16 @@ class Graph:
     """One bucket's forward recorded as a CUDA graph, with the static tensors it reads and writes.
 
     A replay reads its inputs from the tensors the recording read (``inputs``, one per argument of the
-    forward: each forward's are copied into them) and writes its result into the tensors the recording
+    forward: each forward's are copied into them, except the ``fixed`` ones, which the caller keeps at one
+    address and writes in place, such as the arena's mask) and writes its result into the tensors the recording
     wrote (``output``: a tensor or a tuple of them, overwritten by the next replay). Recording runs the
     forward twice first (on a side stream, as CUDA requires) with the real inputs of the forward that
     asked for it, so the keys and values it writes are the right ones.
     """
 
-    def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], pool: Any):
-        self.inputs = tuple(x.clone() for x in inputs)
+    def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], pool: Any, fixed: tuple[bool, ...] | None = None):
+        self.fixed = fixed or (False,) * len(inputs)
+        self.inputs = tuple(x if keep else x.clone() for x, keep in zip(inputs, self.fixed, strict=True))
         self.output = self._record(fn, pool)
 
     def _record(self, fn: Callable, pool: Any) -> Any:
@@ -44,8 +46,11 @@ class Graph:
         self.graph.replay()
 
     def replay(self, *inputs: torch.Tensor) -> Any:
-        for static, value in zip(self.inputs, inputs, strict=True):
-            static.copy_(value)
+        for static, value, keep in zip(self.inputs, inputs, self.fixed, strict=True):
+            if not keep:
+                static.copy_(value)
+            elif value.data_ptr() != static.data_ptr() or value.stride() != static.stride():
+                raise RuntimeError("a fixed input of a recorded forward was handed at another address")
         self._launch()
         return self.output
 

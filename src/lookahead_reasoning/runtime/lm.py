@@ -191,17 +191,18 @@ class LM:
             state = (self.fast.new_state(bsz) if self.fast is not None else
                      KVState(DynamicCache(config=self.model.config), torch.zeros(bsz, 0, dtype=torch.long, device=device)))
         require(state.batch_size == bsz, f"state has {state.batch_size} rows, input_ids {bsz}")
-        if new_mask is None:
-            new_mask = torch.ones(bsz, n, dtype=torch.long, device=device)
-        real_tokens = int(new_mask.sum())
+        real_tokens = bsz * n if new_mask is None else int(new_mask.sum())
+        on = state.mask.device  # the mask's own device: the host for the compiled path's states (cache.static)
+        new_mask = (torch.ones(bsz, n, dtype=torch.long, device=on) if new_mask is None
+                    else new_mask.to(device=on, dtype=torch.long))
         padded = n if self.pad_to is None else max(n, int(self.pad_to(bsz, n)))
         static = isinstance(state, StaticKVState)
         start = self.timings.start(self.clock or clock_for(device))
         if static:  # the compiled path runs n at its bucket (the same dummy tokens as pad_to's)
             padded = self._static_width(state, bsz, padded)
         if padded > n:  # dummy tokens after the real ones (the last one repeated), cropped off below
-            input_ids, new_mask = _pad_right(input_ids, new_mask.to(device=device, dtype=torch.long), padded)
-        full_mask = torch.cat([state.mask.to(device), new_mask.to(device=device, dtype=torch.long)], dim=1)
+            input_ids, new_mask = _pad_right(input_ids, new_mask, padded)
+        full_mask = torch.cat([state.mask, new_mask], dim=1)
         keep_at = _keep_positions(keep, n, padded, device)
         top = None
         if static:  # the head (and with one new token its argmax) on the compiled path

@@ -29,12 +29,14 @@ import torch
 
 from ..cache import KVState
 from ..stopping import common_prefix
+from .clock import wait_for
 
 
 @dataclass(frozen=True)
 class ForwardCall:
     """One ``Session.logits`` call as a session reports it: the ``extra`` tokens and ``active`` flags it was
-    given, ``keep``, the tokens each row ``fed``, the cache ``columns`` before it, and its clock."""
+    given, ``keep``, the tokens each row ``fed``, the cache ``columns`` before it, and its clock: when it
+    started and the ``seconds`` it took, the device's work included (a recorded forward waits for it)."""
 
     extra: list[list[int]]
     active: list[bool]
@@ -123,7 +125,8 @@ class Session:
             self.cached[b] = len(self.rows[b]) if active[b] else self.cached[b]
         started = time.perf_counter()
         logits, self.kv = self.lm.forward(ids, self.kv, mask, keep=keep, greedy=greedy)
-        if self.recorder is not None:
+        if self.recorder is not None:  # its time in full: a forward does not wait for its device
+            wait_for(logits.device)
             self.recorder[0].forward(self.recorder[1], self, ForwardCall(extra, active, keep, [len(c) for c in chunks],
                                                                          columns, started, time.perf_counter() - started))
         return logits
