@@ -11,7 +11,8 @@ with targets of the 7B and 32B shapes against the draft's): real acceptance, GPU
    tokens (``gpu_compiled.lossless``).
 3. ``context``: the 1.5B shape's greedy AR milliseconds per token after 1k, 4k, 16k and 32k cached
    tokens (the cache grows to hold them; attention reads the used columns rounded up), and after 4k
-   with q/k/v and gate/up run as separate products (``FastPathConfig(fuse=False)``), beside the fused.
+   with q/k/v and gate/up run as separate products and each RMS norm as the model's own operations
+   (``FastPathConfig(fuse=False)``), beside the fused.
    ``flex``: the same contexts with flex attention (``FastPathConfig(attention="flex")``: its compiled
    decoding kernel splits the key columns over thread blocks) instead of the masked SDPA kernel.
    ``inductor``: the 1.5B shape's decoding bucket compiled by inductor (recorded as CUDA graphs):
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx = (256, 1024) if args.rehearse else CONTEXTS
             out = {"backend": backend, "ms_per_token": context_ms(lm, ctx, 16 if args.rehearse else 64),
                    "columns": lm.fast.arena.shape.length, "grown": lm.fast.grown}
-            lm.use_fast_path(fast(backend, length=4096, fuse=False))  # the same weights, q/k/v and gate/up apart
+            lm.use_fast_path(fast(backend, length=4096, fuse=False))  # the same weights, products and norms unfused
             out["unfused_ms_per_token"] = context_ms(lm, ctx[:1] if args.rehearse else (4096,), 16 if args.rehearse else 64)
             return out
         finally:
@@ -270,7 +271,8 @@ def print_report(data: dict, schedules: Path) -> None:
         print("the same with flex attention: " + ", ".join(f"{c}: {ms}" for c, ms in flex.items()))
     apart = data.get("context", {}).get("unfused_ms_per_token")
     if apart:
-        print("the same with q/k/v and gate/up as separate products: " + ", ".join(f"{c}: {ms}" for c, ms in apart.items()))
+        print("the same unfused (q/k/v and gate/up as separate products, the model's own norms): "
+              + ", ".join(f"{c}: {ms}" for c, ms in apart.items()))
     ind = data.get("inductor") or {}
     if ind.get("ms_per_token"):
         print(f"the same compiled by inductor ({ind['backend']}): " + ", ".join(

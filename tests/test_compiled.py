@@ -434,6 +434,72 @@ def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monke
     assert all(a is b for a, b in zip(again.fast.fused.stacks, fused.fast.fused.stacks))
 
 
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen3"])
+def test_every_architecture_writes_the_eager_tokens_on_the_compiled_path(arch):
+    """The compiled path hands the decoder a ready (R, 1, n, W) mask, which every architecture takes as it
+    is (a Llama model once received none and stopped); greedy AR and LR write the eager path's tokens."""
+    if arch == "qwen3":
+        model, tok = _qwen3()
+        target = LM(model, tok)
+    else:
+        target = LM.from_loaded(tiny_model(arch, seed=2))
+    draft = perturbed_copy(target, 0.3, seed=1)
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path="off")
+    prompt = target.prompt_ids(QUESTION)
+    want = {mode: gen.generate(prompt, mode=mode, max_new_tokens=24).token_ids for mode in ("ar", "lr")}
+    for lm in (target, draft):
+        lm.use_fast_path(FastPathConfig(backend="rehearsed-graphs", length=64))
+    assert {mode: gen.generate(prompt, mode=mode, max_new_tokens=24).token_ids for mode in want} == want
+    assert target.fast.captures > 0 and draft.fast.captures > 0  # they ran on the recorded forwards
+
+
+def _qwen3(layers: int = 2):
+    """A tiny random Qwen3 (query and key norms in every layer) over the tiny tokenizer."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from lookahead_reasoning.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(3)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config._attn_implementation = "sdpa"
+    return Qwen3ForCausalLM(config).eval().requires_grad_(False), tok
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
+def test_fused_norms_run_one_rms_norm_a_norm_and_give_the_models_logits(monkeypatch, arch):
+    """With ``fuse`` every RMS norm of the decoder runs as one ``F.rms_norm`` (one kernel on a GPU, eight in
+    the model's code): two a layer and the last one (and a Qwen3 layer's query and key norms, two more).
+    The logits are the eager path's (float32), the model's own norms are back after each forward, and
+    ``fuse=False`` calls none."""
+    import torch.nn.functional as F
+
+    if arch == "qwen3":
+        model, tok = _qwen3()
+    else:
+        loaded = tiny_model(arch, seed=5)
+        model, tok = loaded.model, loaded.tokenizer
+    layers = model.config.num_hidden_layers
+    eager = LM(model, tok)
+    prompt = eager.prompt_ids(QUESTION)
+    reference = eager.session([prompt, prompt[:-3]]).logits(keep=2)
+    fused = LM(model, tok).use_fast_path(FastPathConfig(backend="eager", length=64))
+    unfused = LM(model, tok).use_fast_path(FastPathConfig(backend="eager", length=64, fuse=False))
+    assert fused.fast.norms.norms == (4 if arch == "qwen3" else 2) * layers + 1 and unfused.fast.norms is None
+    calls = []
+    real = F.rms_norm
+    monkeypatch.setattr(F, "rms_norm", lambda x, shape, w=None, eps=None: calls.append(x.shape) or real(x, shape, w, eps))
+    got = fused.session([prompt, prompt[:-3]]).logits(keep=2)
+    assert len(calls) == fused.fast.norms.norms
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-4)
+    calls.clear()
+    unfused.session([prompt]).logits()
+    assert calls == []
+    assert type(model.model.norm).__name__.endswith("RMSNorm")  # the model's own, back in place
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_flex_attention_reads_the_mask_as_sdpa_does(n):
     """The two attention functions agree on grouped queries under a mask with holes (a parked row's pads,

@@ -145,7 +145,7 @@ def test_the_gpu_replay_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     gpu.main(["--report", str(out), "--schedules", str(packed)])
     table = capsys.readouterr().out
     assert "| lr@k2-exact |" in table and "| ar | " in table
-    assert "the same with q/k/v and gate/up as separate products: 256: " in table
+    assert "the same unfused (q/k/v and gate/up as separate products, the model's own norms): 256: " in table
     assert "the same with flex attention: 256: " in table
     assert "the same compiled by inductor (inductor): 256: " in table
 

@@ -45,7 +45,8 @@ With ``fuse`` (the default) each layer's query, key and value projections run as
 do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
 weights instead of three (or two) small ones. The model's own weights become views into the stacked
 ones, so no weight is held twice and the eager path, which still calls each projection, computes the
-same numbers from the same memory.
+same numbers from the same memory. Each RMS norm runs as PyTorch's ``F.rms_norm`` (:class:`~.fused.FusedNorms`),
+one kernel on a GPU where the model's code launches eight.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ import torch
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes
 from ..errors import ConfigError, require
 from .attention import ATTENTION_NAME, ATTENTIONS, CUDA_ATTENTION, attention_kernels, attention_name, masked_attention, using
-from .fused import FusedProducts
+from .fused import FusedNorms, FusedProducts
 from .graphs import Graph, RehearsedGraph
 
 BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")
@@ -94,7 +95,7 @@ class FastPathConfig:
     length: int = 4096
     row_buckets: tuple[int, ...] = ROW_BUCKETS
     token_buckets: tuple[int, ...] = TOKEN_BUCKETS
-    fuse: bool = True  # q/k/v and gate/up as one product each (FusedProducts)
+    fuse: bool = True  # q/k/v and gate/up as one product each (FusedProducts), RMS norms as one kernel (FusedNorms)
     attention: str = "sdpa"  # or "flex" (runtime.attention)
 
     def __post_init__(self) -> None:
@@ -175,6 +176,7 @@ class FastPath:
         self._graphs: dict[tuple[int, int, int], Graph] = {}
         self._pool = None
         self.fused = FusedProducts(self.decoder) if config.fuse else None
+        self.norms = FusedNorms(self.decoder) if config.fuse else None
 
     # ------------------------------------------------------------------ shapes
     def shape(self, rows: int, n: int) -> tuple[int, int, bool]:
@@ -219,7 +221,7 @@ class FastPath:
         if n > 1 and self.groups > 1:
             bias = bias.repeat(1, 1, self.groups, 1)  # the folded query's rows (masked_attention)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0).index_select(1, cols)  # (R, n): real tokens before
-        out = self.decoder(input_ids=ids, attention_mask={"full_attention": bias}, position_ids=positions,
+        out = self.decoder(input_ids=ids, attention_mask=bias, position_ids=positions,
                            use_cache=True, **{self.cache_arg: _Writes(self.arena, rows, length, self.kv_heads, cols)})
         if n > 1:
             return out.last_hidden_state
@@ -249,8 +251,9 @@ class FastPath:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
         cols = torch.arange(start, start + n, device=self.device)
         fused = self.fused.installed() if self.fused is not None else nullcontext()
+        norms = self.norms.installed() if self.norms is not None else nullcontext()
         attention = using(self.model.config, attention_name(self.config.attention, bucketed))
-        with torch.no_grad(), attention, attention_kernels(self.device), fused:
+        with torch.no_grad(), attention, attention_kernels(self.device), fused, norms:
             if not bucketed or self.config.backend == "eager":
                 out = self.body(ids, mask, cols)
             elif self.config.backend in GRAPH_BACKENDS:

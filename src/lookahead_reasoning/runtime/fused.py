@@ -6,6 +6,10 @@ its own; stacked, they are one. :class:`FusedProducts` stacks them once for the 
 (:mod:`.compiled`), makes the model's own weights views into the stacks (nothing is held twice, and the
 eager path, which still calls each projection, reads the same memory), and for a compiled forward puts
 a :class:`_Part` where each projection was.
+
+RMS norms, too (:class:`FusedNorms`): transformers writes a Llama-family norm as eight small
+operations (cast up, square, mean, add, rsqrt, multiply, cast back, scale), eight kernels on a GPU, twice
+a layer; PyTorch's ``F.rms_norm`` runs it as one fused kernel there (and as the same operations on a CPU).
 """
 
 from __future__ import annotations
@@ -123,4 +127,55 @@ class FusedProducts:
                 setattr(owner, name, own)
 
 
-__all__ = ["FusedProducts"]
+# Norms written as transformers' Llama one: weight * (x / rms(x) in float32, cast back). Gemma's (1 + weight)
+# and others differ, and stay as they are.
+RMS_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm",
+                       "Qwen3MoeRMSNorm"})
+
+
+class _FusedNorm(torch.nn.Module):
+    """One RMS norm as ``F.rms_norm`` over the norm's own weight and epsilon (one kernel on a GPU). The
+    model's code casts the normalised input back before scaling it; here the scale comes first and the
+    cast once: within a rounding of the model's in bf16, the same in float32. An input of another dtype
+    than the weight goes to the model's own norm (the fused kernel takes one dtype)."""
+
+    def __init__(self, norm: torch.nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.norm.weight
+        if x.dtype != weight.dtype:
+            return self.norm(x)
+        return F.rms_norm(x, weight.shape, weight, self.norm.variance_epsilon)
+
+
+class FusedNorms:
+    """Every RMS norm of the decoder (:data:`RMS_NORMS`) as a :class:`_FusedNorm`, for the compiled path's
+    forwards (:meth:`installed`): before each layer's attention and MLP, the last one, and a Qwen3 layer's
+    query and key norms."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, _FusedNorm]] = []
+        for owner in decoder.modules():
+            for name, child in owner.named_children():
+                if type(child).__name__ in RMS_NORMS and hasattr(child, "variance_epsilon"):
+                    self.swaps.append((owner, name, child, _FusedNorm(child)))
+
+    @property
+    def norms(self) -> int:
+        return len(self.swaps)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """For the block, every norm is its :class:`_FusedNorm`; the model's own come back after."""
+        for owner, name, _, fused in self.swaps:
+            setattr(owner, name, fused)
+        try:
+            yield
+        finally:
+            for owner, name, own, _ in self.swaps:
+                setattr(owner, name, own)
+
+
+__all__ = ["FusedNorms", "FusedProducts", "RMS_NORMS"]
