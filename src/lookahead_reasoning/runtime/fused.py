@@ -76,6 +76,18 @@ def _stack(linears: list[torch.nn.Linear]) -> _Stack:
     return _Stack(weight, bias, [m.weight.shape[0] for m in linears])
 
 
+@contextlib.contextmanager
+def _swapped(swaps: list[tuple[torch.nn.Module, str, torch.nn.Module, torch.nn.Module]]) -> Iterator[None]:
+    """For the block, each (owner, name, own, stand-in) has the stand-in as ``owner.name``; ``own`` after."""
+    for owner, name, _, stand_in in swaps:
+        setattr(owner, name, stand_in)
+    try:
+        yield
+    finally:
+        for owner, name, own, _ in swaps:
+            setattr(owner, name, own)
+
+
 class FusedProducts:
     """Each decoder layer's q/k/v projections and gate/up projections as one product each, for the
     compiled path's forwards (:meth:`installed`); a group is left as it is unless its members are plain
@@ -118,13 +130,8 @@ class FusedProducts:
                     "fast path was made (cast, moved or quantised): call use_fast_path again", ConfigError)
         for stack in self.stacks:
             stack.pending = {}
-        for owner, name, _, part in self.swaps:
-            setattr(owner, name, part)
-        try:
+        with _swapped(self.swaps):
             yield
-        finally:
-            for owner, name, own, _ in self.swaps:
-                setattr(owner, name, own)
 
 
 # Norms written as transformers' Llama one: weight * (x / rms(x) in float32, cast back). Gemma's (1 + weight)
@@ -169,13 +176,8 @@ class FusedNorms:
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """For the block, every norm is its :class:`_FusedNorm`; the model's own come back after."""
-        for owner, name, _, fused in self.swaps:
-            setattr(owner, name, fused)
-        try:
+        with _swapped(self.swaps):
             yield
-        finally:
-            for owner, name, own, _ in self.swaps:
-                setattr(owner, name, own)
 
 
 __all__ = ["FusedNorms", "FusedProducts", "RMS_NORMS"]
