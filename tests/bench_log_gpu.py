@@ -592,7 +592,22 @@ SOURCES: list[Source] = [
         },
     ),
     *held("of 0.93 token SD is a strong plan to beat", {"0.93": lambda: pair_rates()[0]}),
+    # The host's side of a replay (replay-host-cpu.json)
+    *held("for 2 layers", {"85.1": lambda: _replay_host(2, "as built"),
+                                   "175.6": lambda: _replay_host(2, "stand-ins every replay")}),
+    *held("for 28 (the 1.5B's depth)", {"85.3": lambda: _replay_host(28, "as built"),
+                                         "601.1": lambda: _replay_host(28, "stand-ins every replay"),
+                                         "7.05x": lambda: _replay_host(28, "ratio")}),
+    *held("for 64 (the 32B's)", {"85.9": lambda: _replay_host(64, "as built"),
+                                 "1199.5": lambda: _replay_host(64, "stand-ins every replay")}),
 ]
+
+
+def _replay_host(layers: int, way: str) -> float:
+    """benchmarks/replay_host.py's median microseconds a token (or their ratio) for ``layers`` layers."""
+    data = gpu("replay-host-cpu.json")
+    assert data["machine"]["flags"] == "avx512_bf16"  # the machine the log names
+    return data["us_per_token"][str(layers)][way]
 
 HELD = [
     "On a GPU: random weights of the offline pair's shapes (H100)",

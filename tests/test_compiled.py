@@ -110,6 +110,38 @@ def test_a_replay_that_does_not_copy_one_of_its_inputs_is_seen(reference, monkey
         gen.draft.use_fast_path(None)
 
 
+def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
+    """A CUDA graph's replay runs none of the model's code, so it enters none of what that code needs: no
+    fused stand-in is set in place of a layer and set back (about 400 module attributes a token for the
+    1.5B, host time for nothing), and the attention setting stays as it is. A stand-in for a CUDA graph
+    (the rehearsal's bookkeeping, a replay that runs nothing) shows it on a CPU; the recording swaps."""
+    import lookahead_reasoning.runtime.compiled as compiled
+    from lookahead_reasoning.runtime.graphs import RehearsedGraph
+
+    class Kernels(RehearsedGraph):  # replays like a CUDA graph: the recorded kernels, no Python
+        runs_python = False
+
+        def _launch(self) -> None:
+            pass
+
+    monkeypatch.setattr(compiled, "RehearsedGraph", Kernels)
+    lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path("rehearsed-graphs")
+    assert lm.fast.fused.groups and lm.fast.norms.norms
+    sets = []
+    real = torch.nn.Module.__setattr__
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", lambda m, k, v: sets.append(k) or real(m, k, v))
+    s = lm.session([[5, 6, 7, 8]])
+    s.argmax()
+    s.extend(0, [9])
+    s.argmax()  # the one-token bucket recorded: its code ran with the stand-ins in place
+    assert sets
+    sets.clear()
+    for t in range(5):
+        s.extend(0, [10 + t])
+        s.argmax()
+    assert sets == []
+
+
 def test_a_one_token_forward_runs_the_head_and_its_argmax_in_its_recording(monkeypatch):
     """A forward of one new token a row (every decoding step) replays the head and its argmax with the rest:
     no head runs after the graph, and the logits and ``argmax`` are the eager path's. A forward of several

@@ -161,3 +161,19 @@ def test_decoding_alone_is_timed_without_the_prompts_forward():
     lm.listeners.append(lambda timing: seen.append((timing.rows, timing.n, timing.cached)))
     assert gpu.decode_only_ms(lm, tokens=5, prompt_tokens=40) > 0
     assert seen[0] == (1, 40, 0) and seen[1:] == [(1, 1, 40 + i) for i in range(8 + 5)]
+
+
+def test_the_replay_host_timing_runs_and_restores_the_graph_class(tmp_path):
+    """benchmarks/replay_host.py runs end to end (one short run) and leaves the compiled path recording with
+    the rehearsal's graphs, as it found it."""
+    import json
+
+    import lookahead_reasoning.runtime.compiled as compiled
+    from lookahead_reasoning.runtime.graphs import RehearsedGraph
+
+    out = tmp_path / "host.json"
+    assert _script("replay_host").main(["--repeats", "1", "--tokens", "2", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["us_per_token"]) == {"2", "28", "64"}
+    assert all(v["as built"] > 0 and v["stand-ins every replay"] > 0 for v in data["us_per_token"].values())
+    assert compiled.RehearsedGraph is RehearsedGraph

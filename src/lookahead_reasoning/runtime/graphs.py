@@ -24,6 +24,8 @@ class Graph:
     asked for it, so the keys and values it writes are the right ones.
     """
 
+    runs_python = False  # a replay launches the recorded kernels: none of the forward's Python code runs
+
     def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], pool: Any, fixed: tuple[bool, ...] | None = None):
         self.fixed = fixed or (False,) * len(inputs)
         self.inputs = tuple(x if keep else x.clone() for x, keep in zip(inputs, self.fixed, strict=True))
@@ -59,6 +61,8 @@ class RehearsedGraph(Graph):
     """A :class:`Graph` without a GPU (backend ``"rehearsed-graphs"``): "recording" keeps the function,
     a "replay" runs it again on the recording's own input tensors and copies its result into the
     output tensors. What a replay would read and return is the same; only the launch is not one."""
+
+    runs_python = True  # a replay runs the forward's code again (which needs what its recording needed)
 
     def _record(self, fn: Callable, pool: Any) -> Any:
         self.fn = fn
