@@ -114,7 +114,8 @@ def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
     """A CUDA graph's replay runs none of the model's code, so it enters none of what that code needs: no
     fused stand-in is set in place of a layer and set back (about 400 module attributes a token for the
     1.5B, host time for nothing), and the attention setting stays as it is. A stand-in for a CUDA graph
-    (the rehearsal's bookkeeping, a replay that runs nothing) shows it on a CPU; the recording swaps."""
+    (the rehearsal's bookkeeping, a replay that runs nothing) shows it on a CPU; the recording swaps. A model
+    whose weights were replaced since is still refused by name at a replay (its recordings read stale stacks)."""
     import lookahead_reasoning.runtime.compiled as compiled
     from lookahead_reasoning.runtime.graphs import RehearsedGraph
 
@@ -140,6 +141,13 @@ def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
         s.extend(0, [10 + t])
         s.argmax()
     assert sets == []
+    monkeypatch.undo()
+    from lookahead_reasoning.models.kernels import quantize_draft_int8
+
+    quantize_draft_int8(lm.model)  # the recordings read the stacks made of the weights it replaces
+    s.extend(0, [20])
+    with pytest.raises(ConfigError, match="weights changed since its fast path was made"):
+        s.argmax()
 
 
 def test_a_one_token_forward_runs_the_head_and_its_argmax_in_its_recording(monkeypatch):

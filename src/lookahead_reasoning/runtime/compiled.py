@@ -310,8 +310,12 @@ class FastPath:
                 graph = self._graphs[key] = kind(fn, (ids, mask, cols), pool, fixed=(False, True, False))
             self.captures += 1
             return graph.output
-        with self._model_code(True) if graph.runs_python else nullcontext():
-            return graph.replay(ids, mask, cols)
+        if graph.runs_python:
+            with self._model_code(True):
+                return graph.replay(ids, mask, cols)
+        if self.fused is not None:  # no stand-in is set, but a recording over stale stacks is refused all the same
+            self.fused.check()
+        return graph.replay(ids, mask, cols)
 
     def _cuda_pool(self) -> Any:
         """The memory pool every recording of this model shares (one, made on first use)."""

@@ -118,16 +118,20 @@ class FusedProducts:
     def groups(self) -> int:
         return len(self.stacks)
 
+    def check(self) -> None:
+        """ConfigError when the model's weights were replaced since the stacks were made (cast, moved,
+        quantised): the stacks, and any forward recorded over them, are stale. One layer is looked at."""
+        if self.swaps:
+            owner, name, own, part = self.swaps[0]
+            require(getattr(owner, name) is own and own.weight.data_ptr() == part.stack.weight.data_ptr(),
+                    "this model's weights changed since its "
+                    "fast path was made (cast, moved or quantised): call use_fast_path again", ConfigError)
+
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """For the block, every fused group's layers are its :class:`_Part` s; the model's own come back after.
-        A model whose weights were replaced since (cast, moved, quantised) is refused: its stacks are stale."""
-        if self.swaps:
-            owner, name, own, part = self.swaps[0]
-            current = getattr(owner, name)
-            require(current is own and own.weight.data_ptr() == part.stack.weight.data_ptr(),
-                    "this model's weights changed since its "
-                    "fast path was made (cast, moved or quantised): call use_fast_path again", ConfigError)
+        A model whose weights were replaced since (cast, moved, quantised) is refused (:meth:`check`)."""
+        self.check()
         for stack in self.stacks:
             stack.pending = {}
         with _swapped(self.swaps):
