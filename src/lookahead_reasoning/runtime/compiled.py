@@ -51,7 +51,7 @@ one kernel on a GPU where the model's code launches eight.
 
 from __future__ import annotations
 
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable
 
