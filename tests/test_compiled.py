@@ -478,11 +478,7 @@ def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monke
 def test_every_architecture_writes_the_eager_tokens_on_the_compiled_path(arch):
     """The compiled path hands the decoder a ready (R, 1, n, W) mask, which every architecture takes as it
     is (a Llama model once received none and stopped); greedy AR and LR write the eager path's tokens."""
-    if arch == "qwen3":
-        model, tok = _qwen3()
-        target = LM(model, tok)
-    else:
-        target = LM.from_loaded(tiny_model(arch, seed=2))
+    target = LM.from_loaded(tiny_model(arch, seed=2))
     draft = perturbed_copy(target, 0.3, seed=1)
     gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path="off")
     prompt = target.prompt_ids(QUESTION)
@@ -493,21 +489,6 @@ def test_every_architecture_writes_the_eager_tokens_on_the_compiled_path(arch):
     assert target.fast.captures > 0 and draft.fast.captures > 0  # they ran on the recorded forwards
 
 
-def _qwen3(layers: int = 2):
-    """A tiny random Qwen3 (query and key norms in every layer) over the tiny tokenizer."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from lookahead_reasoning.testing import tiny_tokenizer
-
-    tok = tiny_tokenizer()
-    torch.manual_seed(3)
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config._attn_implementation = "sdpa"
-    return Qwen3ForCausalLM(config).eval().requires_grad_(False), tok
-
-
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_fused_norms_run_one_rms_norm_a_norm_and_give_the_models_logits(monkeypatch, arch):
     """With ``fuse`` every RMS norm of the decoder runs as one ``F.rms_norm`` (one kernel on a GPU, eight in
@@ -516,11 +497,8 @@ def test_fused_norms_run_one_rms_norm_a_norm_and_give_the_models_logits(monkeypa
     ``fuse=False`` calls none."""
     import torch.nn.functional as F
 
-    if arch == "qwen3":
-        model, tok = _qwen3()
-    else:
-        loaded = tiny_model(arch, seed=5)
-        model, tok = loaded.model, loaded.tokenizer
+    loaded = tiny_model(arch, seed=5)
+    model, tok = loaded.model, loaded.tokenizer
     layers = model.config.num_hidden_layers
     eager = LM(model, tok)
     prompt = eager.prompt_ids(QUESTION)

@@ -27,7 +27,7 @@ import torch
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from .errors import ConfigError, require
@@ -48,7 +48,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-ARCHITECTURES = ("llama", "qwen2", "mistral")
+ARCHITECTURES = ("llama", "qwen2", "mistral", "qwen3")  # qwen3: query and key norms in every layer
 
 
 @functools.cache
@@ -116,6 +116,8 @@ def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int 
     tokenizer = tiny_tokenizer()
     config_class, model_class = _classes(arch)
     config = config_class(**_config_kwargs(tokenizer, vocab_size, {**TINY_SHAPE, **shape}))
+    if arch == "qwen3":  # its head size is its own setting (128 by default), not hidden // heads
+        config.head_dim = config.hidden_size // config.num_attention_heads
     config._attn_implementation = "sdpa"
     device = torch.device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
@@ -133,7 +135,7 @@ def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int 
 def _classes(arch: str) -> tuple[Any, Any]:
     """The (config class, model class) of ``arch``."""
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-               "mistral": (MistralConfig, MistralForCausalLM)}
+               "mistral": (MistralConfig, MistralForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
     if arch not in classes:
         raise ConfigError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
     return classes[arch]
