@@ -31,21 +31,12 @@ import torch
 import lookahead_reasoning.runtime.compiled as compiled
 from lookahead_reasoning.runtime.graphs import RehearsedGraph
 from lookahead_reasoning.runtime.lm import LM
-from lookahead_reasoning.testing import tiny_model
+from lookahead_reasoning.testing import KernelsOnly, tiny_model
 
 LAYERS = (2, 28, 64)
 
 
-class Kernels(RehearsedGraph):
-    """A CUDA graph's stand-in: the rehearsal's input copies, a launch that runs nothing."""
-
-    runs_python = False
-
-    def _launch(self) -> None:
-        pass
-
-
-class KernelsEnteringTheModel(Kernels):
+class KernelsEnteringTheModel(KernelsOnly):
     """The same, its replays entering what the model's code needs (as each replay once did)."""
 
     runs_python = True
@@ -67,7 +58,7 @@ def host_us(lm: LM, tokens: int) -> float:
 
 def measure(layers: int, repeats: int, tokens: int) -> dict[str, float]:
     """Median microseconds a token both ways for a model of ``layers`` layers, and their ratio."""
-    ways = {"as built": Kernels, "stand-ins every replay": KernelsEnteringTheModel}
+    ways = {"as built": KernelsOnly, "stand-ins every replay": KernelsEnteringTheModel}
     models, times = {}, {name: [] for name in ways}
     try:
         for name, kind in ways.items():

@@ -117,15 +117,9 @@ def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
     (the rehearsal's bookkeeping, a replay that runs nothing) shows it on a CPU; the recording swaps. A model
     whose weights were replaced since is still refused by name at a replay (its recordings read stale stacks)."""
     import lookahead_reasoning.runtime.compiled as compiled
-    from lookahead_reasoning.runtime.graphs import RehearsedGraph
+    from lookahead_reasoning.testing import KernelsOnly
 
-    class Kernels(RehearsedGraph):  # replays like a CUDA graph: the recorded kernels, no Python
-        runs_python = False
-
-        def _launch(self) -> None:
-            pass
-
-    monkeypatch.setattr(compiled, "RehearsedGraph", Kernels)
+    monkeypatch.setattr(compiled, "RehearsedGraph", KernelsOnly)  # replays like a CUDA graph: no Python
     lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path("rehearsed-graphs")
     assert lm.fast.fused.groups and lm.fast.norms.norms
     sets = []

@@ -32,6 +32,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from .errors import ConfigError, require
 from .models import LoadedModel
+from .runtime.graphs import RehearsedGraph
 from .runtime.lm import LM
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -190,3 +191,14 @@ def perturbed_copy(lm: LM, scale: float, seed: int = 0) -> LM:
         weight = model.get_output_embeddings().weight
         weight += scale * weight.std() * torch.randn(weight.shape, generator=noise).to(weight)
     return LM(model, lm.tokenizer, name=f"{lm.name}-perturbed")
+
+
+class KernelsOnly(RehearsedGraph):
+    """A CUDA graph's stand-in on any device: the rehearsal's input copies and a replay that runs nothing, as
+    a real replay launches the recorded kernels and none of the forward's Python code. Its outputs are those
+    of the recording (what is checked with it is the host's side of a replay, not the tokens)."""
+
+    runs_python = False
+
+    def _launch(self) -> None:
+        pass
