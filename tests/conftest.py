@@ -29,7 +29,7 @@ from transformers import PreTrainedTokenizerFast
 from lookahead_reasoning.models.offline import (CONVERTED_SUBDIR, _converted_ok, _hash_marker, _verified, cache_root,
                                                 offline_names, offline_spec)
 from lookahead_reasoning.models.placement import resolve_dtype
-from lookahead_reasoning.runtime.engine.build import build_dir
+from lookahead_reasoning.runtime.engine.build import built_server
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import perturbed_copy, tiny_model, tiny_tokenizer
 
@@ -126,8 +126,8 @@ def test_cache(tmp_path_factory) -> Path:
             (root / name).mkdir(exist_ok=True)
             for path in (gguf, _hash_marker(gguf)):
                 (root / name / path.name).symlink_to(path)
-    server = build_dir(USER_CACHE)  # llama.cpp's server, where it is built: an 8-10 minute build, not redone
-    if (server / "bin" / "llama-server").is_file():
+    server = built_server(USER_CACHE)  # llama.cpp's server that ran its smoke test: an 8-10 minute build, not redone
+    if server is not None:
         (root / "engines").mkdir()
         (root / "engines" / server.name).symlink_to(server, target_is_directory=True)
     patch = pytest.MonkeyPatch()

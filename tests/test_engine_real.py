@@ -40,10 +40,11 @@ GSM8K = "../shared/data/gsm8k/train.jsonl"
 
 
 def _binary():
-    from lookahead_reasoning.runtime.engine.build import build_dir
+    from lookahead_reasoning.runtime.engine.build import BINARY, built_server
 
-    binary = build_dir(USER_CACHE) / "bin" / "llama-server"
-    if not binary.is_file():
+    home = built_server(USER_CACHE)
+    binary = None if home is None else home / "bin" / BINARY
+    if binary is None:
         unavailable("llama-server is not built: `lookahead-reasoning serve-engine --build-only` builds it (~8 min)")
     return binary
 

@@ -1,16 +1,31 @@
-"""Build llama.cpp's ``llama-server`` once, from a pinned source that PyPI serves.
+"""Build llama.cpp's ``llama-server`` once, from a pinned source that PyPI serves, and check that it runs.
 
 The ``llama-cpp-python`` source distribution vendors llama.cpp with its HTTP server
 (``vendor/llama.cpp/tools/server``). :func:`llama_server_binary` downloads that sdist with pip,
-configures it with cmake (server on, tests, examples and web UI off, tuned for this CPU) and builds
-the one ``llama-server`` target into
+configures it with cmake (server on, tests, examples and web UI off, tuned for this CPU), builds the one
+``llama-server`` target, and starts it once on a small model (:mod:`.smoke`) before keeping it in
 
-    <cache>/engines/llama.cpp-<version>-<cpu key>/bin/llama-server
+    <cache>/engines/llama.cpp-<version>-<cpu key>[-<what was turned off>]/bin/llama-server
 
-The build takes about 8-10 minutes on 2 cores; later calls find the binary and return at once. The CPU
-key is a hash of the CPU's instruction flags, because a native build runs only on CPUs that have the
-instructions it was built for. Everything goes through a temporary directory and a rename, so an
-interrupted build leaves nothing half-made; a lock file serialises concurrent first builds.
+The CPU key is a hash of the CPU's instruction flags, because a native build runs only on CPUs that
+have the instructions it was built for; the suffix names the kernels a build left out (``no-amx``), so a
+machine of another kind, or a build that kept them, never finds it.
+
+**ggml's AMX kernels and GCC 12.** On an Intel Xeon with AMX a native build compiles ggml's AMX
+matrix kernels in. Built by GCC 12 (Debian 12's compiler) at ``-O3`` they died at the first prompt
+with an illegal instruction (``tilezero``): GCC 12's ``_tile_loadconfig`` tells the optimiser that the
+instruction reads 8 bytes of the 64-byte tile configuration, so the stores of the tiles' rows and
+widths were dropped as dead, ``ldtilecfg`` loaded a configuration of empty tiles, and an AMX
+instruction on an unconfigured tile raises #UD. :data:`PATCHES` adds one line before that load telling
+the compiler the whole configuration is read, which keeps the AMX path (the fast one) working. Should
+a native build still die on its smoke test, it is rebuilt without the AMX kernels
+(:data:`RECIPES`: GCC's ``-mno-amx-*``, which override ``-march=native``) and the build log and the
+terminal say so; if that dies too, the build fails with an error that names the engine, the signal and
+the instruction sets, before anything else runs on it.
+
+The build takes about 8-10 minutes on 2 cores; later calls find the binary and return at once.
+Everything goes through a temporary directory and a rename, so an interrupted build leaves nothing
+half-made; a lock file serialises concurrent first builds.
 """
 
 from __future__ import annotations
@@ -23,12 +38,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import EngineError
-from ...models.offline import cache_root
+from ...errors import EngineError, ModelLoadError
+from ...models.offline import cache_root, offline_gguf
 from ...models.hardware import cpu_flags
 from ...locks import file_lock
+from .smoke import Smoke, smoke_test
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +54,8 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist whose vendored llama.cpp is bui
 SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
 PACKAGES = {"c++": "g++", "cmake": "cmake"}  # the Debian package that puts each build tool on PATH
 BINARY = "llama-server"
+SMOKE_MODEL = "qwen2.5-coder-0.5b"  # the small offline GGUF a new build is started on
+SMOKE_FILE = "SMOKE"  # in a build's folder: what its smoke test said (a build without it is tested on first use)
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_SERVER=ON",
@@ -48,6 +67,35 @@ CMAKE_FLAGS = (
     "-DGGML_NATIVE=ON",
     "-DBUILD_SHARED_LIBS=OFF",
 )
+# (file under vendor/llama.cpp, the line to find, what goes before it): source fixes applied to the sdist
+PATCHES = (
+    ("ggml/src/ggml-cpu/amx/mmq.cpp", "    _tile_loadconfig(&tc);\n",
+     "    __asm__ __volatile__(\"\" : : \"m\"(tc) : \"memory\");  // lookahead-reasoning: ldtilecfg reads all of tc\n"),
+)
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One way to build: ``name`` ("" for the full native build; else the cache key's suffix), the
+    compiler ``flags`` it adds, the CPU ``flags_needed`` for it to differ from the native build, and
+    what it turned off, in words."""
+
+    name: str
+    cflags: str = ""
+    flags_needed: tuple[str, ...] = ()
+    turned_off: str = ""
+
+    def cmake_flags(self) -> tuple[str, ...]:
+        if not self.cflags:
+            return CMAKE_FLAGS
+        return (*CMAKE_FLAGS, f"-DCMAKE_C_FLAGS={self.cflags}", f"-DCMAKE_CXX_FLAGS={self.cflags}")
+
+
+RECIPES = (
+    Recipe(""),
+    Recipe("no-amx", "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16", AMX_FLAGS, "ggml's AMX kernels"),
+)
 
 
 def cpu_key() -> str:
@@ -58,8 +106,26 @@ def cpu_key() -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def build_dir(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
-    return cache_root(cache_dir) / "engines" / f"llama.cpp-{version}-{cpu_key()}"
+def build_dir(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION,
+              recipe: Recipe = RECIPES[0]) -> Path:
+    """The folder a build of ``recipe`` for this CPU lives in (whether or not it has been built)."""
+    suffix = f"-{recipe.name}" if recipe.name else ""
+    return cache_root(cache_dir) / "engines" / f"llama.cpp-{version}-{cpu_key()}{suffix}"
+
+
+def recipes_for_this_cpu() -> list[Recipe]:
+    """The recipes worth trying here, in order: the native build, then each that turns off what this CPU has."""
+    flags = cpu_flags() or set()
+    return [r for r in RECIPES if not r.flags_needed or flags & set(r.flags_needed)]
+
+
+def built_server(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION) -> Path | None:
+    """The folder of this CPU's build that passed its smoke test (or found no model to run it on), if any."""
+    for recipe in recipes_for_this_cpu():
+        home = build_dir(cache_dir, version, recipe)
+        if (home / "bin" / BINARY).is_file() and (home / SMOKE_FILE).is_file():
+            return home
+    return None
 
 
 def run_logged(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
@@ -95,8 +161,23 @@ def check_sdist(archive: Path, version: str) -> None:
                           f"not building a source that differs from the one this project checked")
 
 
+def patch_source(source: Path) -> list[str]:
+    """Apply :data:`PATCHES` to the vendored llama.cpp at ``source``; the files patched. EngineError if a
+    patched line is not found exactly once (a source other than the one the patch was written for)."""
+    done = []
+    for name, anchor, before in PATCHES:
+        path = source / name
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if text.count(anchor) != 1:
+            raise EngineError(f"cannot patch {name}: the line {anchor.strip()!r} occurs {text.count(anchor)} times "
+                              f"in this llama.cpp source, not once")
+        path.write_text(text.replace(anchor, before + anchor), encoding="utf-8")
+        done.append(name)
+    return done
+
+
 def _fetch_source(work: Path, version: str, log: Path) -> Path:
-    """Download and unpack the llama-cpp-python sdist; return its vendored llama.cpp directory."""
+    """Download, unpack and patch the llama-cpp-python sdist; return its vendored llama.cpp directory."""
     run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                 f"llama-cpp-python=={version}", "-d", str(work)], log,
                "building llama-server: downloading the llama-cpp-python sdist", work)
@@ -108,38 +189,127 @@ def _fetch_source(work: Path, version: str, log: Path) -> Path:
     source = work / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     if not (source / "tools" / "server").is_dir():
         raise EngineError(f"{archives[0].name} holds no vendored llama.cpp server at {source}")
+    with log.open("a") as out:
+        out.write(f"patched: {', '.join(patch_source(source))}\n")
     return source
+
+
+def _compile(source: Path, build: Path, recipe: Recipe, log: Path, jobs: int | None) -> Path:
+    """Configure and build ``llama-server`` from ``source`` into ``build`` as ``recipe`` says; the binary."""
+    cmake, generator = _tool("cmake"), (["-G", "Ninja"] if shutil.which("ninja") else [])
+    _tool("c++")
+    run_logged([cmake, "-S", str(source), "-B", str(build), *generator, *recipe.cmake_flags()], log,
+               "building llama-server: cmake configure", build.parent)
+    run_logged([cmake, "--build", str(build), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
+               log, "building llama-server: cmake build", build.parent)
+    built = next(iter(sorted(build.rglob(BINARY))), None)
+    if built is None or not built.is_file():
+        raise EngineError(f"the build finished but made no {BINARY}; log in {log}")
+    return built
+
+
+def smoke_model(cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The small GGUF a new build is started on (the offline 0.5B), or None where its package is missing."""
+    try:
+        return offline_gguf(SMOKE_MODEL, cache_dir)
+    except ModelLoadError as exc:
+        logger.warning("llama-server's smoke test needs the offline %s (%s); the build is kept untested", SMOKE_MODEL,
+                       str(exc).split(". ")[0])
+        return None
+
+
+def _smoke(binary: Path, model: Path | None, log: Path) -> Smoke:
+    if model is None:
+        return Smoke(True, f"not run: no small model ({SMOKE_MODEL}) installed")
+    return smoke_test(binary, model, log)
+
+
+def _say(log: Path, message: str) -> None:
+    """One line in the build log and on the terminal (a warning: the CLI shows warnings)."""
+    with log.open("a") as out:
+        out.write(message + "\n")
+    logger.warning("%s", message)
+
+
+def instruction_sets() -> str:
+    """The vector and matrix instruction sets this CPU announces, for messages (e.g. "amx_int8 avx512f ...")."""
+    flags = sorted(f for f in (cpu_flags() or ()) if f.startswith(("amx", "avx", "fma")))
+    return " ".join(flags) or f"unknown ({platform.machine()})"
+
+
+def _described(recipe: Recipe) -> str:
+    return "natively (-march=native)" if not recipe.name else f"without {recipe.turned_off} ({recipe.cflags})"
+
+
+def _failed(tried: list[tuple[Recipe, Smoke]], log: Path) -> EngineError:
+    how = "; ".join(f"built {_described(r)} it {s.reason}" for r, s in tried)
+    return EngineError(f"llama.cpp's llama-server does not run on this CPU: {how}, on its smoke test. The CPU "
+                       f"announces {instruction_sets()}. The engine features (serve-engine, --target-url runs, the "
+                       f"engine tests) need a server that runs; the build log is {log}")
+
+
+def _recheck(home: Path, model: Path | None, log: Path) -> Path | None:
+    """A build made before builds were smoke-tested: tested now; kept if it runs, else removed."""
+    seen = _smoke(home / "bin" / BINARY, model, log)
+    if seen.passed:
+        (home / SMOKE_FILE).write_text(seen.reason + "\n")
+        return home / "bin" / BINARY
+    _say(log, f"the llama-server cached in {home} {seen.reason} on its smoke test: removed, building again")
+    shutil.rmtree(home)
+    return None
+
+
+def _stage(built: Path, work: Path, recipe: Recipe, version: str) -> Path:
+    staged = work / f"staged-{recipe.name or 'native'}"
+    (staged / "bin").mkdir(parents=True)
+    shutil.copy2(built, staged / "bin" / BINARY)
+    patched = ", ".join(name for name, _, _ in PATCHES)
+    (staged / "VERSION").write_text(f"llama-cpp-python {version}\ncmake {' '.join(recipe.cmake_flags())}\n"
+                                    f"patched {patched}\nturned off: {recipe.turned_off or 'nothing'}\n")
+    return staged
+
+
+def _build(cache_dir: str | os.PathLike | None, version: str, jobs: int | None, log: Path) -> Path:
+    """Build the recipes worth trying here in order until one passes its smoke test; its binary."""
+    model, tried = smoke_model(cache_dir), []
+    recipes = recipes_for_this_cpu()
+    with tempfile.TemporaryDirectory(dir=log.parent, prefix=".build-") as tmp:
+        work, source = Path(tmp), None
+        for i, recipe in enumerate(recipes):
+            home = build_dir(cache_dir, version, recipe)
+            if (home / "bin" / BINARY).is_file() and (found := _recheck(home, model, log)) is not None:
+                return found
+            source = source or _fetch_source(work, version, log)
+            staged = _stage(_compile(source, work / f"build-{recipe.name or 'native'}", recipe, log, jobs),
+                            work, recipe, version)
+            seen = _smoke(staged / "bin" / BINARY, model, log)
+            if seen.passed:
+                (staged / SMOKE_FILE).write_text(seen.reason + "\n")
+                os.replace(staged, home)
+                if recipe.name:
+                    _say(log, f"llama-server: kept the build without {recipe.turned_off} ({home})")
+                return home / "bin" / BINARY
+            tried.append((recipe, seen))
+            if not seen.crashed or i + 1 == len(recipes):
+                break
+            _say(log, f"llama.cpp's llama-server built {_described(recipe)} {seen.reason} on its smoke test "
+                      f"(this CPU: {instruction_sets()}); rebuilding it without {recipes[i + 1].turned_off}")
+    raise _failed(tried, log)
 
 
 def llama_server_binary(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION,
                         jobs: int | None = None) -> Path:
-    """The path of a built ``llama-server``, building it first if the cache has none (about 8-10 min)."""
-    home = build_dir(cache_dir, version)
-    binary = home / "bin" / BINARY
-    if binary.is_file():
-        return binary
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(home.parent / f"{home.name}.lock"):
-        if binary.is_file():
-            return binary
-        cmake, generator = _tool("cmake"), (["-G", "Ninja"] if shutil.which("ninja") else [])
-        _tool("c++")
-        with tempfile.TemporaryDirectory(dir=home.parent, prefix=".build-") as tmp:
-            work = Path(tmp)
-            log = home.parent / f"{home.name}.log"
-            log.write_text("")
-            source = _fetch_source(work, version, log)
-            build = work / "build"
-            run_logged([cmake, "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], log,
-                       "building llama-server: cmake configure", work)
-            run_logged([cmake, "--build", str(build), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
-                       log, "building llama-server: cmake build", work)
-            built = next(iter(sorted(build.rglob(BINARY))), None)
-            if built is None or not built.is_file():
-                raise EngineError(f"the build finished but made no {BINARY}; log in {log}")
-            staged = work / "staged"
-            (staged / "bin").mkdir(parents=True)
-            shutil.copy2(built, staged / "bin" / BINARY)
-            (staged / "VERSION").write_text(f"llama-cpp-python {version}\ncmake {' '.join(CMAKE_FLAGS)}\n")
-            os.replace(staged, home)
-    return binary
+    """The path of a built ``llama-server`` that runs on this CPU, building and smoke-testing it first if
+    the cache has none (about 8-10 min; twice that where a native build dies and is rebuilt)."""
+    home = built_server(cache_dir, version)
+    if home is not None:
+        return home / "bin" / BINARY
+    base = build_dir(cache_dir, version)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(base.parent / f"{base.name}.lock"):
+        home = built_server(cache_dir, version)
+        if home is not None:
+            return home / "bin" / BINARY
+        log = base.parent / f"{base.name}.log"
+        log.write_text("")
+        return _build(cache_dir, version, jobs, log)
