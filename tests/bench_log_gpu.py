@@ -291,6 +291,7 @@ def _h100_break_even(key: str) -> list[dict[int, float | None]]:
 
 _CPU_MACHINES = (
     ("CPU, bf16 (avx512_bf16)", "cpu-costs-avx512-bf16.json"),
+    ("CPU, bf16 (Intel Xeon with AMX)", "cpu-costs-amx-bf16.json"),
     ("CPU, float32, kernels capped at AVX2 (emulated)", "cpu-costs-avx2emu-fp32.json"),
 )
 

@@ -10,6 +10,7 @@ gives it, rounded as the log writes it. The sources live in one module a part of
 
 from __future__ import annotations
 
+import bench_log_amx
 import bench_log_cpu_a
 import bench_log_cpu_b
 import bench_log_engine_a
@@ -22,6 +23,7 @@ from figure_check import line_figures
 
 PARTS = [
     bench_log_front,
+    bench_log_amx,
     bench_log_engine_a,
     bench_log_engine_b,
     bench_log_verifiers,

@@ -167,3 +167,18 @@ def test_the_amx_tile_configuration_patch_goes_in_once_or_refuses(tmp_path):
     with pytest.raises(EngineError, match="occurs 0 times"):
         target.write_text("nothing to patch\n")
         build.patch_source(tmp_path)
+
+
+def test_the_build_comparison_reads_each_server_s_own_timings(tmp_path):
+    """benchmarks/engine_builds.py against a stand-in server: the prefill and one-row figures are the server's
+    own timings, four rows are tokens over wall time."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from engine_builds import measure
+
+    from lookahead_reasoning.runtime.engine.process import free_port
+
+    timed = SERVES.replace('self._send({"content": " 42"})', 'self._send({"content": " 42", "tokens_predicted": 8, '
+                           '"tokens_evaluated": 460, "timings": {"prompt_per_second": 97.5, "predicted_per_second": 9.5}})')
+    got = measure(str(_stand_in(tmp_path / "server", timed)), tmp_path / "m.gguf", free_port(), 8)
+    assert got["prefill_tps"] == 97.5 and got["decode_tps"] == 9.5 and got["prompt_tokens"] == 460
+    assert got["rows4_tps"] > 0

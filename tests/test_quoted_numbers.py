@@ -286,7 +286,7 @@ def test_the_break_even_table_is_what_theory_breakeven_gives_on_each_committed_t
     def shown(points: dict) -> tuple[str, str]:
         return tuple("never" if points[k] is None else f"{points[k]:.2f}" for k in (1, 2))
 
-    for name in ("cpu-costs-avx512-bf16.json", "cpu-costs-avx2emu-fp32.json"):
+    for name in ("cpu-costs-avx512-bf16.json", "cpu-costs-amx-bf16.json", "cpu-costs-avx2emu-fp32.json"):
         t = CostTable.from_json(json.loads((RESULTS / name).read_text(encoding="utf-8"))["table"])
         target, draft = (lambda r, n: t.target.seconds(r, n, 300)), (lambda r, n: t.draft.seconds(r, n, 300))
         k1, k2 = shown(break_even(*rates, Machine(target, draft)).alpha1)

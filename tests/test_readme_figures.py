@@ -26,6 +26,7 @@ from bench_log import (
     alpha1_pooled,
     bank_share,
     cache_off_ratios,
+    cost_points,
     foreign_steps,
     gpu,
     h100_machine,
@@ -93,6 +94,12 @@ def _points(name: str) -> dict[int, dict[int, float]]:
     return {int(r): {int(n): s for n, s in row.items()} for r, row in points.items()}
 
 
+def cpu_beta(name: str) -> float:
+    """T(2, 1) / T(1, 1) of a committed CPU cost table, as its points measured it."""
+    points = cost_points(name)
+    return points[2][1] / points[1][1]
+
+
 def _pays_above(target: str, key: str) -> str:
     point = break_even(*pair_step_rates(), h100_machine(target, key)).alpha1[1]
     return "none" if point is None else f"{point:.2f}"
@@ -137,6 +144,11 @@ SOURCES: list[Source] = [
     # the engine against this library's loops (GSM8K train 400-409)
     ("the engine's plain decoding alone runs", "7.5x",
      lambda: f"{tps('engine-llamacpp-avx512-cpu.jsonl', 'ar') / tps('engine-scale-pytorch-cpu.jsonl', 'ar'):.1f}x"),
+    ("the engine's plain decoding alone runs", "3.1x",
+     lambda: f"{tps('engine-llamacpp-amx-cpu.jsonl', 'ar') / tps('auto-bf16-amx-cpu.jsonl', 'ar'):.1f}x"),
+    # what a second row costs PyTorch in bf16 (the committed cost tables of both bf16 CPUs)
+    ("a second row of one token costs nothing more", "0.95", lambda: f"{cpu_beta('avx512-bf16'):.2f}"),
+    ("a second row of one token costs nothing more", "0.92", lambda: f"{cpu_beta('amx-bf16'):.2f}"),
     # the GPU paragraph: the H100's files
     *[("On one H100", value, fn) for value, fn in (
         ("24.2", lambda: f"{gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-0.5b']['eager_ar_ms']:.1f}"),
