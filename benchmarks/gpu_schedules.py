@@ -413,16 +413,16 @@ def profile_section(call: Call) -> dict:
     decode(session, call.plan.warm, vocab)
     made, forwards = (lm.fast.compiles, lm.fast.captures), []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if call.device.type == "cuda" else [])
-    with lm.metered(lambda t: forwards.append((t.rows, t.n))):
+    with lm.metered(lambda t: forwards.append((t.rows, t.n, t.cached))):
         with profile(activities=activities) as prof:
             decode(session, 1, vocab)
             sync(call.device)
-    why = replayed_step(lm, made, forwards)
+    why = replayed_step(lm, made, [f[:2] for f in forwards])
     if why is not None:
         raise RuntimeError(f"not a replay: {why}")
     launches = sum(1 for e in prof.events() if e.name == "cudaGraphLaunch")
     out = {"shape": SHAPES[0], "backend": CANDIDATE[0], "attention": CANDIDATE[1], "ran": lm.fast.config.backend,
-           "cached": call.plan.profile_at + call.plan.warm, "columns": span(call.plan.profile_at + call.plan.warm + 1),
+           "cached": forwards[0][2], "columns": attended_columns(sum(forwards[0][1:]), lm.fast.arena.shape.length),
            "replayed": True, "graph_launches": launches, **kernel_summary(prof, 1, call.device)}
     print(f"[profile] {out['ran']}: {out['kernels_per_forward']:.0f} kernels, "
           f"{out['gpu_busy_ms_per_forward']:.2f} ms busy, {launches} graph launches", flush=True)

@@ -125,8 +125,10 @@ def _like_a_gpu(monkeypatch):
     (there the default is CUDA graphs): a check whose reference forgot ``fast_path="off"`` compares the compiled
     path with itself here too."""
     import lookahead_reasoning.generator as generator
+    import lookahead_reasoning.runtime.lm as lm
 
-    monkeypatch.setattr(generator, "default_backend", lambda device: "rehearsed-graphs")
+    for module in (generator, lm):  # where the generator asks, and where the model puts itself on the path
+        monkeypatch.setattr(module, "default_backend", lambda device: "rehearsed-graphs")
 
 
 def test_the_gpu_call_runs_end_to_end_on_the_cpu(tmp_path, capsys, monkeypatch):
