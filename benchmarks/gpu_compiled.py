@@ -5,8 +5,8 @@ No weights travel to a GPU machine: every model is drawn there with random weigh
 
 1. ``env``: the GPU, torch and transformers, and whether ``torch.compile`` works there.
 2. ``lossless``: tiny float32 models (the draft a perturbed copy of the target) on the GPU, greedy:
-   every mode on the compiled path writes the eager path's tokens; then a warm 256-token ``lr-sd``
-   run records no new CUDA graph.
+   every mode on the compiled path writes the tokens of the eager loops on the same GPU (``reference``,
+   made with ``fast_path="off"``); then a warm 256-token ``lr-sd`` run records no new CUDA graph.
 3. ``shapes``: per shape, eager and compiled: greedy AR's milliseconds per token after a 300-token
    prompt (``*_ar_ms``, the prompt's forward included, as the committed runs measured it; ``*_decode_ms``,
    decoding alone), the seconds to record the graphs, T(R, n) for R 1-8 and n 1-16 on the compiled path
@@ -31,10 +31,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 import traceback
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -65,40 +67,76 @@ PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold ha
 
 
 class Budget:
-    def __init__(self, seconds: float):
-        self.start, self.seconds = time.perf_counter(), seconds
+    """The seconds left of a call's ``seconds``, on a clock started at ``start`` (``time.perf_counter``;
+    default: now). A script run as a command starts it before its heavy imports, so that they count."""
+
+    def __init__(self, seconds: float, start: float | None = None):
+        self.start = time.perf_counter() if start is None else start
+        self.seconds = seconds
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
 
     def left(self) -> float:
-        return self.seconds - (time.perf_counter() - self.start)
+        return self.seconds - self.spent()
+
+
+class Skip(Exception):
+    """A step that cannot run here (the model does not fit, nothing to time): recorded as skipped, with this message."""
 
 
 class Report:
-    """The JSON file, written again after every section."""
+    """The JSON file, written whole after every step (a temporary file renamed over it, so that a call cut
+    short leaves the last complete file). Each step's entry has a ``status``: "ok", "failed" (with its
+    ``error``) or "skipped" (with its ``message``); ``budget`` keeps every check of the budget."""
 
-    def __init__(self, path: str, budget: Budget, data: dict):
-        self.path, self.budget, self.data = path, budget, data
+    def __init__(self, path: str | Path, budget: Budget, data: dict):
+        self.path, self.budget, self.data = Path(path), budget, data
+        data["budget"] = {"budget_s": budget.seconds, "checks": []}
 
     def save(self) -> None:
-        self.data["total_s"] = round(time.perf_counter() - self.budget.start, 1)
-        with open(self.path, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh, indent=1)
+        self.data["total_s"] = round(self.budget.spent(), 1)
+        self.data["budget"].update(spent_s=round(self.budget.spent(), 1), left_s=round(self.budget.left(), 1))
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.write_text(json.dumps(self.data, indent=1), encoding="utf-8")
+        os.replace(temporary, self.path)
 
-    def section(self, into: dict, name: str, needs_s: float, fn: Callable[[], Any]) -> Any:
-        """Run one section into ``into[name]``, recording its error or its skipping, then save."""
-        if self.budget.left() < needs_s:
-            into[name] = {"skipped": f"{self.budget.left():.0f} s left, the section needs about {needs_s:.0f} s"}
-            print(f"[{name}] skipped: {into[name]['skipped']}", flush=True)
+    def section(self, into: dict, name: str, needs_s: float, fn: Callable[[], dict], label: str | None = None) -> dict:
+        """Run one step into ``into[name]`` if the budget has ``needs_s`` seconds left, recording its status,
+        its seconds and the check (``label``: the step's name in the checks, ``name`` by default), then save."""
+        left = self.budget.left()
+        check = {"step": label or name, "left_s": round(left, 1), "needs_s": round(needs_s, 1)}
+        self.data["budget"]["checks"].append(check)
+        if left < needs_s:
+            into[name] = {"status": "skipped",
+                          "message": f"{max(left, 0):.0f} s left, the step needs about {needs_s:.0f} s"}
         else:
             start = time.perf_counter()
-            try:
-                into[name] = fn()
-            except Exception as exc:  # noqa: BLE001 - one failing section must not lose the others
-                into[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
-                print(f"[{name}] failed: {type(exc).__name__}: {exc}", flush=True)
-            if isinstance(into[name], dict):
-                into[name]["section_s"] = round(time.perf_counter() - start, 2)
+            into[name] = _outcome(fn)
+            check["took_s"] = into[name]["section_s"] = round(time.perf_counter() - start, 2)
+        if into[name]["status"] != "ok":
+            print(f"[{label or name}] {into[name]['status']}: {into[name].get('error') or into[name].get('message')}",
+                  flush=True)
         self.save()
         return into[name]
+
+
+def _outcome(fn: Callable[[], dict]) -> dict:
+    """``fn``'s dict with ``status`` "ok", or the status and reason it did not give one."""
+    try:
+        out = fn()
+    except Skip as why:
+        return {"status": "skipped", "message": str(why)}
+    except Exception as exc:  # noqa: BLE001 - one failing step must not lose the others
+        return {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:2000]}",
+                "traceback": traceback.format_exc()[-3000:]}
+    return {"status": "ok", **out}
+
+
+def overall(entries: Iterable[dict]) -> str:
+    """A group of steps' status: "failed" or "skipped" when every step was, else "ok" (each keeps its own)."""
+    statuses = {e.get("status") for e in entries}
+    return statuses.pop() if statuses in ({"failed"}, {"skipped"}) else "ok"
 
 
 def env(device: torch.device) -> dict:
@@ -126,31 +164,76 @@ def fast(backend: str, rows: int = 8, length: int = 1024, **fields: Any) -> Fast
 
 
 def lossless(device: torch.device, backends: tuple[str, ...]) -> dict:
-    """Greedy tokens of every mode on the compiled path against the eager path (tiny float32 models)."""
+    """Greedy and sampled tokens of every mode on the compiled path against the eager loops' (tiny float32
+    models on ``device``): ``reference``, then ``all_same`` and the rest per backend (:func:`lossless_config`)."""
+    target, draft, prompt = lossless_models(device)
+    out: dict[str, Any] = {"reference": lossless_reference(target, draft, prompt)}
+    for backend in backends:
+        out[backend] = lossless_config(target, draft, prompt, out["reference"], fast(backend))
+    return out
+
+
+def lossless_models(device: torch.device) -> tuple[LM, LM, list[int]]:
+    """The lossless check's target, its draft (a perturbed copy) and prompt: tiny float32 models on ``device``."""
     target = LM.from_loaded(tiny_model("qwen2", seed=0, device=device, layers=4, hidden=128))
     draft = perturbed_copy(target, 0.3, seed=1)
-    prompt = target.prompt_ids("Ann has 3 apples and buys 4 more. How many apples does she have?")
-    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2)
-    reference = [gen.generate(prompt, mode=mode, max_new_tokens=96, **kw).token_ids for mode, kw in LOSSLESS]
-    out: dict[str, Any] = {}
-    for backend in backends:
-        target.use_fast_path(fast(backend))
-        draft.use_fast_path(fast(backend))
-        same = {}
-        for (mode, kw), ref in zip(LOSSLESS, reference):
-            label = mode + "".join(f"@{k}{v}" if k != "sampling" else f"@t{v.temperature}" for k, v in kw.items())
-            same[label] = gen.generate(prompt, mode=mode, max_new_tokens=96, **kw).token_ids == ref
-        gen.generate(prompt, mode="lr-sd", max_new_tokens=256)  # its attention widths recorded
-        made = target.fast.captures + target.fast.compiles + draft.fast.captures + draft.fast.compiles
-        gen.generate(prompt, mode="lr-sd", max_new_tokens=256)
-        again = target.fast.captures + target.fast.compiles + draft.fast.captures + draft.fast.compiles
-        out[backend] = {"same_tokens": same, "all_same": all(same.values()), "graphs_made": made,
-                        "graphs_made_by_a_warm_256_token_lr_sd_run": again - made}
-        print(f"[lossless] {backend}: {'all the same' if all(same.values()) else same}; "
-              f"{made} graphs, {again - made} more in a warm lr-sd run", flush=True)
-    target.use_fast_path(None)
-    draft.use_fast_path(None)
+    return target, draft, target.prompt_ids("Ann has 3 apples and buys 4 more. How many apples does she have?")
+
+
+def mode_label(mode: str, kw: dict) -> str:
+    return mode + "".join(f"@{k}{v}" if k != "sampling" else f"@t{v.temperature}" for k, v in kw.items())
+
+
+def path_of(lm: LM) -> str:
+    """How ``lm``'s forwards run now: "off" (the eager loops over a DynamicCache) or backend/attention."""
+    return "off" if lm.fast is None else f"{lm.fast.config.backend}/{lm.fast.config.attention}"
+
+
+def lossless_reference(target: LM, draft: LM, prompt: list[int], modes: tuple = LOSSLESS, tokens: int = 96) -> dict:
+    """Every mode's tokens from the eager loops on the models' own device: a generator made with
+    ``fast_path="off"`` (without it a generator puts models on a GPU on the compiled path, and the
+    reference would be what it is checking). ``ran`` says how each model's forwards ran."""
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path="off")
+    out = {mode_label(mode, kw): gen.generate(prompt, mode=mode, max_new_tokens=tokens, **kw).token_ids
+           for mode, kw in modes}
+    print(f"[lossless] the eager loops' tokens on {target.device}: {len(out)} modes", flush=True)
+    return {"fast_path": "off", "device": str(target.device), "max_new_tokens": tokens, "tokens": out,
+            "ran": {"target": path_of(target), "draft": path_of(draft)}}
+
+
+def lossless_config(target: LM, draft: LM, prompt: list[int], reference: dict, config: FastPathConfig,
+                    modes: tuple = LOSSLESS, again: int = 256) -> dict:
+    """Every mode's tokens on the compiled path ``config`` against ``reference``'s (:func:`lossless_reference`,
+    the same ``modes``): ``same_tokens`` per mode, where the first differs, ``all_same``; then (``again`` > 0)
+    the graphs or compiles a warm ``again``-token lr-sd run still makes (none, once its shapes were seen)."""
+    gen = LookaheadGenerator(target=target, draft=draft, verifier="exact", k=2, fast_path=config)
+    try:
+        same, first = {}, {}
+        for mode, kw in modes:
+            label = mode_label(mode, kw)
+            tokens = gen.generate(prompt, mode=mode, max_new_tokens=reference["max_new_tokens"], **kw).token_ids
+            same[label] = tokens == reference["tokens"][label]
+            if not same[label]:
+                first[label] = next((i for i, (a, b) in enumerate(zip(tokens, reference["tokens"][label])) if a != b),
+                                    min(len(tokens), len(reference["tokens"][label])))
+        out = {"ran": path_of(target), "same_tokens": same, "first_difference": first, "all_same": all(same.values()),
+               "graphs_made": graphs_made(target, draft)}
+        if again:
+            gen.generate(prompt, mode="lr-sd", max_new_tokens=again)  # its attention widths recorded
+            before = graphs_made(target, draft)
+            gen.generate(prompt, mode="lr-sd", max_new_tokens=again)
+            out["graphs_made_by_a_warm_lr_sd_run"] = graphs_made(target, draft) - before
+    finally:
+        target.use_fast_path(None)
+        draft.use_fast_path(None)
+    print(f"[lossless] {out['ran']}: {'all the same' if out['all_same'] else first}; {out['graphs_made']} graphs",
+          flush=True)
     return out
+
+
+def graphs_made(*lms: LM) -> int:
+    """Graphs recorded and compiled so far by these models' compiled paths."""
+    return sum(lm.fast.captures + lm.fast.compiles for lm in lms if lm.fast is not None)
 
 
 def shared_vocab(lm: LM) -> int:
@@ -256,17 +339,25 @@ def kernel_profile(lm: LM, forwards: int = 5) -> dict:
             for i in range(forwards):
                 session.extend(0, [110 + i])
                 session.logits()
-        rows = prof.key_averages()
-        busy = sum(getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)) for r in rows)
-        top = sorted(rows, key=lambda r: -getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)))
-        out[backend] = {"kernels_per_forward": sum(r.count for r in rows) / forwards,
-                        "gpu_busy_ms_per_forward": busy / forwards / 1000,
-                        "top": [(r.key[:80], r.count // forwards,
-                                 getattr(r, "self_device_time_total", getattr(r, "self_cuda_time_total", 0)) / forwards / 1000)
-                                for r in top[:12]]}
+        out[backend] = kernel_summary(prof, forwards, lm.device)
     print(f"[kernels] {lm.name}: " + "; ".join(f"{b}: {v['kernels_per_forward']:.0f} kernels, "
                                               f"{v['gpu_busy_ms_per_forward']:.2f} ms busy" for b, v in out.items()), flush=True)
     return out
+
+
+def kernel_summary(prof: Any, forwards: int, device: torch.device) -> dict:
+    """A torch.profiler run of ``forwards`` forwards, per forward: the device's kernels (on a CPU, the operators
+    run), the milliseconds the device was busy in them, and the twelve that took longest (name, calls, ms)."""
+    def busy_us(row: Any) -> float:
+        if device.type != "cuda":
+            return row.self_cpu_time_total
+        return getattr(row, "self_device_time_total", getattr(row, "self_cuda_time_total", 0))
+
+    rows = [r for r in prof.key_averages() if device.type != "cuda" or busy_us(r) > 0]
+    top = sorted(rows, key=lambda r: -busy_us(r))
+    return {"kernels_per_forward": sum(r.count for r in rows) / forwards,
+            "gpu_busy_ms_per_forward": sum(busy_us(r) for r in rows) / forwards / 1000,
+            "top": [(r.key[:80], r.count // forwards, busy_us(r) / forwards / 1000) for r in top[:12]]}
 
 
 def measure_shape(lm: LM, backend: str, rehearse: bool) -> dict:

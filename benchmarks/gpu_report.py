@@ -13,6 +13,8 @@
    measured acceptance and at the paper's step acceptance, and the plan mode ``auto`` would pick.
 6. The map: the step acceptance alpha1 above which an LR plan beats every plan without drafted steps,
    per target size, eager and compiled (``--plot``).
+
+Given the file of a ``gpu_schedules.py`` call instead, it prints that call's tables (``gpu_schedules.py --report``).
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ def main() -> None:
     ap.add_argument("--plot", help="write the map of where the step layer pays here (PNG)")
     args = ap.parse_args()
     data = json.load(open(args.result, encoding="utf-8"))
+    if "contexts" in data:  # a gpu_schedules.py call's file: the tables its --report prints
+        from gpu_schedules import SCHEDULES, print_report
+
+        print_report(data, SCHEDULES)
+        return
     shapes = {n: s for n, s in data["shapes"].items() if "points" in s}
     print(f"{data['env'].get('name', data['env']['device'])}, torch {data['env']['torch']}, "
           f"transformers {data['env']['transformers']}, backend {data['backend']}\n")
