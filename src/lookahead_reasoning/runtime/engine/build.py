@@ -15,7 +15,7 @@ machine of another kind, or a build that kept them, never finds it.
 matrix kernels in. Built by GCC 12 (Debian 12's compiler) at ``-O3`` they died at the first prompt
 with an illegal instruction (``tilezero``): GCC 12's ``_tile_loadconfig`` tells the optimiser that the
 instruction reads 8 bytes of the 64-byte tile configuration, so the stores of the tiles' rows and
-widths were dropped as dead, ``ldtilecfg`` loaded a configuration of empty tiles, and an AMX
+byte counts per row were dropped as dead, ``ldtilecfg`` loaded a configuration of empty tiles, and an AMX
 instruction on an unconfigured tile raises #UD. :data:`PATCHES` adds one line before that load telling
 the compiler the whole configuration is read, which keeps the AMX path (the fast one) working. Should
 a native build still die on its smoke test, it is rebuilt without the AMX kernels
