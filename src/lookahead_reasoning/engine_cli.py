@@ -28,7 +28,7 @@ import time
 from .bench.engine import EngineBench, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
 from .bench.pairs import KeepNone, PairRecorder, run_pairs
-from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
+from .engine_runtime import ENGINE_MODES, EngineRuntime, check_scheme, engine_verifier, is_url
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
 from .options import check_max_new_tokens
@@ -82,9 +82,18 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     p.set_defaults(engine_options={a.dest: (a.option_strings[0], a.default) for a in only})
 
 
+URL_DESTS = {"target_url": "--target-url", "draft_url": "--draft-url", "sd_url": "--sd-url", "ngram_url": "--ngram-url",
+             "scorer": "--scorer", "judge_url": "--judge-url"}
+
+
 def refuse_engine_options(args: argparse.Namespace) -> None:
     """ConfigError naming every engine option a command got without ``--target-url``: it would be ignored,
-    since the run loads its models in this process."""
+    since the run loads its models in this process; and naming a URL option whose scheme is not http(s)."""
+    for dest, flag in URL_DESTS.items():
+        value = getattr(args, dest, None)
+        check_scheme(value, flag)  # --scorer may name a model; every other is an engine's URL
+        require(value is None or dest == "scorer" or is_url(value), f"{flag} {value!r}: an engine's URL starts with "
+                "http:// or https://")
     if getattr(args, "target_url", None) or not hasattr(args, "engine_options"):
         return
     given = [flag for name, (flag, default) in args.engine_options.items() if getattr(args, name) != default]

@@ -12,7 +12,8 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS
 from .datasets import DEFAULT_DATASET, load_dataset
 from .report import by_verifier, fidelity_table, load_results, markdown_table, plot, summarize
 from .results import as_paths
-from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
+from .runner import (ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, parse_modes, run_bench,
+                     shard_path)
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +49,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
 
-    spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
+    modes = parse_modes(args.modes)  # an option none of them reads is refused, the decoding numbers checked here
+    spec = generator_spec(args, [parse_mode(m)[0] for m in modes])
     spec.check()
     config = BenchConfig(
         dataset=args.dataset, out=args.out, modes=args.modes, limit=args.limit, offset=args.offset,

@@ -119,7 +119,7 @@ class ModeRunner:
                 settings = dataclasses.replace(settings, draft=None, draft_quantize=None)
             ours = [parse_mode(m)[0] for m in config.modes if parse_mode(m)[0] in OUR_MODES]
             if ours and "auto" not in ours:  # the generator checks its settings against a mode the run uses
-                settings = dataclasses.replace(settings, mode=ours[0])
+                settings = dataclasses.replace(settings, mode=next((m for m in ours if m in STEP_MODES), ours[0]))
             generator = settings.build()
         self.gen = generator
         check_fits_context(generator.target.model, config.max_new_tokens)
@@ -135,8 +135,8 @@ class ModeRunner:
 
     def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
 
-        # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
-        gamma = gamma or ((self.gen.gamma or NGRAM_GAMMA) if base == "hf-lookup" else None)
+        # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN or --gamma
+        gamma = gamma or self.gen.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
         peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
                 else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
         return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.sampling, seed=seed)
