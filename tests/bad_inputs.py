@@ -54,6 +54,7 @@ def sentinels():
     """Every place a case must not reach before a refusal, replaced by a sentinel (for the ``with`` block)."""
     import httpx
     import transformers
+    from huggingface_hub import constants as hub_constants
 
     import lookahead_reasoning
     from lookahead_reasoning import generator
@@ -69,6 +70,7 @@ def sentinels():
     for cls in (transformers.AutoModelForCausalLM, transformers.AutoModel):
         mp.set(cls, "from_pretrained", _stop("load"))
     mp.set(embedding.EmbeddingVerifier, "_load", _stop("load"))
+    mp.set(hub_constants, "HF_HUB_OFFLINE", True)  # a hub lookup is a request: a name not on disk fails at once
     mp.set(httpx.Client, "send", _stop("request"))
     mp.set(httpx.AsyncClient, "send", _async_stop("request"))
     for cls in (process.ServerProcess, llamacpp.LlamaServer, vllm.VLLMServer):
@@ -168,6 +170,15 @@ class View:
         """Local ``name`` of the innermost frame (of ``function``, when given) that has it."""
         for fn, local in self.reached.frames:
             if name in local and (function is None or fn == function):
+                return local[name]
+        return default
+
+    def gen_local(self, name: str, default: Any = None) -> Any:
+        """Local ``name`` of the frame that builds a LookaheadGenerator (its ``__init__``)."""
+        from lookahead_reasoning import LookaheadGenerator
+
+        for fn, local in self.reached.frames:
+            if fn == "__init__" and isinstance(local.get("self"), LookaheadGenerator) and name in local:
                 return local[name]
         return default
 

@@ -26,6 +26,7 @@ from lookahead_reasoning.planning.auto import auto_token_sd
 from lookahead_reasoning.presets import MODE_READS, STEP_MODES
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.settings import Settings
+from lookahead_reasoning.verifiers.options import VerifierSettings
 
 
 @dataclass
@@ -41,19 +42,22 @@ class Plan:
 def plans(view: View) -> list[Plan]:
     """The plans a case would run: the generator's mode (a benchmark: each of its modes), or the loop's own
     arguments where the case reached the loop."""
-    if view.what == "loop":
-        settings = view.local("settings")
-        policy = view.local("policy", "decode")
-        return [Plan(getattr(policy, "mode", "auto") if policy else "auto", settings, policy, False)]
+    if view.what == "loop":  # decode(pair, ids, verifier, settings, policy, ...), or auto's planning
+        args = view.reached.detail[0]
+        if len(args) >= 5:
+            return [Plan(args[4].mode, args[3], args[4], False)]
+        return [Plan("auto", view.local("settings", "_generate_auto"), None, False)]
     runtime = view.local("settings", "generate")
     if view.what == "request" and isinstance(runtime, Settings):  # generate() over an engine: its call
         mode = view.local("mode", "generate")
         return [Plan(mode, runtime, engine_policy(mode, runtime, view.local("k", "generate")), True)]
     gen, engine = view.gen, view.what == "request"
     settings = gen.settings if gen is not None else view.find(Settings)
-    config = view.local("config", "run_bench") or view.local("config", "__init__")
-    modes = [m.split("@")[0] for m in config.modes] if hasattr(config, "modes") else [gen.mode if gen else "ar"]
-    return [plan_of(mode, settings, gen.k if gen is not None else None, engine) for mode in modes]
+    config = view.local("config", "run_bench") or view.local("bench", "run_bench_over_engine")
+    modes = [m.split("@")[0].removesuffix("-async") for m in config.modes] if config else [gen.mode if gen else "ar"]
+    over_engine = {"sd": "ar", "ngram": "ar", "lr-sd": "lr"}  # the engine's own SD is a plain request here
+    return [plan_of(over_engine.get(mode, mode) if engine else mode, settings, gen.k if gen is not None else None,
+                    engine) for mode in modes]
 
 
 def plan_of(mode: str, settings: Settings, k: int | None, engine: bool) -> Plan:
@@ -97,7 +101,10 @@ def _steps(field: str) -> Callable[[Plan, Any], bool]:
 
 
 def _token_sd(field: str) -> Callable[[Plan, Any], bool]:
-    return lambda p, v: p.mode in ("lr-sd", "auto") and getattr(p.settings.token_sd, field) == (None if v == "none" else v)
+    def check(p: Plan, v: Any) -> bool:
+        token_sd = auto_token_sd(p.settings.token_sd, PlannerConfig()) if p.mode == "auto" else p.settings.token_sd
+        return p.mode in ("lr-sd", "auto") and getattr(token_sd, field) == (None if v == "none" else v)
+    return check
 
 
 def _sampling(field: str) -> Callable[[Any, View], bool]:
@@ -108,9 +115,12 @@ def _sampling(field: str) -> Callable[[Any, View], bool]:
 
 
 def _verifier(field: str) -> Callable[[Any, View], bool]:
+    """A verifier option: in the verifier's settings the run holds (the generator's, a benchmark's), with a mode
+    that verifies steps."""
     def check(value: Any, view: View) -> bool:
-        settings = view.local("verifier", "__init__")
-        return any(p.mode in STEP_MODES for p in plans(view)) and getattr(settings, field, None) == value
+        held = [view.gen_local("verifier"), getattr(_bench_config(view), "verifier", None)]
+        return any(p.mode in STEP_MODES for p in plans(view)) and any(
+            isinstance(v, VerifierSettings) and getattr(v, field) == value for v in held)
     return check
 
 
@@ -168,9 +178,9 @@ HONOURED: dict[str, Callable[[Any, View], bool]] = {
     "reprofile": lambda value, view: view.gen.mode == "auto" and view.gen.planner.reprofile == value,
     "target": lambda value, view: view.loaded[0][:1] == (value,),
     "model": lambda value, view: view.loaded[0][:1] == (value,),
-    "draft": lambda value, view: view.local("draft", "__init__") == value and any(
+    "draft": lambda value, view: view.gen_local("draft") == value and any(
         "draft" in MODE_READS[p.mode] for p in plans(view)),
-    "draft_quantize": lambda value, view: (view.local("precision", "__init__") or {}).get("draft") == DRAFT_PRECISION[
+    "draft_quantize": lambda value, view: (view.gen_local("precision") or {}).get("draft") == DRAFT_PRECISION[
         None if value == "none" else value],
     "dtype": _loaded("dtype"),
     "device": _loaded("device"),
@@ -182,7 +192,7 @@ HONOURED: dict[str, Callable[[Any, View], bool]] = {
                                         "verbose", "no_progress", "report", "build_only")},
     "html": lambda value, view: Path(value).is_file(),  # checked writable (made) before any model loads
     "target_url": _request_to,
-    "draft_url": lambda value, view: view.local("draft", "__init__") == value,
+    "draft_url": lambda value, view: view.gen_local("draft", view.local("draft", "__init__")) == value,
     "target_model": _engine_name("target_model"),
     "draft_model": _engine_name("draft_model"),
     "template": _engine_name("template"),
@@ -192,8 +202,9 @@ HONOURED: dict[str, Callable[[Any, View], bool]] = {
 
 # The same option name read elsewhere by another command: (command, name) -> its predicate.
 PER_COMMAND: dict[tuple[str, str], Callable[[Any, View], bool]] = {
-    **{("bench", name): _bench(name) for name in ("out", "limit", "offset", "sample", "samples", "seed", "on_error",
+    **{("bench", name): _bench(name) for name in ("out", "limit", "offset", "sample", "samples", "on_error",
                                                    "max_new_tokens", "concurrency")},
+    ("bench", "seed"): lambda value, view: getattr(_bench_config(view), "seed", plans(view)[0].settings.seed) == value,
     ("bench", "dataset"): _bench("dataset"),
     ("bench", "modes"): lambda value, view: tuple(_bench_config(view).modes) == tuple(
         m.strip() for m in value.split(",") if m.strip()),
@@ -203,6 +214,64 @@ PER_COMMAND: dict[tuple[str, str], Callable[[Any, View], bool]] = {
     plans(view)[0].settings.max_new_tokens == value,
     ("generate", "seed"): lambda value, view: _parsed("seed")(value, view),
 }
+
+
+def _servers(check: Callable[[dict, Any], bool]) -> Callable[[Any, View], bool]:
+    return lambda value, view: check(view.local("servers", "_prepare"), value)
+
+
+def _llama(servers: dict, field: str, value: Any) -> bool:
+    return all(getattr(s.config, field) == value for s in servers.values() if s.config.engine == "llama.cpp")
+
+
+def _task(value: Any, view: View) -> bool:
+    """``eval``'s --gsm8k, --gsm8k-offset and --gsm8k-limit: the problems in the task folder the harness gets."""
+    ours, folder = view.local("ours", "main"), view.local("folder", "main")
+    lines = [line for line in Path(ours.gsm8k).read_text(encoding="utf-8").splitlines() if line.strip()]
+    end = None if ours.gsm8k_limit is None else ours.gsm8k_offset + ours.gsm8k_limit
+    return (Path(folder) / "problems.jsonl").read_text(encoding="utf-8").splitlines() == lines[ours.gsm8k_offset:end]
+
+
+def _any_verifier_settings(field: str) -> Callable[[Any, View], bool]:
+    """A verifier option of the ``verifiers`` command: in the settings of some entry (loaded, or judging)."""
+    def check(value: Any, view: View) -> bool:
+        found = [v for _, local in view.reached.frames for v in local.values() if isinstance(v, VerifierSettings)]
+        found += [v for _, local in view.reached.frames for d in local.values() if isinstance(d, dict)
+                  for v in d.values() if isinstance(v, VerifierSettings)]
+        return any(getattr(v, field) == value for v in found)
+    return check
+
+
+PER_COMMAND.update({
+    ("pairs", "dataset"): lambda value, view: view.local("dataset", "run_pairs") == value,
+    ("pairs", "offset"): lambda value, view: view.local("offset", "run_pairs") == value,
+    ("pairs", "limit"): lambda value, view: view.local("limit", "run_pairs") == value,
+    ("pairs", "out"): lambda value, view: view.local("path", "run_pairs") == Path(value),
+    ("pairs", "gamma"): lambda value, view: (view.gen.settings.token_sd.target, view.gen.settings.token_sd.gamma) == (
+        "draft", value),
+    ("pairs", "no_target_sd"): lambda value, view: (view.gen.settings.token_sd.target is None) == value,
+    **{("flips", name): _parsed(name) for name in ("pairs", "out", "sample", "seed", "max_new_tokens")},
+    ("score-pairs", "pairs"): _parsed("pairs"),
+    ("score-pairs", "out"): lambda value, view: Path(value).is_file(),
+    **{("verifiers", name): _parsed(name) for name in ("pairs", "verifiers", "limit", "flips")},
+    ("verifiers", "out"): lambda value, view: view.what != "done" or Path(value).is_file(),
+    **{("verifiers", name): _any_verifier_settings(name) for name in ("judge_model", "judge_dtype", "judge_url",
+                                                                      "judge_name", "judge_timeout")},
+    ("report", "results"): lambda value, view: view.what == "done" and "|" in view.outcome.out,
+    ("report", "no_plots"): lambda value, view: view.what == "done" and "plot:" not in view.outcome.out,
+    ("report", "plots"): lambda value, view: Path(value).is_dir(),
+    ("serve-engine", "engine"): _servers(lambda servers, value: servers["target"].config.engine == value),
+    ("serve-engine", "draft_engine"): _servers(lambda servers, value: servers["draft"].config.engine == value),
+    ("serve-engine", "target"): _servers(lambda servers, value: servers["target"].config.model == value),
+    ("serve-engine", "draft"): _servers(lambda servers, value: servers["draft"].config.model == value),
+    ("serve-engine", "with_sd"): _servers(lambda servers, value: ({"sd", "ngram"} <= set(servers)) == value),
+    ("serve-engine", "parallel"): _servers(lambda servers, value: _llama(servers, "parallel", value)),
+    ("serve-engine", "no_prompt_cache"): _servers(lambda servers, value: _llama(servers, "cache_prompt", not value)),
+    ("serve-engine", "context"): _servers(lambda servers, value: all(s.config.context == value for s in servers.values())),
+    ("serve-engine", "threads"): _servers(lambda servers, value: all(s.config.threads == value for s in servers.values())),
+    ("serve-engine", "port"): _servers(lambda servers, value: servers["target"].config.port == value),
+    **{("eval", name): _task for name in ("gsm8k", "gsm8k_offset", "gsm8k_limit")},
+})
 
 
 def honoured(command: str, name: str) -> Callable[[Any, View], bool] | None:

@@ -22,8 +22,8 @@ import uuid
 
 import pytest
 from bad_inputs import Done, Files, Outcome, View, draw_value, option_kinds, run_command, sentinels
-from honoured import honoured
-from hypothesis import HealthCheck, given, settings
+from honoured import honoured, plans
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_engine_client import FakeEngine
 
@@ -31,8 +31,9 @@ from lookahead_reasoning.cli import build_parser, main
 from lookahead_reasoning.integrations.harness import eval_parser
 from lookahead_reasoning.presets import MODES
 
-EXAMPLES = settings(max_examples=3, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=list(HealthCheck))
+# A fixed seed, a few examples an option and no shrinking: a failure reports the case as drawn, at once
+EXAMPLES = settings(max_examples=3, derandomize=True, deadline=None, database=None, phases=(Phase.generate,),
+                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +167,113 @@ def test_every_option_of_every_command(command, dest, data, files, engine):
     with sentinels():
         outcome = run_command(main, argv)
     judge(outcome, command, given_, line)
+
+
+# ---------------------------------------------------------------------------------------- each kind, on its own
+
+def refused(argv: list[str]) -> str:
+    """The one-line refusal of ``argv`` (no load, no request, no traceback before it)."""
+    with sentinels():
+        outcome = run_command(main, argv)
+    assert outcome.crash is None and outcome.reached is None and outcome.code == 2, (argv, outcome)
+    return outcome.error
+
+
+def reached(argv: list[str]) -> View:
+    with sentinels():
+        outcome = run_command(main, argv)
+    assert outcome.reached is not None, (argv, outcome.error, outcome.crash)
+    return View(outcome.reached)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["lr", "--mode", "sd", "-k", "3"], "-k"),  # a drafted step count with a token-SD mode
+    (["lr", "--mode", "ar", "--gamma", "5"], "--gamma"),  # a drafted-token count with plain decoding
+    (["lr", "--mode", "auto", "--gamma", "5"], "--gamma"),
+    (["lr", "--mode", "sd", "--width", "2"], "--width"),  # several drafts per position with token SD
+    (["lr", "--mode", "lr", "--reprofile"], "--reprofile"),  # auto's cost table, in a fixed mode
+    (["lr", "--mode", "sd", "--verifier", "embedding"], "--verifier"),  # a verifier where no step is verified
+    (["lr", "--mode", "lr-sd", "--token-sd-target", "ngram", "--draft-stop-below", "0.3"], "--draft-stop-below"),
+    (["bench", "--modes", "ar,sd", "-k", "2"], "-k"),  # no mode of the benchmark reads it
+    (["generate", "--top-k", "5"], "--top-k"),  # greedy decoding reads no top-k
+    (["pairs", "--dataset", "gsm8k-mini", "--no-target-sd", "--gamma", "3"], "--gamma"),
+    (["report", "results.jsonl", "--plots", "p", "--no-plots"], "--plots"),
+    (["flips", "bank.jsonl", "--out", "f.jsonl", "--target-url", "http://127.0.0.1:9", "--seed", "3"], "--seed"),
+    (["serve-engine", "--engine", "vllm", "--parallel", "8"], "--parallel"),  # llama.cpp's slots, no llama.cpp
+    (["verifiers", "bank.jsonl", "--verifiers", "exact", "--judge-url", "http://127.0.0.1:9"], "--judge-url"),
+])
+def test_an_option_the_run_would_not_read_is_refused_by_name(argv, named, files):
+    argv = [files[a.removesuffix(".jsonl")] if a in ("results.jsonl", "bank.jsonl") else a for a in argv]
+    error = refused(argv)
+    assert error.startswith("error: ") and named in error, error
+
+
+def test_what_the_mode_reads_is_honoured_where_the_loop_reads_it(files):
+    view = reached(["lr", "--mode", "lr-sd", "-k", "3", "--gamma", "5", "--width", "2", "--no-warmup"])
+    [plan] = plans(view)
+    assert (plan.policy.k, plan.policy.width, plan.settings.token_sd.gamma) == (3, 2, 5)
+    view = reached(["lr", "--mode", "sd", "--gamma", "7", "--draft-stop-below", "0.2"])
+    assert (plans(view)[0].policy.gamma, plans(view)[0].policy.draft_stop_below) == (7, 0.2)
+
+
+def test_none_as_a_draft_means_no_draft_model_in_every_entry(files):
+    assert "--draft none" in refused(["lr", "--mode", "lr", "--draft", "none"])
+    view = reached(["lr", "--mode", "ar", "--draft", "none"])  # ar needs none: the target alone is loaded
+    assert view.local("draft", "__init__") is None
+    assert "--draft none" in refused(["pairs", "--dataset", files["gsm8k"], "--draft", "none"])
+    assert "--with-sd" in refused(["serve-engine", "--draft", "none", "--with-sd"])
+    servers = reached(["serve-engine", "--draft", "none"]).local("servers", "_prepare")
+    assert set(servers) == {"target"}
+    from lookahead_reasoning import LookaheadGenerator
+    from lookahead_reasoning.errors import ConfigError
+    from lookahead_reasoning.integrations.harness import LookaheadLM
+
+    for make in (lambda: LookaheadGenerator(target="qwen2.5-coder-1.5b", draft="none", mode="lr"),
+                 lambda: LookaheadLM.create_from_arg_string("mode=lr,draft=none", {"batch_size": 1})):
+        with sentinels(), pytest.raises(ConfigError, match="draft 'none'|draft none"):
+            make()  # the lm-eval entry refused it too: no minutes of the target drafting for itself
+    assert "target" in refused(["lr", "--target", "none"])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["lr", "--target-url", "ftp://127.0.0.1:9"], "--target-url"),  # not taken for a model name
+    (["lr", "--target-url", "not a url"], "--target-url"),
+    (["generate", "--target-url", ""], "--target-url"),  # empty: not taken for "no URL"
+    (["bench", "--sample", "0"], "--sample"),  # not "no problems from offset 0"
+    (["eval", "--gsm8k-limit", "0"], "--gsm8k-limit"),
+])
+def test_an_error_names_the_option_at_fault(argv, named):
+    error = refused(argv)
+    assert named in error and "--template" not in error, error
+
+
+@pytest.mark.parametrize("kind", ["not_jsonl", "no_fields", "empty", "broken_mid", "missing"])
+def test_a_task_file_that_is_not_gsm8k_json_lines_is_named_before_the_harness_starts(kind, files):
+    error = refused(["eval", "--gsm8k", files[kind], "--model", "lookahead"])
+    assert files[kind] in error and "Traceback" not in error, error
+    if kind == "broken_mid":
+        assert "line 2" in error
+
+
+def test_a_dataset_broken_halfway_names_its_line_and_keeps_what_was_written(files, tmp_path):
+    """A run that already wrote results: the dataset's second line broken, the rerun is refused naming the file and
+    the line before anything loads, and the results stay as they were, to resume once the line is fixed."""
+    out = tmp_path / "bench.jsonl"
+    out.write_text(open(files["results"], encoding="utf-8").read(), encoding="utf-8")
+    before = out.read_bytes()
+    for argv in (["bench", "--dataset", files["broken_mid"], "--out", str(out), "--modes", "ar"],
+                 ["pairs", "--dataset", files["broken_mid"], "--out", str(out)],
+                 ["lr", "--dataset", files["broken_mid"], "--index", "2", "--mode", "ar"]):
+        error = refused(argv)
+        assert f"{files['broken_mid']}, line 2" in error, error
+        assert out.read_bytes() == before
+
+
+def test_the_options_page_is_the_code_s():
+    """OPTIONS.md is what the parsers and the table the refusals use say (scripts/write_options_page.py)."""
+    from pathlib import Path
+
+    from lookahead_reasoning.cli import options_page
+
+    page = Path(__file__).resolve().parents[1] / "OPTIONS.md"
+    assert page.read_text(encoding="utf-8") == options_page(), "OPTIONS.md is stale: run scripts/write_options_page.py"

@@ -126,8 +126,8 @@ class LookaheadGenerator:
                  settings: Settings | None = None, *, mode: str = DEFAULT_MODE, precision: Any = None,
                  **options: Any):
         own = {name: options.pop(name) for name in _OWN_OPTIONS if name in options}
-        knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
-        load_kwargs = options
+        knobs, load_kwargs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}, options
+        require(settings is None or isinstance(settings, Settings), f"settings must be a Settings, got {settings!r}")
         self.mode, preset = check_mode(mode), TokenSD(**LR_SD_TOKEN_SD)
         self.settings = (settings or Settings.preset(token_sd=preset)).with_overrides(**knobs)
         self.settings = self.settings if self.settings.token_sd else self.settings.with_overrides(token_sd=preset)
@@ -197,17 +197,17 @@ class LookaheadGenerator:
         object.__setattr__(self, name, value)
 
     def _check(self, target: Any, draft: Any, verifier: Any, own: dict, knobs: dict) -> Any:
-        """Every setting that can be checked without a model, so that a mistake costs no loading: what the
-        generator's mode would not read is refused by name (:func:`~.settings.refuse_unread`: a setting given by
-        keyword, a verifier, a planner; ``settings=`` and the models serve every mode ``generate`` may run), so
-        are a URL of another scheme than http(s) and a draft "none" where the mode drafts. Returns the draft to
-        load (None for "none")."""
+        """Every check that needs no model: what the mode would not read (:func:`~.settings.refuse_unread`: a keyword
+        setting, a verifier, a planner), a URL of another scheme than http(s) and a draft "none" where the mode
+        drafts are refused by name. Returns the draft to load (None for "none")."""
         require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
                 "prices one draft per position); use mode lr or lr-sd for several drafts per position")
         if self.mode in STEP_MODES:
             mode_k(self.mode, self.k)  # k=0 is a cap for auto only
         if self.mode == "auto":
             auto_token_sd(self.settings.token_sd, self.planner or PlannerConfig())
+        require(self.planner is None or isinstance(self.planner, PlannerConfig), f"planner must be a PlannerConfig, "
+                f"got {self.planner!r}")
         check_any_verifier(verifier, own.get("verifier_kwargs"))
         for role, model in (("target", target), ("draft", draft)):
             check_scheme(model, role)
@@ -215,9 +215,9 @@ class LookaheadGenerator:
         if is_url(target):
             EngineRuntime.check(self.mode, Settings())  # a mode an engine cannot run, before connecting
         given = {name: name for name in given_settings(self.settings) if name in knobs}
-        if verifier not in (DEFAULT_VERIFIER, VerifierSettings()) or own.get("verifier_kwargs"):
-            given["verifier"] = "verifier"
-        refuse_unread(self.mode, self.settings, {**given, **({"planner": "planner"} if self.planner else {})})
+        given.update({name: name for name, on in (("planner", self.planner is not None), ("verifier", own.get(
+            "verifier_kwargs") or verifier not in (DEFAULT_VERIFIER, VerifierSettings()))) if on})
+        refuse_unread(self.mode, self.settings, given)
         require(not no_model(draft) or "draft" not in MODE_READS[self.mode], f"draft 'none' (no draft model): mode "
                 f"{self.mode} drafts with one; give a draft, or use mode ar or sd-ngram (they need none)")
         return None if no_model(draft) else draft

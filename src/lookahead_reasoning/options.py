@@ -58,7 +58,9 @@ DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 OPTION_NAMES = (("k ", "-k "), ("gamma ", "--gamma "), ("width ", "--width "),
                 ("draft_stop_below ", "--draft-stop-below "), ("temperature ", "--temperature "),
                 ("top_k ", "--top-k "), ("top_p ", "--top-p "), ("step delimiters ", "--delimiter "),
-                ("max_step_tokens ", "--max-step-tokens "), ("token_sd target ", "--token-sd-target "))
+                ("max_step_tokens ", "--max-step-tokens "), ("token_sd target ", "--token-sd-target "),
+                ("TokenSD target ", "--token-sd-target "), ("TokenSD draft ", "--token-sd-draft "),
+                ("timeout_s ", "--engine-timeout "))
 
 
 def named_option(error: ConfigError) -> ConfigError:
@@ -90,7 +92,9 @@ def decoding_settings(options: Mapping[str, Any]) -> Settings:
         return {name: options[name] for name in names if options.get(name) is not None}
 
     sides = {side: options[f"token_sd_{side}"] for side in ("target", "draft") if f"token_sd_{side}" in options}
-    stop = {"draft_stop_below": options["draft_stop_below"] or None} if "draft_stop_below" in options else {}
+    stop = options.get("draft_stop_below")  # 0 turns the stop off, as None does; anything else is checked
+    stop = {"draft_stop_below": None if stop == 0 and not isinstance(stop, bool) else stop} \
+        if "draft_stop_below" in options else {}
     try:
         steps = StepConfig(**{("delimiters" if name == "delimiter" else name): value
                               for name, value in given("delimiter", "max_step_tokens").items()})
@@ -131,6 +135,8 @@ class GeneratorSpec:
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
         if self.mode == "auto":  # prompt lookup for the target's rows is lr-sd's, not auto's
             named_check(lambda: auto_token_sd(self.settings.token_sd, PlannerConfig()))
+        require(self.draft_quantize in DRAFT_PRECISION, f"--draft-quantize must be auto, int8 or none, got "
+                f"{self.draft_quantize!r}")
         require(self.fast_path in FAST_PATH_CHOICES,
                 f"--fast-path must be one of {', '.join(FAST_PATH_CHOICES)}, got {self.fast_path!r}")
         if self.precision is not None:
@@ -311,4 +317,4 @@ def generator_spec(args: argparse.Namespace, modes: Sequence[str] | None = None)
 
 __all__ = ["GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
            "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_spec",
-           "option_defaults", "refuse_unread_options"]
+           "named_check", "option_defaults", "refuse_unread_options"]

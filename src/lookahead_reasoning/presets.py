@@ -83,9 +83,9 @@ def no_model(name: object) -> bool:
     return isinstance(name, str) and name.strip().lower() == NO_MODEL
 
 
-def read_by(setting: str) -> str:
-    """The modes that read ``setting`` (:data:`MODE_READS`), for help texts: "lr, lr-sd, auto"."""
-    return ", ".join(mode for mode in MODES if setting in MODE_READS[mode]) or "no mode"
+def read_by(setting: str, modes: tuple[str, ...] = MODES) -> str:
+    """The modes of ``modes`` that read ``setting`` (:data:`MODE_READS`), for help texts: "auto, lr, lr-sd"."""
+    return ", ".join(mode for mode in modes if setting in MODE_READS[mode]) or "no mode"
 
 
 def check_mode(mode: str) -> str:

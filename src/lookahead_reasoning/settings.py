@@ -98,6 +98,11 @@ class Settings:
         require(self.gamma is None or _positive_int(self.gamma),
                 f"gamma (drafted tokens per iteration) must be an integer >= 1, got {self.gamma!r}")
         require(_positive_int(self.width), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
+        for name, kind in (("steps", StepConfig), ("sampling", SamplingConfig), ("token_sd", (TokenSD, type(None)))):
+            require(isinstance(getattr(self, name), kind), f"{name} must be a {getattr(kind, '__name__', 'TokenSD')}"
+                    f"{' or None' if name == 'token_sd' else ''}, got {getattr(self, name)!r}")
+        require(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
+                f"seed must be an integer or None, got {self.seed!r}")
         require(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
                 and self.max_new_tokens >= 0, f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,

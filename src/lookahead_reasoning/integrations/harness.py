@@ -116,6 +116,10 @@ class LookaheadLM(HarnessBase):
         own = {name: model_args.pop(name, default) for name, default in HARNESS_OWN.items()}
         require(str(own["batch_size"]) in ("1", "auto") or own["batch_size"] is None,
                 f"batch_size {own['batch_size']}: requests run one at a time (batch_size=1)", ConfigError)
+        cap = own["max_batch_size"]
+        require(cap is None or (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1),
+                f"max_batch_size must be None or a whole number >= 1 (requests run one at a time), got {cap!r}",
+                ConfigError)
         device = model_args.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "

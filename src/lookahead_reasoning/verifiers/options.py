@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError, VerifierError, require
 from ..models import load_model
-from ..presets import DEFAULT_VERIFIER
+from ..presets import DEFAULT_TARGET, DEFAULT_VERIFIER
 from ..runtime.lm import LM
 from .registry import check_verifier_spec, make_verifier, stage_names
 
@@ -200,6 +200,7 @@ def build_verifier(settings: VerifierSettings, target_lm: Any = None, *, judge_l
 def check_any_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> None:
     """ConfigError for a verifier in any of the forms the generator takes (a name with its ``verifier_kwargs``,
     a :class:`VerifierSettings`, an object with ``verify``) that cannot work. Loads nothing."""
+    require(isinstance(verifier_kwargs, (dict, type(None))), f"verifier_kwargs must be a dict, got {verifier_kwargs!r}")
     if isinstance(verifier, str):
         check_verifier_spec(verifier, **(verifier_kwargs or {}))
     elif isinstance(verifier, VerifierSettings):
@@ -221,6 +222,24 @@ def any_verifier(verifier: Any, verifier_kwargs: dict | None = None, target_lm: 
     return verifier
 
 
+def refuse_unread_verifier_options(args: Any, settings: Any) -> None:
+    """ConfigError naming each option of the ``verifiers`` command that none of its entries (``settings``) reads:
+    the judge's options where no entry judges with them, the target's where none rates with the target."""
+    settings = list(settings)
+    judged = {"--judge-model": any(s.judge_model for s in settings), "--judge-dtype": any(s.judge_model for s in settings),
+              **{flag: any(s.judge_url for s in settings) for flag in ("--judge-url", "--judge-name", "--judge-timeout")}}
+    targets = any("target-score" in stage_names(s.name) or (s.judge_model or "").strip().lower() in
+                  ("target", args.target.lower()) for s in settings)
+    given = {"--judge-model": args.judge_model is not None, "--judge-dtype": args.judge_dtype != "auto",
+             "--judge-url": args.judge_url is not None, "--judge-name": args.judge_name is not None,
+             "--judge-timeout": args.judge_timeout is not None, "--target": args.target != DEFAULT_TARGET,
+             "--dtype": args.dtype != "auto", "--device": args.device is not None}  # the ablation's own
+    unread = [flag for flag, on in given.items() if on and not judged.get(flag, targets)]
+    require(not unread, f"{', '.join(unread)}: no entry of --verifiers reads it (the judge's options go to judge, "
+            "openai-judge and paper-judge; --target, --dtype and --device load the target for target-score or a "
+            "judge that is the target)", ConfigError)
+
+
 def load_judge(settings: VerifierSettings, target_lm: Any = None, device: str | None = None) -> Any:
     """The judge's LM: the target's weights when ``judge_model`` names the target, else load_model's."""
     name = settings.judge_model
@@ -232,4 +251,4 @@ def load_judge(settings: VerifierSettings, target_lm: Any = None, device: str | 
 
 
 __all__ = ["DEFAULT_JUDGE_TIMEOUT", "VerifierSettings", "add_judge_args", "add_verifier_args", "any_verifier",
-           "build_verifier", "check_any_verifier", "check_verifier_settings", "load_judge", "verifier_settings_from_args"]
+           "build_verifier", "check_any_verifier", "check_verifier_settings", "load_judge", "refuse_unread_verifier_options", "verifier_settings_from_args"]
