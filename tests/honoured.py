@@ -23,7 +23,7 @@ from lookahead_reasoning.engine_runtime import engine_policy
 from lookahead_reasoning.options import DRAFT_PRECISION
 from lookahead_reasoning.planning import PlannerConfig
 from lookahead_reasoning.planning.auto import auto_token_sd
-from lookahead_reasoning.presets import MODE_READS, STEP_MODES
+from lookahead_reasoning.presets import MODE_READS, STEP_MODES, no_model
 from lookahead_reasoning.prompts import math_messages
 from lookahead_reasoning.settings import Settings
 from lookahead_reasoning.verifiers.options import VerifierSettings
@@ -263,7 +263,8 @@ PER_COMMAND.update({
     ("serve-engine", "engine"): _servers(lambda servers, value: servers["target"].config.engine == value),
     ("serve-engine", "draft_engine"): _servers(lambda servers, value: servers["draft"].config.engine == value),
     ("serve-engine", "target"): _servers(lambda servers, value: servers["target"].config.model == value),
-    ("serve-engine", "draft"): _servers(lambda servers, value: servers["draft"].config.model == value),
+    ("serve-engine", "draft"): _servers(lambda servers, value: "draft" not in servers if no_model(value) else
+                                        servers["draft"].config.model == value),
     ("serve-engine", "with_sd"): _servers(lambda servers, value: ({"sd", "ngram"} <= set(servers)) == value),
     ("serve-engine", "parallel"): _servers(lambda servers, value: _llama(servers, "parallel", value)),
     ("serve-engine", "no_prompt_cache"): _servers(lambda servers, value: _llama(servers, "cache_prompt", not value)),

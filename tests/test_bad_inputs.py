@@ -30,9 +30,10 @@ from test_engine_client import FakeEngine
 from lookahead_reasoning.cli import build_parser, main
 from lookahead_reasoning.integrations.harness import eval_parser
 from lookahead_reasoning.presets import MODES
+from lookahead_reasoning.serve_cli import ENGINES
 
 # A fixed seed, a few examples an option and no shrinking: a failure reports the case as drawn, at once
-EXAMPLES = settings(max_examples=3, derandomize=True, deadline=None, database=None, phases=(Phase.generate,),
+EXAMPLES = settings(max_examples=5, derandomize=True, deadline=None, database=None, phases=(Phase.generate,),
                     report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
 
 
@@ -108,7 +109,8 @@ def context(command: str, data: st.DataObject, files: Files, url: str) -> tuple[
              "flips": lambda: [files["bank"], "--out", out], "score-pairs": lambda: [files["bank"], "--out", out],
              "verifiers": lambda: [files["bank"], "--out", out.replace(".jsonl", ".md"), "--verifiers", "exact"],
              "report": lambda: [files["results"], "--no-plots"],
-             "lr": lambda: ["--mode", data.draw(st.sampled_from(MODES), label="mode"), "--no-warmup"]}
+             "lr": lambda: ["--mode", data.draw(st.sampled_from(MODES), label="mode"), "--no-warmup"],
+             "serve-engine": lambda: ["--engine", data.draw(st.sampled_from(ENGINES), label="engine")]}
     line = lines.get(command, list)()
     if target == "engine" or command == "flips":
         line += ["--target-url", url] + (["--draft-url", url] if command in ("lr", "bench", "pairs") else [])

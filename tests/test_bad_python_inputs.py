@@ -38,7 +38,7 @@ from lookahead_reasoning.settings import TokenSD
 from lookahead_reasoning.verifiers.options import VerifierSettings
 
 # A fixed seed, a few examples an option and no shrinking: a failure reports the case as drawn, at once
-EXAMPLES = settings(max_examples=3, derandomize=True, deadline=None, database=None, phases=(Phase.generate,),
+EXAMPLES = settings(max_examples=5, derandomize=True, deadline=None, database=None, phases=(Phase.generate,),
                     report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 PRESET = Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))

@@ -80,8 +80,8 @@ def refuse_engine_options(args: argparse.Namespace) -> None:
     for dest, flag in URL_DESTS.items():
         value = getattr(args, dest, None)
         check_scheme(value, flag)  # --scorer may name a model; every other is an engine's URL
-        require(value is None or dest == "scorer" or is_url(value), f"{flag} {value!r}: an engine's URL starts with "
-                "http:// or https://")
+        require(value is None or dest == "scorer" or is_url(value), f"{flag} {value!r}: an engine's URL is http:// or "
+                "https:// and a host")
     if getattr(args, "target_url", None) or not hasattr(args, "engine_options"):
         return
     given = [flag for name, (flag, default) in args.engine_options.items() if getattr(args, name) != default]
@@ -90,8 +90,8 @@ def refuse_engine_options(args: argparse.Namespace) -> None:
 
 
 # What each command honours with a target served by an engine (--target-url), by argparse name; every other
-# option it has, given with --target-url, is refused by name before any request (tests/test_cli_options.py
-# walks them all). The rest configure models this process loads, or token-level SD in this process.
+# option it has, given with --target-url, is refused by name before any request (tests/test_bad_inputs.py
+# draws them all). The rest configure models this process loads, or token-level SD in this process.
 VERIFIER_OPTIONS = {"verifier", "threshold", "judge_model", "judge_dtype", "judge_url", "judge_name", "judge_timeout"}
 URL_OPTIONS = {"target_url", "target_model", "draft_url", "draft_model", "template", "engine_timeout"}
 SAMPLING_OPTIONS = {"temperature", "top_k", "top_p", "seed"}

@@ -31,6 +31,7 @@ import copy
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
 
 from .decoding.driver import CyclePolicy, FixedPolicy
 from .decoding.results import GenerationResult
@@ -56,14 +57,15 @@ Prompt = str | Messages | Sequence[int]
 
 
 def is_url(model: Any) -> bool:
-    return isinstance(model, str) and model.startswith(("http://", "https://"))
+    """Whether ``model`` is an engine's URL: http(s) and a host."""
+    return isinstance(model, str) and model.startswith(("http://", "https://")) and bool(urlsplit(model).netloc)
 
 
 def check_scheme(value: Any, option: str) -> None:
     """ConfigError naming ``option`` for an address of another scheme than http(s) (``ftp://``, ``ws://``, ...):
     an engine is reached over HTTP, and a model name holds no "://"."""
     require(not isinstance(value, str) or "://" not in value or is_url(value), f"{option} {value!r}: an engine's "
-            "URL starts with http:// or https:// (a model is named without a scheme)")
+            "URL is http:// or https:// and a host (a model is named without a scheme)")
 
 
 def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:

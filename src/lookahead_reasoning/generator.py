@@ -131,8 +131,7 @@ class LookaheadGenerator:
         self.mode, preset = check_mode(mode), TokenSD(**LR_SD_TOKEN_SD)
         self.settings = (settings or Settings.preset(token_sd=preset)).with_overrides(**knobs)
         self.settings = self.settings if self.settings.token_sd else self.settings.with_overrides(token_sd=preset)
-        self.planner, self._planning = own.get("planner"), None
-        self.fast_path = own.get("fast_path", "auto")
+        self.planner, self._planning, self.fast_path = own.get("planner"), None, own.get("fast_path", "auto")
         check_fast_path(self.fast_path)
         draft = self._check(target, draft, verifier, own, knobs)  # before any model loads
         unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
@@ -153,7 +152,6 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
-        local_settings(self.settings)  # async, request timeout, retries: an engine's; refused before loading
         target_precision, draft_precision = split_precision(precision)
         self.pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                                if target_precision is not None else {})),
@@ -214,6 +212,8 @@ class LookaheadGenerator:
         require(not no_model(target), "target 'none': the target is the model that writes the answer; name one")
         if is_url(target):
             EngineRuntime.check(self.mode, Settings())  # a mode an engine cannot run, before connecting
+        else:
+            local_settings(self.settings)  # async, request timeout, retries: an engine's; refused before loading
         given = {name: name for name in given_settings(self.settings) if name in knobs}
         given.update({name: name for name, on in (("planner", self.planner is not None), ("verifier", own.get(
             "verifier_kwargs") or verifier not in (DEFAULT_VERIFIER, VerifierSettings()))) if on})
@@ -276,12 +276,9 @@ class LookaheadGenerator:
 
     # ------------------------------------------------------------------ warm-up
     def warmup(self, modes: Sequence[str] = ("lr",), tokens: int = 8) -> None:
-        """Run each mode once on a short question, untimed, and call the verifier once.
-
-        The first forwards of a fresh process page the weights in and set up kernels, and the first
-        verifier call loads its model: both are several times slower than later calls. Timing a
-        mode without this charges it for the process's start-up, not for its decoding.
-        """
+        """Run each mode once on a short question, untimed, and call the verifier once: the first forwards of a
+        fresh process and the first verifier call (which loads its model) are several times slower than later
+        ones, and timing a mode without this charges it for the process's start-up."""
         probe = math_messages("What is 2 + 3?")
         for lm in (self.target, self.draft):
             if lm is not None and lm.fast is not None:
@@ -337,7 +334,8 @@ class LookaheadGenerator:
                        learn: bool) -> GenerationResult:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
-        require(self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        require(settings.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        auto_token_sd(settings.token_sd, self.planner or PlannerConfig())  # refused before any cost table is measured
         check_max_k(max_k)
         config, planning = self.planner or PlannerConfig(), self.planning()
         if not learn:

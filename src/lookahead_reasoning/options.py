@@ -295,8 +295,8 @@ def refuse_unread_options(modes: Sequence[str], settings: Settings, given: Mappi
 def generator_spec(args: argparse.Namespace, modes: Sequence[str] | None = None) -> GeneratorSpec:
     """The spec the parsed options describe (see :func:`add_generator_args`); its ``settings`` are
     made (and checked) here, a bad decoding number raising ConfigError that names its option, and so is an
-    option that none of ``modes`` (default: ``--mode``'s) reads (:func:`refuse_unread_options`). A mode that
-    drafts nothing gets no draft model (none is loaded)."""
+    option that none of ``modes`` (default: ``--mode``'s) reads (:func:`refuse_unread_options`); ``--draft none``
+    is no draft model."""
     settings, mode = decoding_settings(vars(args)), getattr(args, "mode", "auto")
     if mode in STEP_MODES:
         try:
@@ -307,10 +307,10 @@ def generator_spec(args: argparse.Namespace, modes: Sequence[str] | None = None)
     given = {flag: dest for dest, (flag, default) in getattr(args, "option_flags", {}).items()
              if getattr(args, dest, default) != default}
     refuse_unread_options(modes, settings, given, args.draft)
-    drafts = any("draft" in MODE_READS[m] for m in modes) and not no_model(args.draft)
+    none = no_model(args.draft)  # no draft model: what a results file records as its draft, too
     return GeneratorSpec(
-        target=args.target, draft=args.draft if drafts else None, verifier=verifier_settings_from_args(args),
-        mode=mode, settings=settings, draft_quantize=None if args.draft_quantize == "none" or not drafts
+        target=args.target, draft=None if none else args.draft, verifier=verifier_settings_from_args(args),
+        mode=mode, settings=settings, draft_quantize=None if args.draft_quantize == "none" or none
         else args.draft_quantize, dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear,
         precision=args.precision, reprofile=args.reprofile, fast_path=args.fast_path)
 

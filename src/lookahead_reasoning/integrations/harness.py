@@ -41,7 +41,7 @@ import torch
 from ..bench.datasets import load_jsonl
 from ..errors import ConfigError, DatasetError, require
 from ..options import GeneratorSpec, decoding_settings, option_defaults, refuse_unread_options
-from ..presets import MODE_READS, check_mode, no_model
+from ..presets import MODE_READS, MODES, no_model
 from ..sampling import SamplingConfig
 from ..verifiers.options import verifier_settings_from_args
 
@@ -91,7 +91,8 @@ def harness_spec(model_args: dict[str, Any]) -> GeneratorSpec:
     if isinstance(decoding.get("delimiter"), str):
         decoding["delimiter"] = (decoding["delimiter"],)
     try:
-        mode = check_mode(loading.get("mode", "auto"))
+        mode = loading.get("mode", "auto")
+        require(mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
         settings, defaults = decoding_settings(decoding), option_defaults()
         given = {name: name for name, value in model_args.items() if name in defaults and value != defaults[name]}
         refuse_unread_options((mode,), settings, given, loading.get("draft"))
