@@ -221,7 +221,9 @@ def _servers(check: Callable[[dict, Any], bool]) -> Callable[[Any, View], bool]:
 
 
 def _llama(servers: dict, field: str, value: Any) -> bool:
-    return all(getattr(s.config, field) == value for s in servers.values() if s.config.engine == "llama.cpp")
+    """A llama.cpp-only setting: every llama.cpp server has it, and there is one."""
+    llama = [s for s in servers.values() if s.config.engine == "llama.cpp"]
+    return bool(llama) and all(getattr(s.config, field) == value for s in llama)
 
 
 def _task(value: Any, view: View) -> bool:
