@@ -110,12 +110,15 @@ OVER_ENGINE = {
 def read_by_note(command: str, dest: str, engine_only: set[str] | frozenset[str]) -> str:
     """Which modes and targets read option ``dest`` of ``command`` (generate, lr, bench, pairs): the note its help
     and OPTIONS.md give, from the tables the refusals use (:data:`~.presets.MODE_READS`, :data:`OVER_ENGINE`)."""
-    modes = {"generate": "ar", "pairs": "lr (a fixed plan)"}.get(command, "every mode")
+    modes = {"generate": "mode ar", "pairs": "its fixed plan"}.get(command, "every mode")
     if command in ("lr", "bench") and dest in OPTION_READS:
-        modes = read_by(OPTION_READS[dest], tuple(MODE_READS) if command == "bench" else MODES)
-    target = ("an engine target (--target-url)" if dest in engine_only else "either target"
-              if dest in OVER_ENGINE[command] else "a target of this process")
-    return f"modes {modes}; {target}"
+        modes = "modes " + read_by(OPTION_READS[dest], tuple(MODE_READS) if command == "bench" else MODES)
+    honoured = dest in OVER_ENGINE[command]
+    if dest == "mode":
+        return "with either target (over an engine: auto, lr, ar)"
+    if dest in engine_only:
+        return f"read by {modes} with an engine target (--target-url)" if honoured else f"not read by {command}: refused"
+    return f"read by {modes} with {'either target' if honoured else 'a target of this process'}"
 
 
 def refuse_local_only_options(args: argparse.Namespace, command: str) -> None:

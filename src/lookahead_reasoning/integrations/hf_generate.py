@@ -21,7 +21,8 @@ The caller's model is the target, the draft the draft. The library's own keyword
 ``verifier`` (``exact``) with ``verifier_kwargs``, ``planner``, ``fast_path``, and every field of
 :class:`~lookahead_reasoning.settings.Settings` that the generation config does not already carry and a
 model of this process reads (``k``, ``gamma``, ``width``, ``steps``, ``draft_stop_below``, ``token_sd``,
-...), each checked by the rule it has everywhere; ``tokenizer`` and ``draft_tokenizer`` (transformers'
+...), each checked by the rule it has everywhere and refused by name where the mode does not read it
+(:data:`~lookahead_reasoning.presets.MODE_READS`); ``tokenizer`` and ``draft_tokenizer`` (transformers'
 ``assistant_tokenizer``).
 What runs is the library's: the generation config gives ``max_new_tokens`` (or ``max_length``),
 ``do_sample`` with ``temperature``, ``top_k`` and ``top_p``, and ``eos_token_id``; the result is what
