@@ -28,14 +28,13 @@ SETTINGS = {
 
 def run(settings: dict) -> dict[str, dict[str, list[int]]]:
     from lookahead_reasoning import LookaheadGenerator
-    from lookahead_reasoning.settings import TokenSD
+    from lookahead_reasoning.settings import Settings, TokenSD
     from lookahead_reasoning.prompts import math_messages
 
-    gen = LookaheadGenerator(
-        target=settings["target"], draft=settings["draft"], verifier=settings["verifier"], k=settings["k"],
-        gamma=settings["gamma"], token_sd=TokenSD(target="draft", draft="ngram", gamma=settings["gamma"]),
-        precision={"draft": settings["draft_quantize"]}, draft_stop_below=settings["draft_stop_below"],
-        dtype=settings["dtype"])
+    knobs = Settings.preset(k=settings["k"], gamma=settings["gamma"], draft_stop_below=settings["draft_stop_below"],
+                            token_sd=TokenSD(target="draft", draft="ngram", gamma=settings["gamma"]))  # every mode's
+    gen = LookaheadGenerator(target=settings["target"], draft=settings["draft"], verifier=settings["verifier"],
+                             settings=knobs, precision={"draft": settings["draft_quantize"]}, dtype=settings["dtype"])
     lines = GSM8K.read_text(encoding="utf-8").splitlines()
     out: dict[str, dict[str, list[int]]] = {}
     for index in settings["problems"]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_reasoning import ConfigError, LookaheadGenerator, StepConfig
+from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, StepConfig
 from lookahead_reasoning.bench.report import load_results, markdown_table, plot, summarize
 from lookahead_reasoning.bench.runner import BenchConfig, ModeRunner, done_pairs, run_bench, shard_path
 from lookahead_reasoning.options import GeneratorSpec, decoding_settings
@@ -27,8 +27,9 @@ def dataset(tmp_path):
 
 
 def _runner(config: BenchConfig) -> ModeRunner:
-    gen = LookaheadGenerator(target=tiny_lm(0), draft=tiny_lm(1), verifier=exact(), k=2, gamma=4,
-                             steps=StepConfig((" ",), 8), planner=PlannerConfig(progress=False, learn=False))
+    settings = Settings.preset(k=2, gamma=4, steps=StepConfig((" ",), 8))  # for every mode the benchmark runs
+    gen = LookaheadGenerator(target=tiny_lm(0), draft=tiny_lm(1), verifier=exact(), settings=settings,
+                             planner=PlannerConfig(progress=False, learn=False))
     return ModeRunner(config, generator=gen)
 
 

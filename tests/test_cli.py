@@ -85,8 +85,8 @@ def test_bad_input_exits_with_a_message(argv, message, capsys):
 
 def test_bench_and_report(model_dirs, dataset, tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    argv = ["bench", "--dataset", str(dataset), "--target", model_dirs[0], "--draft", model_dirs[1],
-            "--verifier", "exact", "--modes", "ar,hf-generate", "--limit", "2", "--max-new-tokens", "8",
+    argv = ["bench", "--dataset", str(dataset), "--target", model_dirs[0],
+            "--modes", "ar,hf-generate", "--limit", "2", "--max-new-tokens", "8",
             "--dtype", "fp32", "--out", str(out), "--no-progress", "--report"]
     assert main(argv) == 0
     text = capsys.readouterr().out
@@ -317,7 +317,7 @@ def test_resuming_into_results_of_another_setup_is_refused(no_loading, dataset, 
     err = refused(["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar"], capsys)
     assert f"{out} holds results of another setup (target 'other-target', draft 'other-draft'; this run:" in err
     assert "give another --out" in err and out.read_text(encoding="utf-8") == before
-    err = refused(["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar", "--target", "other-target",
+    err = refused(["bench", "--dataset", str(dataset), "--out", str(out), "--modes", "ar,sd", "--target", "other-target",
                    "--draft", "other-draft", "--precision", "int8"], capsys)
     assert "(precision 'as-loaded'; this run: precision 'int8')" in err
 

@@ -352,7 +352,7 @@ def test_command_line_over_engines_answers_bad_input_in_one_line(capsys):
     assert main(["bench", "--dataset", "x.jsonl", "--target-url", url, "--modes", "lr@k2"]) == 2
     assert capsys.readouterr().err.strip() == "error: engine mode lr@k2 needs --draft-url"
     assert main(["serve-engine", "--parallel", "0", "--build-only"]) == 2
-    assert "--parallel must be >= 1" in capsys.readouterr().err
+    assert "--parallel: server parallel must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_command_line_runs_lr_over_an_engine(capsys):

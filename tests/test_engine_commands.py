@@ -120,3 +120,19 @@ def _lines_skipping_torn(path) -> list[dict]:
 
     pairs = load_pairs(path)
     return pairs + [json.loads(line) for line in path.read_text().splitlines() if '"kind": "problem"' in line]
+
+
+def test_what_the_engine_run_honours_reaches_its_requests(capsys):
+    """Sampling, steps, seed and width given to ``lr --target-url`` are in the requests the engine receives."""
+    with FakeEngine(text="So 2 + 2 = 4, and the answer is \\boxed{4}.") as engine:
+        code = main(["lr", "--target-url", engine.url, "--draft-url", engine.url, "--mode", "lr", "-k", "1",
+                     "--width", "2", "--temperature", "0.5", "--top-k", "7", "--top-p", "0.9", "--seed", "11",
+                     "--delimiter", "\n", "--max-step-tokens", "9", "--prompt", "What is 2 + 2?",
+                     "--max-new-tokens", "30", "--no-compare", "--no-warmup"])
+        requests = list(engine.requests)
+    assert code == 0, capsys.readouterr().err
+    steps = [r for r in requests if r.get("stop")]
+    assert steps and all(r["stop"] == ["\n"] and r["max_tokens"] <= 9 for r in steps)
+    assert all(r["temperature"] == 0.5 and r["top_k"] == 7 and r["top_p"] == 0.9 for r in steps)
+    assert any(r.get("seed") is not None for r in steps)
+    assert len(steps) >= 3  # a drafted step, its alternative (width 2), the target's row

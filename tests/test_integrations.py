@@ -44,9 +44,10 @@ def models():
 @pytest.mark.parametrize("mode", ["lr", "lr-sd", "sd", "auto"])
 def test_the_folder_runs_the_library_and_writes_greedy_generates_tokens(models, mode):
     model, tok, draft, inputs, greedy, steps = models
+    stepwise = {"steps": steps, "verifier": SAME_TEXT} if mode != "sd" else {}  # sd judges no steps: it takes none
     out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, custom_generate=CUSTOM_GENERATE,
-                         trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode=mode, steps=steps,
-                         verifier=SAME_TEXT, return_dict_in_generate=True)
+                         trust_remote_code=True, assistant_model=draft, tokenizer=tok, mode=mode,
+                         return_dict_in_generate=True, **stepwise)
     assert torch.equal(out.sequences, greedy)
     [summary] = out["lookahead"]
     assert summary["mode"] == mode and summary["new_tokens"] == greedy.shape[1] - inputs["input_ids"].shape[1]
@@ -134,7 +135,8 @@ def test_sampling_follows_the_generation_config_and_torch_seed(models):
     ({"timeout_s": 5.0}, "timeout_s: not an option"),  # an engine's setting: the caller's model is in this process
     ({"mode": "fastest"}, "unknown mode 'fastest'"),
     ({"k": -1}, "k \\(drafted steps per cycle\\) must be an integer >= 0"),
-    ({"mode": "auto", "gamma": 4}, "mode auto chooses gamma itself"),
+    ({"mode": "auto", "gamma": 4}, "gamma: not read by mode auto"),
+    ({"mode": "sd", "k": 2}, "k: not read by mode sd"),
     ({"stop_strings": ["\n"]}, "stop_strings"),
 ])
 def test_an_option_the_loops_cannot_honour_is_refused_by_name(models, option, message):
@@ -224,9 +226,12 @@ def test_the_harness_takes_the_command_line_s_options_and_refuses_a_bad_one_by_i
     likelihood verifier with its threshold, k, width, the step cap), and a bad value is refused by its model_arg
     before any model loads."""
     module, _ = harness
-    spec = module.harness_spec({"target": "t", "draft": "none", "mode": "lr", "k": 3, "width": 2, "verifier": "likelihood",
+    spec = module.harness_spec({"target": "t", "draft": "d", "mode": "lr", "k": 3, "width": 2, "verifier": "likelihood",
                                 "threshold": 0.3, "max_step_tokens": 40, "delimiter": "\n"})
-    assert (spec.mode, spec.draft, spec.verifier.name, spec.verifier.threshold) == ("lr", None, "likelihood", 0.3)
+    assert (spec.mode, spec.draft, spec.verifier.name, spec.verifier.threshold) == ("lr", "d", "likelihood", 0.3)
+    assert module.harness_spec({"target": "t", "draft": None, "mode": "ar"}).draft is None  # lm-eval's "none"
+    with pytest.raises(ConfigError, match="^draft none"):  # no draft model, for a mode that drafts: refused
+        module.harness_spec({"target": "t", "draft": None, "mode": "lr"})
     assert (spec.settings.k, spec.settings.width, spec.settings.steps) == (3, 2, StepConfig(("\n",), 40))
     assert module.harness_spec({}).mode == "auto"
     for args, name in (({"k": -1}, "k"), ({"max_step_tokens": 0}, "max_step_tokens"), ({"mode": "fast"}, "mode"),

@@ -83,7 +83,7 @@ def test_lr_with_disagreeing_draft_equals_greedy_ar(prompt, k, mode):
 @pytest.mark.parametrize("token_sd", [TokenSD(target="draft", draft=None), TokenSD(target="ngram", draft="ngram", gamma=2)])
 def test_lr_sd_variants_equal_ar(token_sd):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    gen = _lr(tiny_lm(0), k=3, prompt=prompt, token_sd=token_sd)
+    gen = _lr(tiny_lm(0), k=3, prompt=prompt, token_sd=token_sd, mode="lr-sd")
     ar = generate(TARGET, prompt, max_new_tokens=60)
     assert gen.generate(prompt, mode="lr-sd", max_new_tokens=60).token_ids == ar.token_ids
 
@@ -95,9 +95,10 @@ def test_lr_sd_with_draft_stop_below_equals_ar(draft_seed):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     token_sd = TokenSD(target="draft", draft=None, gamma=8)
     ar = generate(TARGET, prompt, max_new_tokens=60)
-    eager = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd).generate(prompt, mode="lr-sd", max_new_tokens=60)
-    careful = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd,
-                  draft_stop_below=0.999999).generate(prompt, mode="lr-sd", max_new_tokens=60)
+    eager = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd, mode="lr-sd").generate(
+        prompt, max_new_tokens=60)
+    careful = _lr(tiny_lm(draft_seed), k=2, prompt=prompt, token_sd=token_sd, mode="lr-sd",
+                  draft_stop_below=0.999999).generate(prompt, max_new_tokens=60)
     assert eager.token_ids == careful.token_ids == ar.token_ids
     assert careful.stats.target_sd.drafted < eager.stats.target_sd.drafted
     # a threshold no draft reaches: at most one drafted token per row and SD iteration (one record each)

@@ -37,8 +37,9 @@ def served():
 
 def _both(served, mode: str, schedule: str = "sync", **knobs):
     """The same generation in this process (sync: its rows run in one batch) and over the two engines."""
-    local = LookaheadGenerator(target=TARGET, draft=DRAFT, verifier="exact", steps=STEPS, mode=mode, **knobs)
-    remote = LookaheadGenerator(target=served[0].url, draft=served[1].url, verifier="exact", steps=STEPS, mode=mode,
+    knobs = {**knobs, **({"steps": STEPS} if mode != "ar" else {})}  # ar writes no steps: it takes none
+    local = LookaheadGenerator(target=TARGET, draft=DRAFT, verifier="exact", mode=mode, **knobs)
+    remote = LookaheadGenerator(target=served[0].url, draft=served[1].url, verifier="exact", mode=mode,
                                 schedule=schedule, **knobs)
     try:
         return local.generate(PROMPT, max_new_tokens=N), remote.generate(PROMPT, max_new_tokens=N)

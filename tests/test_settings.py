@@ -104,7 +104,7 @@ def test_the_draft_precision_is_given_in_the_precision_mapping():
 
 
 def test_generator_settings_read_and_set_as_attributes():
-    gen = LookaheadGenerator(target=tiny_lm("qwen2", 0), draft=tiny_lm("qwen2", 1), verifier=exact(), mode="lr",
+    gen = LookaheadGenerator(target=tiny_lm("qwen2", 0), draft=tiny_lm("qwen2", 1), verifier=exact(), mode="lr-sd",
                              k=3, gamma=5)
     assert (gen.k, gen.gamma, gen.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
     assert gen.settings.k == 3 and gen.token_sd == TokenSD(target="draft", draft="ngram")

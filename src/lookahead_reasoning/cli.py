@@ -30,7 +30,7 @@ from .bench.datasets import DEFAULT_DATASET, load_jsonl
 from .bench.grading import grade
 from .bench.pairs import add_pairs_commands
 from .bench.runner import check_writable
-from .engine_cli import (add_flips_command, add_serve_command, add_url_options, engine_generator, refuse_engine_options,
+from .engine_cli import (add_flips_command, add_url_options, engine_generator, read_by_note, refuse_engine_options,
                          refuse_local_only_options, run_generate_over_engine)
 from .errors import LookaheadError, PromptError, require
 from .generator import LookaheadGenerator
@@ -42,10 +42,12 @@ from .options import (
     check_fits_context,
     check_max_new_tokens,
     generator_spec,
+    named_check,
 )
-from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET
+from .presets import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MODE_READS, read_by
 from .prompts import math_messages
 from .render import render_html, render_terminal
+from .serve_cli import add_serve_command
 from .sampling import SamplingConfig
 
 
@@ -94,7 +96,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         refuse_local_only_options(args, "generate")
         return run_generate_over_engine(args, _question(args)[0])
     require(args.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    sampling = named_check(lambda: SamplingConfig(args.temperature, args.top_k, args.top_p))
     check_fits_context(args.model, args.max_new_tokens)
     prompt, _ = _question(args)
     gen = LookaheadGenerator(target=args.model, mode="ar", sampling=sampling, dtype=args.dtype, device=args.device,
@@ -119,7 +121,7 @@ def cmd_lr(args: argparse.Namespace) -> int:
             check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
 
-        check_writable(Path(args.html), "the trace")
+        check_writable(Path(args.html), "the trace", "--html")
     prompt, gold = _question(args)
     if args.target_url:  # over serving engines (lookahead_reasoning.engine_runtime)
         print(f"connecting to target {args.target_url}, draft {args.draft_url}, verifier {spec.verifier.name} ...",
@@ -236,11 +238,58 @@ def build_parser() -> argparse.ArgumentParser:
     pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.pairs, over the engines)
     add_url_options(pairs, "pairs")
     pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
-    for command in ("generate", "lr", "bench", "pairs"):  # what each option defaults to: refusals name the given ones
-        p = sub.choices[command]
-        p.set_defaults(option_flags={a.dest: (a.option_strings[0], a.default)
-                                     for a in p._actions if a.option_strings and a.dest != "help"})
+    _mark_options(sub)
     return parser
+
+
+def _mark_options(sub: argparse._SubParsersAction) -> None:
+    """What each option of generate, lr, bench and pairs defaults to (refusals name the given ones), and in its
+    help which modes and targets read it (:func:`~.engine_cli.read_by_note`)."""
+    for command in ("generate", "lr", "bench", "pairs"):
+        p = sub.choices[command]
+        actions = [a for a in p._actions if a.option_strings and a.dest != "help"]
+        p.set_defaults(option_flags={a.dest: (a.option_strings[0], a.default) for a in actions})
+        for action in actions:
+            note = read_by_note(command, action.dest, frozenset(p.get_default("engine_options")))
+            action.help = f"{action.help} [{note}]" if action.help else f"[{note}]"
+
+
+def options_page() -> str:
+    """OPTIONS.md: which modes read each setting (:data:`~.presets.MODE_READS`, for every entry), and every option
+    of every command with its help, which says which modes and targets read it (``scripts/write_options_page.py``
+    writes it; a test holds it to the code)."""
+    settings = "\n".join(f"| `{name}` | {read_by(name, tuple(MODE_READS))} |" for name in
+                          sorted({s for reads in MODE_READS.values() for s in reads}))
+    parts = [OPTIONS_HEAD.format(settings=settings)]
+    sub = build_parser()._subparsers._group_actions[0]
+    commands, helps = {**sub.choices, "eval": harness.eval_parser()}, {a.dest: a.help for a in sub._choices_actions}
+    for name, p in commands.items():
+        rows = [f"| `{', '.join(a.option_strings) or a.dest}` | {' '.join((a.help or '').split()).replace('|', '/')} |"
+                for a in p._actions if a.dest != "help" and a.help != argparse.SUPPRESS]
+        parts.append(f"## `{name}`\n\n{helps[name]}.\n\n| option | what it sets; who reads it |\n|---|---|\n"
+                     + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+OPTIONS_HEAD = """# Options
+
+Every option of every entry is read by the run it is given to or refused by name before a model loads or a request
+goes out (`tests/test_bad_inputs.py` and `tests/test_bad_python_inputs.py` draw bad values of every kind for each).
+A setting a mode does not read is refused, never dropped; the table below is the one the refusals use
+(`presets.MODE_READS`), for the command line, `LookaheadGenerator(...)` and its `generate(...)`, transformers'
+`custom_generate` and the lm-evaluation-harness `model_args` alike. Over an engine target the modes are `auto`,
+`lr` and `ar`, with the same table. Every mode reads the target, the sampling, the budget and the seed. A setting
+given to a `LookaheadGenerator` by keyword is held to its own mode; a `Settings` object and the models serve every
+mode its `generate` may run. A draft named `none` is no draft model, in every entry: modes `ar` and `sd-ngram`
+need none, the others refuse it.
+
+| setting | read by |
+|---|---|
+{settings}
+
+The help of each option of `generate`, `lr`, `bench` and `pairs` ends with the modes and the targets that read it
+(`--help` prints the same). This page is written by `scripts/write_options_page.py`.
+"""
 
 
 def run_harness(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
-"""Command-line verbs for engines: ``serve-engine`` (build and start llama.cpp servers) and the
-``--target-url``/``--draft-url`` side of ``generate``, ``lr``, ``bench`` and ``pairs``:
+"""Command-line verbs for engines: the ``--target-url``/``--draft-url`` side of ``generate``, ``lr``, ``bench``
+and ``pairs``, and ``flips`` (``serve-engine``, which starts them, is :mod:`.serve_cli`):
 
 * ``generate --target-url URL``: the engine's own plain decoding of the question, and the summary line;
 * ``lr --target-url URL --draft-url URL``: one question with ``auto``, ``lr`` or ``ar`` over the engines;
@@ -9,44 +9,32 @@
 
 A dead URL, a refused request or a bad option ends such a command with one line (``error: ...``)
 and exit status 2.
-
-``serve-engine`` starts, on loopback ports, the target (plain), the draft, and with ``--with-sd``
-the target twice more with the engine's own token-level speculation (draft model, n-gram), prints
-their URLs and the commands that use them, and stops them all on Ctrl-C. ``--engine`` picks
-llama.cpp's server (GGUF, the default) or vLLM (the bf16 safetensors cache); ``--draft-engine`` lets
-the draft run on the other one (their tokenizers match for the offline models).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import sys
-import time
 
-from .bench.engine import EngineBench, run_engine_bench
+from .bench.engine import EngineBench, parse_engine_mode, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
 from .bench.pairs import KeepNone, PairRecorder, run_pairs
-from .engine_runtime import ENGINE_MODES, EngineRuntime, engine_verifier
+from .engine_runtime import ENGINE_MODES, EngineRuntime, check_scheme, engine_verifier, is_url
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
-from .options import check_max_new_tokens
+from .options import OPTION_READS, check_max_new_tokens, named_check, refuse_unread_options
 from .presets import (
-    DEFAULT_DRAFT,
-    DEFAULT_TARGET,
     ENGINE_TIMEOUT_S,
     MAX_STEP_TOKENS,
+    MODE_READS,
+    MODES,
     SCHEDULE,
     STEP_DELIMITERS,
+    read_by,
 )
-from .runtime.engine.llamacpp import LlamaServer
-from .runtime.engine.process import ServerConfig
-from .runtime.engine.vllm import VLLMServer
 from .sampling import SamplingConfig
 from .settings import Settings
 from .steps import StepConfig
-from .verifiers.options import verifier_settings_from_args
+from .verifiers.options import check_verifier_settings, verifier_settings_from_args
 
 
 def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
@@ -82,9 +70,18 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     p.set_defaults(engine_options={a.dest: (a.option_strings[0], a.default) for a in only})
 
 
+URL_DESTS = {"target_url": "--target-url", "draft_url": "--draft-url", "sd_url": "--sd-url", "ngram_url": "--ngram-url",
+             "scorer": "--scorer", "judge_url": "--judge-url"}
+
+
 def refuse_engine_options(args: argparse.Namespace) -> None:
     """ConfigError naming every engine option a command got without ``--target-url``: it would be ignored,
-    since the run loads its models in this process."""
+    since the run loads its models in this process; and naming a URL option whose scheme is not http(s)."""
+    for dest, flag in URL_DESTS.items():
+        value = getattr(args, dest, None)
+        check_scheme(value, flag)  # --scorer may name a model; every other is an engine's URL
+        require(value is None or dest == "scorer" or is_url(value), f"{flag} {value!r}: an engine's URL is http:// or "
+                "https:// and a host")
     if getattr(args, "target_url", None) or not hasattr(args, "engine_options"):
         return
     given = [flag for name, (flag, default) in args.engine_options.items() if getattr(args, name) != default]
@@ -93,8 +90,8 @@ def refuse_engine_options(args: argparse.Namespace) -> None:
 
 
 # What each command honours with a target served by an engine (--target-url), by argparse name; every other
-# option it has, given with --target-url, is refused by name before any request (tests/test_cli_options.py
-# walks them all). The rest configure models this process loads, or token-level SD in this process.
+# option it has, given with --target-url, is refused by name before any request (tests/test_bad_inputs.py
+# draws them all). The rest configure models this process loads, or token-level SD in this process.
 VERIFIER_OPTIONS = {"verifier", "threshold", "judge_model", "judge_dtype", "judge_url", "judge_name", "judge_timeout"}
 URL_OPTIONS = {"target_url", "target_model", "draft_url", "draft_model", "template", "engine_timeout"}
 SAMPLING_OPTIONS = {"temperature", "top_k", "top_p", "seed"}
@@ -108,6 +105,20 @@ OVER_ENGINE = {
               *VERIFIER_OPTIONS, *URL_OPTIONS, *SAMPLING_OPTIONS},
     "pairs": {"dataset", "offset", "limit", "out", "max_new_tokens", "max_step_tokens", *URL_OPTIONS},
 }
+
+
+def read_by_note(command: str, dest: str, engine_only: set[str] | frozenset[str]) -> str:
+    """Which modes and targets read option ``dest`` of ``command`` (generate, lr, bench, pairs): the note its help
+    and OPTIONS.md give, from the tables the refusals use (:data:`~.presets.MODE_READS`, :data:`OVER_ENGINE`)."""
+    modes = {"generate": "mode ar", "pairs": "its fixed plan"}.get(command, "every mode")
+    if command in ("lr", "bench") and dest in OPTION_READS:
+        modes = "modes " + read_by(OPTION_READS[dest], tuple(MODE_READS) if command == "bench" else MODES)
+    honoured = dest in OVER_ENGINE[command]
+    if dest == "mode":
+        return "with either target (over an engine: auto, lr, ar)"
+    if dest in engine_only:
+        return f"read by {modes} with an engine target (--target-url)" if honoured else f"not read by {command}: refused"
+    return f"read by {modes} with {'either target' if honoured else 'a target of this process'}"
 
 
 def refuse_local_only_options(args: argparse.Namespace, command: str) -> None:
@@ -125,99 +136,21 @@ def refuse_local_only_options(args: argparse.Namespace, command: str) -> None:
 
 def engine_settings(args: argparse.Namespace) -> Settings:
     """The settings the shared options describe for a run over engines (steps, sampling, seed, width,
-    schedule, timeout); a command without an option gets its default (``pairs``: greedy)."""
-    steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
-                       getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
-    sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
-                              getattr(args, "top_p", 1.0))
-    return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0), width=getattr(args, "width", 1),
-                    schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
+    schedule, timeout); a command without an option gets its default (``pairs``: greedy). A bad one is refused
+    naming its option."""
+    def made() -> Settings:
+        steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
+                           getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
+        sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
+                                  getattr(args, "top_p", 1.0))
+        return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0), width=getattr(args, "width", 1),
+                        schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
+    return named_check(made)
 
 
 def verifier_over_engines(args: argparse.Namespace):
     """The verifier the options name, for a run over engines (:func:`~.engine_runtime.engine_verifier`)."""
     return engine_verifier(verifier_settings_from_args(args))
-
-
-ENGINES = ("llama.cpp", "vllm")
-
-
-def add_serve_command(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("serve-engine", help="start llama.cpp's server (built once) or vLLM (installed once) on "
-                                            "loopback, serving the offline models")
-    s.add_argument("--engine", default="llama.cpp", choices=ENGINES,
-                   help="llama.cpp: GGUF files as shipped (built from source, 8-10 min once); vllm: the bf16 "
-                        "safetensors cache (vLLM's CPU build, installed into its own environment, 2.5-5 min once)")
-    s.add_argument("--draft-engine", choices=ENGINES, help="the draft's engine (default: --engine)")
-    s.add_argument("--target", default=DEFAULT_TARGET, help="offline name, .gguf file (llama.cpp), model directory "
-                                                            "or hub id (vllm)")
-    s.add_argument("--draft", default=DEFAULT_DRAFT, help="the same for the draft ('none': no draft server)")
-    s.add_argument("--with-sd", action="store_true",
-                   help="also start the target with the engine's own draft-model SD and with its n-gram SD")
-    s.add_argument("--parallel", type=int, default=4, help="llama.cpp: slots per server, requests served at once")
-    s.add_argument("--context", type=int, default=None,
-                   help="llama.cpp: KV cache tokens per server, shared by its slots (16384); vllm: max model length "
-                        "(4096)")
-    s.add_argument("--threads", type=int, default=None, help="CPU threads per server (default: all cores)")
-    s.add_argument("--no-prompt-cache", action="store_true",
-                   help="llama.cpp: evaluate every prompt whole (--no-cache-prompt): greedy requests repeat their "
-                        "text, at the cost of the prefix's evaluation on every request")
-    s.add_argument("--port", type=int, default=None, help="the target's port (others: free ports)")
-    s.add_argument("--build-only", action="store_true",
-                   help="build llama-server (or install vLLM) and prepare the models, then exit")
-    s.set_defaults(func=cmd_serve)
-
-
-def _server(engine: str, model: str, args: argparse.Namespace, port: int | None = None, spec: str | None = None):
-    """One server of ``engine`` for ``model`` (``spec``: the engine's own SD, "draft" or "ngram")."""
-    draft = args.draft if spec == "draft" else None
-    config = ServerConfig(model, engine, context=args.context, threads=args.threads, port=port, spec=spec, draft=draft,
-                          cache_prompt=not args.no_prompt_cache,
-                          parallel=args.parallel if engine == "llama.cpp" else None)
-    return (VLLMServer if engine == "vllm" else LlamaServer)(config)
-
-
-def _servers(args: argparse.Namespace) -> dict:
-    draft_engine = args.draft_engine or args.engine
-    servers = {"target": _server(args.engine, args.target, args, args.port)}
-    if args.draft != "none":
-        servers["draft"] = _server(draft_engine, args.draft, args)
-        if args.with_sd:
-            servers["sd"] = _server(args.engine, args.target, args, spec="draft")
-            servers["ngram"] = _server(args.engine, args.target, args, spec="ngram")
-    return servers
-
-
-def _prepare(servers: dict) -> None:
-    """Build or install each engine and prepare each model, saying where they are and how long it took."""
-    for role, server in servers.items():
-        start = time.perf_counter()
-        where = server.prepare()
-        print(f"{role}: {where} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-
-    require(args.parallel >= 1, f"--parallel must be >= 1, got {args.parallel}")
-    servers = _servers(args)  # checks every number before anything is built
-    _prepare(servers)
-    if args.build_only:
-        return 0
-    with contextlib.ExitStack() as stack:
-        urls = {}
-        for role, server in servers.items():
-            urls[role] = stack.enter_context(server).url
-            print(f"{role}: {server.label} ready at {urls[role]} after {server.started_s:.0f} s", file=sys.stderr)
-        print(json.dumps(urls))
-        flags = " ".join(f"--{'target' if r == 'target' else r}-url {u}" for r, u in urls.items())
-        print(f"serving on loopback; try:\n  lookahead-reasoning lr {flags}\n(Ctrl-C stops the servers)",
-              file=sys.stderr, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopping the servers", file=sys.stderr)
-    return 0
 
 
 def engine_generator(args: argparse.Namespace):
@@ -240,6 +173,11 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
                         limit=args.limit, offset=args.offset,
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=verifier_settings_from_args(args), settings=engine_settings(args))
+    check_verifier_settings(bench.verifier)
+    plain = {"sd": "ar", "ngram": "ar", "lr-sd": "lr"}  # the engine's own SD is one request here, as ar's is
+    given = {flag: dest for dest, (flag, default) in args.option_flags.items() if getattr(args, dest) != default}
+    refuse_unread_options([plain.get(m, m) for m in (parse_engine_mode(m)[0] for m in bench.modes)], bench.settings,
+                          given, None)  # an option none of the modes reads, refused by name before any request
     path = run_engine_bench(bench)
     print(f"results: {path} (`lookahead-reasoning report {path}`)")
     return 0
@@ -310,6 +248,8 @@ def cmd_flips(args: argparse.Namespace) -> int:
     require(bool(args.target_url), "flips continues the branches over an engine: give --target-url "
             "(`lookahead-reasoning serve-engine` starts one)", ConfigError)
     check_flip_options(args.sample, args.max_new_tokens)
+    require(args.sample is not None or args.seed == 0, f"--seed {args.seed} draws the pairs of --sample, which is not "
+            "given (every non-exact pair is continued): give --sample N, or leave --seed out")
     read_bank(args.pairs)  # a bad option or file fails before any connection
     runtime = target_runtime(args, engine_settings(args))
     try:
@@ -323,7 +263,7 @@ def cmd_flips(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_flips_command", "add_serve_command", "add_url_options", "cmd_flips", "cmd_serve", "engine_settings",
-           "OVER_ENGINE", "engine_generator", "refuse_engine_options", "refuse_local_only_options", "run_bench_over_engine",
+__all__ = ["add_flips_command", "add_url_options", "cmd_flips", "engine_settings",
+           "OVER_ENGINE", "engine_generator", "read_by_note", "refuse_engine_options", "refuse_local_only_options", "run_bench_over_engine",
            "run_generate_over_engine",
            "run_pairs_over_engine", "target_runtime", "verifier_over_engines"]

@@ -31,6 +31,7 @@ import copy
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
 
 from .decoding.driver import CyclePolicy, FixedPolicy
 from .decoding.results import GenerationResult
@@ -44,7 +45,7 @@ from .prompts import math_messages
 from .runtime.engine.pair import EnginePair, Messages
 from .settings import Settings
 from .steps import closing
-from .verifiers.options import VerifierSettings, build_verifier
+from .verifiers.options import VerifierSettings, any_verifier
 from .verifiers.registry import make_verifier
 
 ENGINE_MODES = ("auto", "lr", "ar")
@@ -56,7 +57,15 @@ Prompt = str | Messages | Sequence[int]
 
 
 def is_url(model: Any) -> bool:
-    return isinstance(model, str) and model.startswith(("http://", "https://"))
+    """Whether ``model`` is an engine's URL: http(s) and a host."""
+    return isinstance(model, str) and model.startswith(("http://", "https://")) and bool(urlsplit(model).netloc)
+
+
+def check_scheme(value: Any, option: str) -> None:
+    """ConfigError naming ``option`` for an address of another scheme than http(s) (``ftp://``, ``ws://``, ...):
+    an engine is reached over HTTP, and a model name holds no "://"."""
+    require(not isinstance(value, str) or "://" not in value or is_url(value), f"{option} {value!r}: an engine's "
+            "URL is http:// or https:// and a host (a model is named without a scheme)")
 
 
 def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:
@@ -65,11 +74,7 @@ def engine_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> Any:
     name = verifier.name if isinstance(verifier, VerifierSettings) else verifier if isinstance(verifier, str) else None
     require(name is None or "target-score" not in name, "the target-score verifier reads the target's weights, "
             "which an engine does not share: pick another verifier over engines")
-    if isinstance(verifier, str):
-        return make_verifier(verifier, **(verifier_kwargs or {}))
-    if isinstance(verifier, VerifierSettings):
-        return build_verifier(verifier)
-    return verifier
+    return any_verifier(verifier, verifier_kwargs)
 
 
 class EngineRuntime:
@@ -108,11 +113,8 @@ class EngineRuntime:
         loop); mode ``auto``'s runs then fork one planner, measured by the first to ask."""
         self.check(mode, settings)
         self.pair.use(settings)
-        if mode == "ar":
-            policy = FixedPolicy(0, mode="engine-ar", gamma=0)
-        elif mode == "lr":
-            policy = FixedPolicy(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
-        else:
+        policy = engine_policy(mode, settings, k)
+        if policy is None:
             require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
         result = await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
@@ -149,6 +151,16 @@ class EngineRuntime:
 
     def close(self) -> None:
         self.pair.close()
+
+
+def engine_policy(mode: str, settings: Settings, k: int | None = None) -> FixedPolicy | None:
+    """Mode ``ar`` or ``lr`` over engines as the fixed plan the loop runs (``k``: lr's drafted steps, None: its
+    preset); None for ``auto``, whose every cycle the planner prices."""
+    if mode == "ar":
+        return FixedPolicy(0, mode="engine-ar", gamma=0)
+    if mode == "lr":
+        return FixedPolicy(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
+    return None
 
 
 def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
@@ -212,5 +224,5 @@ def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
                           f"target loads its own (set them where the engine starts)")
 
 
-__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "engine_verifier", "is_url",
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "check_scheme", "engine_policy", "engine_verifier", "is_url",
            "refuse_local_options"]

@@ -27,6 +27,7 @@ from .engine_runtime import (
     ENGINE_NAMES,
     LOCAL_ONLY_SETTINGS,
     EngineRuntime,
+    check_scheme,
     engine_verifier,
     is_url,
     refuse_local_options,
@@ -42,20 +43,21 @@ from .presets import (
     DEFAULT_MODE,
     DEFAULT_VERIFIER,
     LR_SD_TOKEN_SD,
+    MODE_READS,
     STEP_MODES,
     check_max_k,
     check_mode,
     mode_k,
+    no_model,
 )
 from .prompts import math_messages
 from .runtime.compiled import check_fast_path, default_backend
 from .runtime.lm import LM
 from .runtime.pair import as_lm, model_pair
 from .runtime.vocab import check_same_tokenizer
-from .settings import Settings, TokenSD, local_settings
-from .verifiers.options import VerifierSettings, build_verifier, check_verifier_settings
+from .settings import Settings, TokenSD, given_settings, local_settings, refuse_unread
+from .verifiers.options import VerifierSettings, any_verifier, check_any_verifier
 from .verifiers.likelihood import TokenScores, verify_pairs
-from .verifiers.registry import check_verifier_spec, make_verifier
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,14 @@ class LookaheadGenerator:
 
     Args:
         target, draft: model names (offline short names, hub ids, local dirs, .gguf files),
-            LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target.
-            A URL of an OpenAI-compatible engine (``http://...``) for the target (and the draft)
-            runs over the engines (:mod:`lookahead_reasoning.engine_runtime`): the same
-            ``generate``, modes auto, lr and ar; ``template``, ``target_model``, ``draft_model`` and
-            ``scorer`` are for that case (a local tokenizer whose chat template to use; the served
-            models' names; what scores drafted tokens for a likelihood verifier where the target's
-            engine cannot: the target's model loaded here, or a scoring engine's URL).
+            LoadedModel / LM objects or (model, tokenizer) pairs. ``draft=None`` uses the target; the name
+            "none" is no draft model, as in every entry (modes ar and sd-ngram need none; the others are
+            refused). A URL of an OpenAI-compatible engine (``http://...``) for the target (and the draft)
+            runs over the engines (:mod:`lookahead_reasoning.engine_runtime`): the same ``generate``, modes
+            auto, lr and ar; ``template``, ``target_model``, ``draft_model`` and ``scorer`` are for that case
+            (a local tokenizer whose chat template to use; the served models' names; what scores drafted
+            tokens for a likelihood verifier where the target's engine cannot: the target's model loaded
+            here, or a scoring engine's URL).
         verifier: a Verifier, a name for :func:`lookahead_reasoning.verifiers.make_verifier`
             ("exact", "embedding", "embedding-numbers", "paper-judge", "cascade:exact+embedding", ...)
             with its ``verifier_kwargs``, or a :class:`~lookahead_reasoning.verifiers.VerifierSettings`
@@ -83,20 +86,21 @@ class LookaheadGenerator:
         settings: a :class:`~lookahead_reasoning.settings.Settings` with every knob below
             from ``k`` to ``draft_stop_below`` (keywords given beside it change its fields).
         mode: the mode ``generate`` runs when it is not given one (see :mod:`lookahead_reasoning.presets`).
-            Mode ``auto`` supports one draft per position (``width=1``).
+            A knob given by keyword (``k`` to ``draft_stop_below``), a verifier or a planner that this mode
+            does not read is refused by name (:data:`~lookahead_reasoning.presets.MODE_READS`); ``settings``
+            and the models serve every mode ``generate`` may run.
         k: drafted steps per cycle (k >= 1) for the step modes; None takes each mode's preset (in
             ``auto``: the most drafted steps a plan may use).
-        width: drafts per position (W >= 1). W - 1 alternatives are sampled (at ``alt_temperature``
-            when decoding is greedy) at each drafted position; one can replace the target's
-            correction where the main draft is rejected, and the cycle ends there (see
+        width: drafts per position (W >= 1; lr and lr-sd). W - 1 alternatives are sampled (at
+            ``alt_temperature`` when decoding is greedy) at each drafted position; one can replace the
+            target's correction where the main draft is rejected, and the cycle ends there (see
             ``decoding.lookahead.rescue``); the same on every runtime.
         steps: the step segmenter (delimiters, per-step token cap).
-        token_sd: token-level SD inside steps, used by mode "lr-sd" (default: the draft model drafts
-            tokens for the target's branches, prompt lookup drafts tokens for the draft's own steps;
-            with tokenizers that differ the target falls back to plain decoding inside steps).
+        token_sd: token-level SD inside steps, used by modes "lr-sd" and "auto" (default: the draft model
+            drafts tokens for the target's branches, prompt lookup for the draft's own steps; with
+            tokenizers that differ the target falls back to plain decoding inside steps).
         sampling: temperature / top-k / top-p; temperature 0 is greedy.
-        gamma: drafted tokens per iteration for modes "sd", "sd-ngram" and "lr-sd"; None takes each
-            mode's preset.
+        gamma: drafted tokens per iteration for modes "sd", "sd-ngram" and "lr-sd"; None: the mode's preset.
         draft_stop_below: the draft model stops drafting after a token it gave less than this
             probability (modes "sd" and "lr-sd" inside the target's branches); with it a large gamma
             pays. None drafts gamma tokens every time. Mode "auto" treats it as one candidate among
@@ -106,16 +110,12 @@ class LookaheadGenerator:
         fast_path: how this process's models run their forwards (:mod:`lookahead_reasoning.runtime.compiled`):
             "auto" (default: CUDA graphs over a static cache on a GPU, the eager loops on a CPU; an ``LM``
             passed in keeps the path it has), "off" or None, a backend name or a ``FastPathConfig``.
-        precision: the weight precision per model, a name (the target's) or ``{"target": ...,
-            "draft": ...}``. The target's applies when it is loaded by name (None: as loaded;
-            "int8": weight-only int8, about a quarter of float32's bytes per token; "w8a8": int8
-            activations too, per token; see :mod:`lookahead_reasoning.models.precision`). The draft's:
-            "int8-dynamic" turns a CPU draft's linear layers into dynamic int8 ones
-            (:func:`lookahead_reasoning.models.kernels.quantize_draft_int8`): a half to a third of the
-            draft's cost per token, at a somewhat lower acceptance rate; token-level SD output is
-            unchanged (the target checks every drafted token). "auto" (default) does it when the
-            draft is a CPU model this generator loaded itself (a model object you pass in is never
-            changed); None leaves the draft as loaded.
+        precision: the weight precision per model, a name (the target's) or ``{"target": ..., "draft": ...}``
+            (:mod:`lookahead_reasoning.models.precision`). The target's, when it is loaded by name: None (as
+            loaded), "int8" (weight-only) or "w8a8" (int8 activations too). The draft's: "int8-dynamic"
+            (:func:`lookahead_reasoning.models.kernels.quantize_draft_int8`: a half to a third of the draft's
+            cost, a somewhat lower acceptance rate, token-level SD output unchanged), "auto" (default: that,
+            for a CPU draft this generator loaded itself) or None.
         options: the keywords above that are not parameters (``k``, ``width``, ``steps``, ``token_sd``,
             ``sampling``, ``gamma``, ``alt_temperature``, ``draft_stop_below``, ``verifier_kwargs``,
             ``planner``, ``schedule``, ``timeout_s``, ``retries``, the engine names above); the rest is
@@ -126,22 +126,19 @@ class LookaheadGenerator:
                  settings: Settings | None = None, *, mode: str = DEFAULT_MODE, precision: Any = None,
                  **options: Any):
         own = {name: options.pop(name) for name in _OWN_OPTIONS if name in options}
-        knobs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}
-        load_kwargs = options
-        self.mode = check_mode(mode)
-        self.settings = (settings or Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))).with_overrides(**knobs)
-        if self.settings.token_sd is None:
-            self.settings = self.settings.with_overrides(token_sd=TokenSD(**LR_SD_TOKEN_SD))
-        self.planner, self._planning = own.get("planner"), None
-        self.fast_path = own.get("fast_path", "auto")
+        knobs, load_kwargs = {name: options.pop(name) for name in list(options) if name in _SETTING_NAMES}, options
+        require(settings is None or isinstance(settings, Settings), f"settings must be a Settings, got {settings!r}")
+        self.mode, preset = check_mode(mode), TokenSD(**LR_SD_TOKEN_SD)
+        self.settings = (settings or Settings.preset(token_sd=preset)).with_overrides(**knobs)
+        self.settings = self.settings if self.settings.token_sd else self.settings.with_overrides(token_sd=preset)
+        self.planner, self._planning, self.fast_path = own.get("planner"), None, own.get("fast_path", "auto")
         check_fast_path(self.fast_path)
-        self._check_settings(verifier, own.get("verifier_kwargs"))  # before any model loads
+        draft = self._check(target, draft, verifier, own, knobs)  # before any model loads
         unknown = sorted(set(load_kwargs) - LOAD_OPTION_NAMES)
         require(not unknown, f"{', '.join(unknown)}: not a setting or a loading option of LookaheadGenerator "
                 f"(settings: {', '.join(sorted(_SETTING_NAMES))}; loading: {', '.join(sorted(LOAD_OPTION_NAMES))})")
         self.engine: EngineRuntime | None = None
         if is_url(target):
-            EngineRuntime.check(self.mode, Settings())  # a mode an engine cannot run, before connecting
             require(self.planner is None, "planner=: over engines mode auto plans from the endpoints' own measured "
                     "costs (PlannerConfig.over_engine: chunks and LR rows, the engine's own token SD if it was started "
                     "with one); a PlannerConfig is for models this process loads")
@@ -155,7 +152,6 @@ class LookaheadGenerator:
             return
         unused = sorted(name for name in ENGINE_NAMES if name in own)
         require(not unused, f"{', '.join(unused)}: only for a target served by an engine (a URL)")
-        local_settings(self.settings)  # async, request timeout, retries: an engine's; refused before loading
         target_precision, draft_precision = split_precision(precision)
         self.pair = model_pair(as_lm(target, **load_kwargs, **({"precision": target_precision}
                                                                if target_precision is not None else {})),
@@ -167,7 +163,7 @@ class LookaheadGenerator:
         if not self.same_vocab:
             log.warning("draft and target tokenizers differ: steps are passed as text, and token-level "
                         "SD with the draft model is off for this pair (n-gram SD still works)")
-        self.verifier = self._build_verifier(verifier, own.get("verifier_kwargs"), load_kwargs.get("device"))
+        self.verifier = any_verifier(verifier, own.get("verifier_kwargs"), self.target, load_kwargs.get("device"))
 
     # ------------------------------------------------------------------ the pair, read as attributes
     @property
@@ -198,30 +194,33 @@ class LookaheadGenerator:
             name = "settings"
         object.__setattr__(self, name, value)
 
-    def _check_settings(self, verifier: Any, verifier_kwargs: dict | None) -> None:
-        """Every setting that can be checked without a model, so that a mistake costs no loading."""
+    def _check(self, target: Any, draft: Any, verifier: Any, own: dict, knobs: dict) -> Any:
+        """Every check that needs no model: what the mode would not read (:func:`~.settings.refuse_unread`: a keyword
+        setting, a verifier, a planner), a URL of another scheme than http(s) and a draft "none" where the mode
+        drafts are refused by name. Returns the draft to load (None for "none")."""
         require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
                 "prices one draft per position); use mode lr or lr-sd for several drafts per position")
         if self.mode in STEP_MODES:
             mode_k(self.mode, self.k)  # k=0 is a cap for auto only
         if self.mode == "auto":
             auto_token_sd(self.settings.token_sd, self.planner or PlannerConfig())
-        if isinstance(verifier, str):
-            check_verifier_spec(verifier, **(verifier_kwargs or {}))
-        elif isinstance(verifier, VerifierSettings):
-            check_verifier_settings(verifier)
+        require(self.planner is None or isinstance(self.planner, PlannerConfig), f"planner must be a PlannerConfig, "
+                f"got {self.planner!r}")
+        check_any_verifier(verifier, own.get("verifier_kwargs"))
+        for role, model in (("target", target), ("draft", draft)):
+            check_scheme(model, role)
+        require(not no_model(target), "target 'none': the target is the model that writes the answer; name one")
+        if is_url(target):
+            EngineRuntime.check(self.mode, Settings())  # a mode an engine cannot run, before connecting
         else:
-            require(callable(getattr(verifier, "verify", None)),
-                    f"verifier must be a name, a VerifierSettings or an object with .name and .verify(pairs); "
-                    f"got {type(verifier).__name__}")
-
-    def _build_verifier(self, verifier: Any, verifier_kwargs: dict | None, device: Any) -> Any:
-        """The verifier object: built from a name or settings (some need the target, e.g. target-score)."""
-        if isinstance(verifier, str):
-            return make_verifier(verifier, **(verifier_kwargs or {}))
-        if isinstance(verifier, VerifierSettings):
-            return build_verifier(verifier, target_lm=self.target, device=device)
-        return verifier
+            local_settings(self.settings)  # async, request timeout, retries: an engine's; refused before loading
+        given = {name: name for name in given_settings(self.settings) if name in knobs}
+        given.update({name: name for name, on in (("planner", self.planner is not None), ("verifier", own.get(
+            "verifier_kwargs") or verifier not in (DEFAULT_VERIFIER, VerifierSettings()))) if on})
+        refuse_unread(self.mode, self.settings, given)
+        require(not no_model(draft) or "draft" not in MODE_READS[self.mode], f"draft 'none' (no draft model): mode "
+                f"{self.mode} drafts with one; give a draft, or use mode ar or sd-ngram (they need none)")
+        return None if no_model(draft) else draft
 
     def _quantize_draft(self, choice: str | None, owned: bool) -> str | None:
         """Apply the draft's precision; returns what was done ("int8" or None)."""
@@ -253,9 +252,8 @@ class LookaheadGenerator:
 
     def plan_with(self, costs: Any, book: Any = None) -> None:
         """Make mode ``auto`` price its plans with ``costs`` (a :class:`~lookahead_reasoning.planning.costs.CostTable`,
-        e.g. one measured on another machine) instead of this machine's measured table, learning rates
-        from ``book`` (default: none learned yet) and saving nothing to the cache: what ``auto`` would
-        choose there, on this machine's acceptance."""
+        e.g. one measured on another machine), learning rates from ``book`` (default: none yet) and saving
+        nothing to the cache: what ``auto`` would choose there, on this machine's acceptance."""
         require(self.engine is None, "plan_with prices forwards of this process's models; over engines the "
                                      "planner measures the endpoints")
         self._planning = Planning.elsewhere(costs, book, self.planner or PlannerConfig())
@@ -278,12 +276,9 @@ class LookaheadGenerator:
 
     # ------------------------------------------------------------------ warm-up
     def warmup(self, modes: Sequence[str] = ("lr",), tokens: int = 8) -> None:
-        """Run each mode once on a short question, untimed, and call the verifier once.
-
-        The first forwards of a fresh process page the weights in and set up kernels, and the first
-        verifier call loads its model: both are several times slower than later calls. Timing a
-        mode without this charges it for the process's start-up, not for its decoding.
-        """
+        """Run each mode once on a short question, untimed, and call the verifier once: the first forwards of a
+        fresh process and the first verifier call (which loads its model) are several times slower than later
+        ones, and timing a mode without this charges it for the process's start-up."""
         probe = math_messages("What is 2 + 3?")
         for lm in (self.target, self.draft):
             if lm is not None and lm.fast is not None:
@@ -309,15 +304,19 @@ class LookaheadGenerator:
         given one; None: unseeded), and ``gamma`` and
         ``k``, the drafted tokens per iteration and drafted steps per cycle (a benchmark sweeps them
         with the models loaded once); in mode ``auto``, ``k`` caps the drafted steps of a plan and
-        gamma is the planner's to choose. ``learn=False`` (mode ``auto``): plan with what is known,
-        but keep nothing of this call.
+        gamma is the planner's to choose. A keyword the call's mode does not read (``gamma`` in ``ar`` or
+        ``auto``, ``k`` in ``sd``, ...: :data:`~lookahead_reasoning.presets.MODE_READS`) is refused by name; the
+        generator's own settings carry over to every mode, each reading what it reads. ``learn=False`` (mode
+        ``auto``): plan with what is known, but keep nothing of this call.
         """
         mode = check_mode(self.mode if mode is None else mode)
-        require(mode != "auto" or overrides.get("gamma") is None, "mode auto chooses gamma itself every cycle; "
-                "give gamma to sd, sd-ngram or lr-sd, or set PlannerConfig(gammas=...)")
         k = overrides.pop("k", None)
-        overrides = {name: value for name, value in overrides.items() if value is not None or name == "seed"}
+        overrides = {name: value for name, value in overrides.items()
+                     if value is not None or name in ("seed", "draft_stop_below", "token_sd")}
         settings = self.settings.with_overrides(**overrides)
+        call = settings if k is None else settings.with_overrides(k=k)  # what this call gives: its mode must read it
+        passed = {*overrides, *(("k",) if k is not None else ())}
+        refuse_unread(mode, call, {name: name for name in given_settings(call) if name in passed})
         if self.engine is not None:
             refuse_local_settings(overrides)
             return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
@@ -335,7 +334,8 @@ class LookaheadGenerator:
                        learn: bool) -> GenerationResult:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
-        require(self.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        require(settings.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
+        auto_token_sd(settings.token_sd, self.planner or PlannerConfig())  # refused before any cost table is measured
         check_max_k(max_k)
         config, planning = self.planner or PlannerConfig(), self.planning()
         if not learn:

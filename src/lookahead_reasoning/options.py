@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError, LookaheadError, require
 from .generator import LookaheadGenerator
@@ -25,6 +25,7 @@ from .models.loading import context_window
 from .models.offline import cache_root
 from .models.precision import normalize_precision, resolve_precision
 from .planning import PlannerConfig
+from .planning.auto import auto_token_sd
 from .presets import (
     DEFAULT_DRAFT,
     DEFAULT_MODE,
@@ -33,13 +34,16 @@ from .presets import (
     DRAFT_STOP_BELOW,
     LR_SD_TOKEN_SD,
     MAX_STEP_TOKENS,
+    MODE_READS,
     MODES,
     STEP_MODES,
     check_k,
+    no_model,
+    read_by,
 )
 from .runtime.compiled import FAST_PATH_CHOICES
 from .sampling import SamplingConfig
-from .settings import Settings, TokenSD
+from .settings import KNOBS, Settings, TokenSD, given_settings, refuse_unread
 from .steps import StepConfig
 from .verifiers.options import (
     VerifierSettings,
@@ -54,7 +58,9 @@ DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 OPTION_NAMES = (("k ", "-k "), ("gamma ", "--gamma "), ("width ", "--width "),
                 ("draft_stop_below ", "--draft-stop-below "), ("temperature ", "--temperature "),
                 ("top_k ", "--top-k "), ("top_p ", "--top-p "), ("step delimiters ", "--delimiter "),
-                ("max_step_tokens ", "--max-step-tokens "))
+                ("max_step_tokens ", "--max-step-tokens "), ("token_sd target ", "--token-sd-target "),
+                ("TokenSD target ", "--token-sd-target "), ("TokenSD draft ", "--token-sd-draft "),
+                ("timeout_s ", "--engine-timeout "))
 
 
 def named_option(error: ConfigError) -> ConfigError:
@@ -64,6 +70,14 @@ def named_option(error: ConfigError) -> ConfigError:
         if text.startswith(name):
             return ConfigError(option + text[len(name):])
     return error
+
+
+def named_check(check: Any) -> Any:
+    """``check()``, its ConfigError naming the command-line option (:func:`named_option`)."""
+    try:
+        return check()
+    except ConfigError as exc:
+        raise named_option(exc) from None
 
 
 def decoding_settings(options: Mapping[str, Any]) -> Settings:
@@ -78,7 +92,9 @@ def decoding_settings(options: Mapping[str, Any]) -> Settings:
         return {name: options[name] for name in names if options.get(name) is not None}
 
     sides = {side: options[f"token_sd_{side}"] for side in ("target", "draft") if f"token_sd_{side}" in options}
-    stop = {"draft_stop_below": options["draft_stop_below"] or None} if "draft_stop_below" in options else {}
+    stop = options.get("draft_stop_below")  # 0 turns the stop off, as None does; anything else is checked
+    stop = {"draft_stop_below": None if stop == 0 and not isinstance(stop, bool) else stop} \
+        if "draft_stop_below" in options else {}
     try:
         steps = StepConfig(**{("delimiters" if name == "delimiter" else name): value
                               for name, value in given("delimiter", "max_step_tokens").items()})
@@ -114,8 +130,13 @@ class GeneratorSpec:
 
         require(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         require(self.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        require(bool(self.target and self.target.strip()), "--target must name a model")
+        require(bool(self.target and self.target.strip()) and not no_model(self.target),
+                f"--target must name a model (the one that writes the answer), got {self.target!r}")
         require(self.draft is None or bool(self.draft.strip()), "--draft must name a model")
+        if self.mode == "auto":  # prompt lookup for the target's rows is lr-sd's, not auto's
+            named_check(lambda: auto_token_sd(self.settings.token_sd, PlannerConfig()))
+        require(self.draft_quantize in DRAFT_PRECISION, f"--draft-quantize must be auto, int8 or none, got "
+                f"{self.draft_quantize!r}")
         require(self.fast_path in FAST_PATH_CHOICES,
                 f"--fast-path must be one of {', '.join(FAST_PATH_CHOICES)}, got {self.fast_path!r}")
         if self.precision is not None:
@@ -141,7 +162,7 @@ class GeneratorSpec:
         return LookaheadGenerator(
             target=self.target if target is None else target, draft=self.draft if draft is None else draft,
             verifier=self.verifier if verifier is None else verifier, settings=self.settings, mode=self.mode,
-            planner=PlannerConfig(reprofile=self.reprofile), dtype=self.dtype, device=self.device,
+            planner=PlannerConfig(reprofile=self.reprofile) if self.mode == "auto" else None, dtype=self.dtype, device=self.device,
             cpu_linear=self.cpu_linear, precision={"target": self.precision, "draft": DRAFT_PRECISION[self.draft_quantize]},
             fast_path=self.fast_path)
 
@@ -236,24 +257,64 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
     add_verifier_args(parser, default=DEFAULT_VERIFIER)
 
 
+def option_defaults() -> dict[str, Any]:
+    """The default of every option :func:`add_generator_args` adds, by argparse name."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_generator_args(parser)
+    return {action.dest: action.default for action in parser._actions}
+
+
 DRAFT_PRECISION = {"auto": "auto", "int8": "int8-dynamic", None: None}  # --draft-quantize -> the draft's precision
+# The generator's options (argparse names, which are also the lm-evaluation-harness model_args) that set what a
+# mode may not read: the name of that in presets.MODE_READS. Every other option is read by every mode.
+OPTION_READS = {"draft": "draft", "draft_quantize": "draft", "k": "k", "gamma": "gamma", "width": "width",
+                "draft_stop_below": "draft_stop_below", "token_sd_target": "token_sd", "token_sd_draft": "token_sd",
+                "delimiter": "steps", "max_step_tokens": "steps", "reprofile": "planner", "schedule": "schedule",
+                **{name: "verifier" for name in ("verifier", "threshold", "judge_model", "judge_dtype", "judge_url",
+                                                 "judge_name", "judge_timeout")}}
 
 
-def generator_spec(args: argparse.Namespace) -> GeneratorSpec:
+def refuse_unread_options(modes: Sequence[str], settings: Settings, given: Mapping[str, str], draft: Any) -> None:
+    """ConfigError naming each option of ``given`` (as the entry names it -> its argparse name) that none of
+    ``modes`` reads (:func:`~.settings.refuse_unread`), and a draft ``draft`` of "none" (no draft model) where
+    one of them drafts. Loads nothing."""
+    knobs = given_settings(settings)  # a knob that turns off what a mode does not do anyway is no knob given
+    named = {label: OPTION_READS[name] for label, name in given.items()
+             if name in OPTION_READS and (OPTION_READS[name] in knobs or OPTION_READS[name] not in KNOBS)}
+    if no_model(draft):  # no draft model: nothing to read
+        named = {label: setting for label, setting in named.items() if given[label] != "draft"}
+    refuse_unread(modes, settings, named)
+    needs = [mode for mode in modes if "draft" in MODE_READS[mode]]
+    label = next((label for label, name in given.items() if name == "draft"), "--draft")
+    require(not no_model(draft) or not needs, f"{label} none (no draft model): mode {', '.join(needs)} drafts with "
+            "one; give a draft, or use mode ar or sd-ngram (they need none)")
+    quantize = [name for name, dest in given.items() if dest == "draft_quantize"]
+    require(not no_model(draft) or not quantize, f"{', '.join(quantize)}: there is no draft to quantise ({label} none)")
+
+
+def generator_spec(args: argparse.Namespace, modes: Sequence[str] | None = None) -> GeneratorSpec:
     """The spec the parsed options describe (see :func:`add_generator_args`); its ``settings`` are
-    made (and checked) here, a bad decoding number raising ConfigError that names its option."""
+    made (and checked) here, a bad decoding number raising ConfigError that names its option, and so is an
+    option that none of ``modes`` (default: ``--mode``'s) reads (:func:`refuse_unread_options`); ``--draft none``
+    is no draft model."""
     settings, mode = decoding_settings(vars(args)), getattr(args, "mode", "auto")
     if mode in STEP_MODES:
         try:
             check_k(settings.k, mode)
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("k=0", "-k 0", 1).replace("mode ", "--mode ", 1)) from None
+    modes = tuple(modes or (mode,))
+    given = {flag: dest for dest, (flag, default) in getattr(args, "option_flags", {}).items()
+             if getattr(args, dest, default) != default}
+    refuse_unread_options(modes, settings, given, args.draft)
+    none = no_model(args.draft)  # no draft model: what a results file records as its draft, too
     return GeneratorSpec(
-        target=args.target, draft=args.draft, verifier=verifier_settings_from_args(args), mode=mode, settings=settings,
-        draft_quantize=None if args.draft_quantize == "none" else args.draft_quantize, dtype=args.dtype,
-        device=args.device, cpu_linear=args.cpu_linear, precision=args.precision, reprofile=args.reprofile,
-        fast_path=args.fast_path)
+        target=args.target, draft=None if none else args.draft, verifier=verifier_settings_from_args(args),
+        mode=mode, settings=settings, draft_quantize=None if args.draft_quantize == "none" or none
+        else args.draft_quantize, dtype=args.dtype, device=args.device, cpu_linear=args.cpu_linear,
+        precision=args.precision, reprofile=args.reprofile, fast_path=args.fast_path)
 
 
 __all__ = ["GeneratorSpec", "MAX_NEW_TOKENS_LIMIT", "add_generator_args", "check_cache_writable",
-           "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_spec"]
+           "check_fits_context", "check_max_new_tokens", "decoding_settings", "generator_spec",
+           "named_check", "option_defaults", "refuse_unread_options"]

@@ -59,6 +59,35 @@ PRESET_GAMMA: dict[str, int] = {
 NGRAM_GAMMA = 6  # prompt lookup proposes runs of at most this many tokens
 
 
+# What each mode reads of what a user may give beyond the target, the sampling, the budget and the seed (every
+# mode reads those): "draft" a draft model, "steps" the step segmenter, "verifier" the verifier and its options,
+# "planner" mode auto's PlannerConfig, the rest the Settings fields of those names. A setting given to a mode
+# that does not read it is refused by name (settings.refuse_unread), never dropped; the same table answers
+# over an engine, which runs ar, lr and auto.
+MODE_READS: dict[str, frozenset[str]] = {
+    "ar": frozenset(),
+    "sd": frozenset({"draft", "gamma", "draft_stop_below"}),
+    "sd-ngram": frozenset({"gamma"}),
+    "lr": frozenset({"draft", "k", "width", "alt_temperature", "steps", "verifier", "schedule"}),
+    "lr-sd": frozenset({"draft", "k", "width", "alt_temperature", "steps", "verifier", "gamma", "draft_stop_below",
+                        "token_sd"}),
+    "auto": frozenset({"draft", "k", "steps", "verifier", "draft_stop_below", "token_sd", "planner"}),
+    # the benchmark's peers, transformers' own generate: plain, assisted by the draft, prompt lookup
+    "hf-generate": frozenset(), "hf-assisted": frozenset({"draft", "gamma"}), "hf-lookup": frozenset({"gamma"}),
+}
+NO_MODEL = "none"  # as a model's name, in every entry: no model (a draft "none": the modes that draft are refused)
+
+
+def no_model(name: object) -> bool:
+    """Whether ``name`` says "no model" (:data:`NO_MODEL`, in any case)."""
+    return isinstance(name, str) and name.strip().lower() == NO_MODEL
+
+
+def read_by(setting: str, modes: tuple[str, ...] = MODES) -> str:
+    """The modes of ``modes`` that read ``setting`` (:data:`MODE_READS`), for help texts: "auto, lr, lr-sd"."""
+    return ", ".join(mode for mode in modes if setting in MODE_READS[mode]) or "no mode"
+
+
 def check_mode(mode: str) -> str:
     require(mode in MODES, f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     return mode
@@ -108,6 +137,6 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
            "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "NGRAM_GAMMA",
-           "NGRAM_MAX", "NGRAM_MIN", "PRESET_GAMMA", "PRESET_K", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
+           "NGRAM_MAX", "NGRAM_MIN", "MODE_READS", "NO_MODEL", "PRESET_GAMMA", "PRESET_K", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
            "check_draft_stop_below", "check_k", "check_max_k", "check_mode",
-           "mode_gamma", "mode_k"]
+           "mode_gamma", "mode_k", "no_model", "read_by"]

@@ -16,7 +16,8 @@ from .errors import require
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How to pick tokens. ``temperature == 0`` means greedy; top_k 0/None means off; top_p in (0, 1]."""
+    """How to pick tokens. ``temperature == 0`` means greedy (top_k and top_p, which it would not read, are then
+    refused); top_k 0/None means off; top_p in (0, 1]."""
 
     temperature: float = 0.0
     top_k: int | None = None
@@ -29,6 +30,9 @@ class SamplingConfig:
                 f"top_k must be None or an integer >= 0, got {self.top_k!r}")
         require(isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1,
                 f"top_p must be in (0, 1], got {self.top_p!r}")
+        for name, value, off in (("top_k", self.top_k, (None, 0)), ("top_p", self.top_p, (1,))):
+            require(self.temperature > 0 or value in off, f"{name} {value!r} shapes sampling, which temperature 0 "
+                    "(greedy: the most likely token) does not do: give a temperature > 0 or leave it out")
 
     @property
     def greedy(self) -> bool:

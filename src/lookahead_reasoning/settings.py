@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError, require
 from .presets import (
@@ -24,6 +24,8 @@ from .presets import (
     DRAFT_STOP_BELOW,
     ENGINE_RETRIES,
     ENGINE_TIMEOUT_S,
+    LR_SD_TOKEN_SD,
+    MODE_READS,
     NGRAM_MAX,
     NGRAM_MIN,
     SCHEDULE,
@@ -32,6 +34,7 @@ from .presets import (
     check_draft_stop_below,
     check_k,
     mode_k,
+    read_by,
 )
 from .sampling import SamplingConfig
 from .steps import StepConfig
@@ -95,6 +98,11 @@ class Settings:
         require(self.gamma is None or _positive_int(self.gamma),
                 f"gamma (drafted tokens per iteration) must be an integer >= 1, got {self.gamma!r}")
         require(_positive_int(self.width), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
+        for name, kind in (("steps", StepConfig), ("sampling", SamplingConfig), ("token_sd", (TokenSD, type(None)))):
+            require(isinstance(getattr(self, name), kind), f"{name} must be a {getattr(kind, '__name__', 'TokenSD')}"
+                    f"{' or None' if name == 'token_sd' else ''}, got {getattr(self, name)!r}")
+        require(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
+                f"seed must be an integer or None, got {self.seed!r}")
         require(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
                 and self.max_new_tokens >= 0, f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,
@@ -253,4 +261,46 @@ def local_settings(settings: Settings | None) -> Settings:
     return settings
 
 
-__all__ = ["CyclePlan", "Label", "Settings", "TokenSD", "check_draft_stop_below", "local_settings"]
+def _reads(mode: str, setting: str, settings: Settings) -> str | None:
+    """None where ``mode`` reads ``setting`` with ``settings``, else why not (:data:`~.presets.MODE_READS`, and
+    the settings some knobs need beside them)."""
+    if setting not in MODE_READS[mode]:
+        return f"read by {read_by(setting)}"
+    rows = (settings.token_sd or TokenSD(target="draft")).target if mode != "sd" else "draft"
+    if setting == "alt_temperature" and (settings.width == 1 or not settings.sampling.greedy):
+        return "the alternative drafts' temperature: read only with width > 1 and greedy sampling"
+    if setting == "gamma" and rows is None:
+        return "read only where the target's rows draft tokens (token_sd target 'draft' or 'ngram')"
+    if setting == "draft_stop_below" and rows != "draft":
+        return "the draft model's stop: read only where it drafts tokens for the target's rows (token_sd target 'draft')"
+    return None
+
+
+KNOBS = ("k", "gamma", "width", "alt_temperature", "draft_stop_below", "token_sd", "steps", "schedule")  # what a mode may not read
+
+
+def given_settings(settings: Settings) -> dict[str, str]:
+    """The knobs of ``settings`` a mode may not read (:data:`~.presets.MODE_READS`' names) that differ from the
+    generator's preset, each named as the keyword that sets it; turning off what a mode does not do anyway
+    (``draft_stop_below`` None or 0, ``token_sd`` None) is not counted."""
+    preset = Settings.preset(token_sd=TokenSD(**LR_SD_TOKEN_SD))
+    off = {"draft_stop_below": (None, 0), "token_sd": (None,)}
+    return {name: name for name in KNOBS
+            if getattr(settings, name) != getattr(preset, name) and getattr(settings, name) not in off.get(name, ())}
+
+
+def refuse_unread(modes: str | Sequence[str], settings: Settings, given: Mapping[str, str]) -> None:
+    """ConfigError naming every option of ``given`` (an option as its entry names it -> the setting it sets, a
+    :data:`~.presets.MODE_READS` name) that no mode of ``modes`` reads with ``settings``: an option the run would
+    not read is refused, never dropped. Loads nothing."""
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    require(all(mode in MODE_READS for mode in modes), f"unknown mode in {', '.join(map(str, modes))}: the modes are "
+            f"{', '.join(MODE_READS)}")
+    why = {label: [_reads(mode, setting, settings) for mode in modes] for label, setting in given.items()}
+    unread = {label: reasons[0] for label, reasons in why.items() if reasons and None not in reasons}
+    require(not unread, "; ".join(f"{label}: not read by mode {', '.join(modes)} ({reason})"
+                                  for label, reason in unread.items()) + ": leave it out or pick a mode that reads it")
+
+
+__all__ = ["KNOBS", "CyclePlan", "Label", "Settings", "TokenSD", "check_draft_stop_below", "given_settings", "local_settings",
+           "refuse_unread"]

@@ -33,13 +33,14 @@ from ..verifiers.options import (
     build_verifier,
     check_verifier_settings,
     load_judge,
+    refuse_unread_verifier_options,
     verifier_settings_from_args,
 )
 from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
 from .flips import harm_rows, harm_table, writers
-from .results import as_paths, read_records
+from .results import as_paths, check_writable, read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
@@ -274,7 +275,8 @@ def entry_settings(entry: Entry, base: Any) -> Any:
                             judge_model=base.judge_model if local else None,
                             judge_url=base.judge_url if remote else None,
                             judge_name=base.judge_name if remote else None,
-                            judge_timeout=base.judge_timeout if remote else None, judge_dtype=base.judge_dtype)
+                            judge_timeout=base.judge_timeout if remote else None,
+                            judge_dtype=base.judge_dtype if local else "auto")
 
 
 def run_ablation_command(args: Any) -> int:
@@ -289,9 +291,11 @@ def run_ablation_command(args: Any) -> int:
         except Exception as exc:  # an unknown name: say which entry
             raise ConfigError(f"--verifiers entry {e.spec!r}: {exc}") from None
         check_verifier_settings(settings[e.spec])
+    refuse_unread_verifier_options(args, settings.values())
     pairs = load_pairs(args.pairs, args.limit)
     first = Path(as_paths(args.pairs)[0])
-    out = Path(args.out) if args.out else first.with_name(first.stem + "-verifiers.md")
+    out = Path(args.out) if args.out is not None else first.with_name(first.stem + "-verifiers.md")
+    check_writable(out, "the table")
     models = _Models(args)
 
     def make(entry: Entry) -> Any:

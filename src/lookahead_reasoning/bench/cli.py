@@ -12,7 +12,8 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS
 from .datasets import DEFAULT_DATASET, load_dataset
 from .report import by_verifier, fidelity_table, load_results, markdown_table, plot, summarize
 from .results import as_paths
-from .runner import ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, run_bench, shard_path
+from .runner import (ALL_MODES, BenchConfig, check_same_setup, check_writable, parse_mode, parse_modes, run_bench,
+                     shard_path)
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +49,8 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
 
-    spec = generator_spec(args)  # the decoding numbers are checked here, the names and choices next
+    modes = parse_modes(args.modes)  # an option none of them reads is refused, the decoding numbers checked here
+    spec = generator_spec(args, [parse_mode(m)[0] for m in modes])
     spec.check()
     config = BenchConfig(
         dataset=args.dataset, out=args.out, modes=args.modes, limit=args.limit, offset=args.offset,
@@ -56,7 +58,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         samples=args.samples, generator=spec)
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset, sample=config.sample,
                             seed=config.seed, on_error=config.on_error)  # a bad dataset fails before any model loads
-    require(len(problems) > 0, f"--dataset {args.dataset}: no problems selected (--offset {args.offset}, --limit {args.limit})")
+    chosen = ", ".join(f"{flag} {value}" for flag, value, default in (("--offset", args.offset, 0), ("--limit", args.limit, None),
+                                                                        ("--sample", args.sample, None)) if value != default)
+    require(len(problems) > 0, f"--dataset {args.dataset}: no problems selected ({chosen or 'the file holds none'})")
     check_fits_context(spec.target, config.max_new_tokens)
     check_writable(shard_path(config.out, 0, 1))
     check_same_setup(shard_path(config.out, 0, 1), config)
@@ -76,6 +80,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
+    require(not (args.plots and args.no_plots), f"--plots {args.plots} and --no-plots: give one (a folder for the "
+            "plots, or none)")
     paths = as_paths(args.results)
     records = by_verifier([r for path in paths for r in load_results(path)])
     rows = summarize(records)

@@ -50,12 +50,12 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
     try:
         label = Label.parse(mode)
     except ConfigError:
-        raise ConfigError(f"unknown engine mode {mode!r}: {forms}") from None
+        raise ConfigError(f"--modes: unknown engine mode {mode!r}: {forms}") from None
     require(label.base in ENGINE_BENCH_MODES and not label.given() - {"k", "schedule"},
-            f"unknown engine mode {mode!r}: {forms}")
+            f"--modes: unknown engine mode {mode!r}: {forms}")
     lr = label.base.startswith("lr")
-    require(label.k is None or lr, f"engine mode {mode!r}: only lr modes take @kN")
-    require(label.schedule == "sync" or lr, f"engine mode {mode!r}: only lr modes take -async")
+    require(label.k is None or lr, f"--modes: engine mode {mode!r}: only lr modes take @kN")
+    require(label.schedule == "sync" or lr, f"--modes: engine mode {mode!r}: only lr modes take -async")
     return label.base, label.k if label.k else (mode_k("lr") if lr else None), label.schedule
 
 
@@ -104,6 +104,9 @@ class EngineBench:
             if base == "ngram":
                 require(self.ngram is not None,
                         f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
+        require(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1),
+                f"--limit must be >= 1 (a limit of {self.limit!r} runs nothing)")
+        require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset!r}")
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
         require(isinstance(self.window, int) and self.window >= 0,

@@ -50,7 +50,7 @@ from ..decoding.tools import Translator
 from ..engine_runtime import alr
 from ..errors import ConfigError, LookaheadError, require
 from ..options import GeneratorSpec, check_max_new_tokens, decoding_settings
-from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, TOKEN_GAMMA
+from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, TOKEN_GAMMA, no_model
 from ..prompts import math_messages
 from ..settings import CyclePlan, TokenSD
 from ..steps import Step, closing
@@ -266,6 +266,10 @@ def pairs_spec(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtyp
     ``spec.build(verifier=KeepNone())`` loads it."""
     require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1, f"--gamma must be >= 1, got {gamma!r}",
             ConfigError)
+    require(target_sd or gamma == TOKEN_GAMMA, f"--gamma {gamma}: with --no-target-sd the target drafts no tokens "
+            "to count (leave one of them out)", ConfigError)
+    require(not no_model(draft), "--draft none: a pair is what the draft and the target each write; name a draft",
+            ConfigError)
     settings = decoding_settings({"max_step_tokens": max_step_tokens}).with_overrides(token_sd=TokenSD("draft" if target_sd else None, gamma=gamma))
     spec = GeneratorSpec(target, draft, mode="lr", settings=settings, draft_quantize=None, dtype=dtype, device=device)
     spec.check()
@@ -288,7 +292,8 @@ def add_pairs_commands(sub: Any) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="per problem")
     p.add_argument("--max-step-tokens", type=int, default=MAX_STEP_TOKENS)
-    p.add_argument("--gamma", type=int, default=TOKEN_GAMMA, help="drafted tokens per SD iteration in the target's steps")
+    p.add_argument("--gamma", type=int, default=TOKEN_GAMMA,
+                   help="drafted tokens per SD iteration in the target's steps (not with --no-target-sd)")
     p.add_argument("--no-target-sd", action="store_true", help="the target writes token by token (same text)")
     p.set_defaults(func=cmd_pairs)
 

@@ -21,15 +21,19 @@ def shard_path(out: str | Path, index: int, count: int) -> Path:
     return out if count <= 1 else out.with_name(f"{out.name}.shard{index}-of-{count}")
 
 
-def check_writable(path: Path, what: str = "results") -> None:
-    """Fail early, with the path in the message, when ``what`` could not be saved there."""
+def check_writable(path: Path, what: str = "results", option: str = "--out") -> None:
+    """Fail early, naming ``option`` and the path, when ``what`` could not be saved there (an empty path is the
+    current folder: refused as a folder)."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{option} {str(path) if str(path) != '.' else repr('')}: a folder, not a file to write "
+                          f"{what} to") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write {what} to {path} ({exc.strerror or exc}): give a path in a writable "
-                          f"folder") from None
+        raise ConfigError(f"{option}: cannot write {what} to {path} ({exc.strerror or exc}): give a path in a "
+                          f"writable folder") from None
 
 
 def as_paths(paths: Any) -> list[Any]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import require
+from ..errors import ConfigError, require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
 from ..settings import Label
@@ -69,8 +69,10 @@ class BenchConfig:
         require(self.on_error in ("raise", "skip"), f"--on-error must be 'raise' or 'skip', got {self.on_error!r}")
         require(isinstance(self.samples, int) and self.samples >= 1, f"--samples must be an integer >= 1, got {self.samples!r}")
         check_max_new_tokens(self.max_new_tokens)
-        require(self.limit is None or self.limit >= 0, f"--limit must be >= 0, got {self.limit}")
-        require(self.offset >= 0, f"--offset must be >= 0, got {self.offset}")
+        for option, value in (("--limit", self.limit), ("--sample", self.sample)):
+            require(value is None or (isinstance(value, int) and value >= 1),
+                    f"{option} must be >= 1 (a selection of {value!r} problems runs nothing), got {value!r}")
+        require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset}")
 
 
 def parse_modes(modes: str | Iterable[str]) -> tuple[str, ...]:
@@ -92,15 +94,19 @@ def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
     of this process takes ``@kN`` (k; for ``auto`` the most a plan may use) and ``@gN`` (gamma), so that one
     run can sweep them with the models loaded once; each variant is its own row in the report.
     """
-    label = Label.parse(mode)
-    require(label.base in ALL_MODES, f"unknown mode {label.base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
+    try:
+        label = Label.parse(mode)
+    except ConfigError as exc:
+        raise ConfigError(f"--modes: {exc}") from None
+    require(label.base in ALL_MODES, f"--modes: unknown mode {label.base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
     extra = sorted(label.given() - {"k", "gamma"})
-    require(not extra, f"{mode!r}: a benchmark of this process takes @kN and @gN, not {', '.join(extra)}")
+    require(not extra, f"--modes {mode!r}: a benchmark of this process takes @kN and @gN, not {', '.join(extra)}")
     k, gamma = label.k, label.gamma
-    require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"k and gamma must be >= 1 in {mode!r}")
-    require(k is None or label.base in STEP_MODES, f"@k only applies to lr, lr-sd and auto, not {label.base!r} ({mode!r})")
+    require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"--modes: k and gamma must be >= 1 in {mode!r}")
+    require(k is None or label.base in STEP_MODES,
+            f"--modes: @k only applies to lr, lr-sd and auto, not {label.base!r} ({mode!r})")
     require(gamma is None or label.base not in ("ar", "hf-generate", "lr", "auto"),
-            f"@g does not apply to {label.base!r} ({mode!r})")
+            f"--modes: @g does not apply to {label.base!r} ({mode!r})")
     return label.base, k, gamma
 
 
@@ -119,7 +125,7 @@ class ModeRunner:
                 settings = dataclasses.replace(settings, draft=None, draft_quantize=None)
             ours = [parse_mode(m)[0] for m in config.modes if parse_mode(m)[0] in OUR_MODES]
             if ours and "auto" not in ours:  # the generator checks its settings against a mode the run uses
-                settings = dataclasses.replace(settings, mode=ours[0])
+                settings = dataclasses.replace(settings, mode=next((m for m in ours if m in STEP_MODES), ours[0]))
             generator = settings.build()
         self.gen = generator
         check_fits_context(generator.target.model, config.max_new_tokens)
@@ -135,8 +141,8 @@ class ModeRunner:
 
     def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
 
-        # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN
-        gamma = gamma or ((self.gen.gamma or NGRAM_GAMMA) if base == "hf-lookup" else None)
+        # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN or --gamma
+        gamma = gamma or self.gen.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
         peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
                 else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
         return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.sampling, seed=seed)

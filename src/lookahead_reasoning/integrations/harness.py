@@ -18,7 +18,8 @@ before ``lm_eval.simple_evaluate(model="lookahead", ...)``); the package also de
 * ``loglikelihood`` and ``loglikelihood_rolling``: the target's own forward (float32 log-probabilities).
 
 ``model_args``: the options of ``lookahead-reasoning lr`` by their names (:func:`harness_spec`): ``target``,
-``draft`` (names, paths or hub ids, as :class:`~lookahead_reasoning.LookaheadGenerator` takes; ``none``: none), ``mode`` (``auto``),
+``draft`` (names, paths or hub ids, as :class:`~lookahead_reasoning.LookaheadGenerator` takes; ``none``: no draft model,
+for modes ``ar`` and ``sd-ngram``), ``mode`` (``auto``),
 ``verifier`` (``exact``) and ``threshold``, ``k``, ``gamma``, ``width``, ``draft_stop_below``, ``delimiter``,
 ``max_step_tokens``, ``dtype``, ``device``, ``precision``, ...; and ``max_gen_toks`` (the default answer
 budget, 512). Sampling comes with each request (the harness's ``gen_kwargs``).
@@ -37,8 +38,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ConfigError, require
-from ..options import GeneratorSpec, decoding_settings
+from ..bench.datasets import load_jsonl
+from ..errors import ConfigError, DatasetError, require
+from ..options import GeneratorSpec, decoding_settings, option_defaults, refuse_unread_options
+from ..presets import MODE_READS, MODES, no_model
 from ..sampling import SamplingConfig
 from ..verifiers.options import verifier_settings_from_args
 
@@ -64,24 +67,38 @@ DECODING_ARGS = ("k", "gamma", "width", "draft_stop_below", "token_sd_target", "
                  "max_step_tokens")
 VERIFIER_ARGS = ("verifier", "threshold", "judge_model", "judge_url", "judge_name", "judge_timeout", "judge_dtype")
 HARNESS_OWN = {"max_gen_toks": 512, "batch_size": 1, "max_batch_size": None}
+TEXT_ARGS = ("target", "draft", "mode", "dtype", "device", "precision", "draft_quantize", "cpu_linear", "fast_path",
+             "token_sd_target", "token_sd_draft", "delimiter", "verifier", "judge_model", "judge_url", "judge_name",
+             "judge_dtype")
 
 
 def harness_spec(model_args: dict[str, Any]) -> GeneratorSpec:
     """The :class:`~..options.GeneratorSpec` of the harness's ``model_args`` (the names of the command line's
-    options, ``mode`` auto by default, ``draft=none`` for none), checked before any model loads; a refusal
-    names the model_arg."""
+    options, ``mode`` auto by default), checked before any model loads; a refusal names the model_arg, as
+    does one that the mode would not read (:func:`~..options.refuse_unread_options`). lm-eval reads "none" as
+    None: ``draft=none`` is no draft model (refused where the mode drafts), ``target=none`` is refused, and
+    None elsewhere takes the default."""
     known = (*LOADING_ARGS, *DECODING_ARGS, *VERIFIER_ARGS, *HARNESS_OWN)
     unknown = sorted(set(model_args) - set(known))
     require(not unknown, f"{', '.join(unknown)}: not a model_arg of lookahead (known: {', '.join(sorted(known))})",
             ConfigError)
+    model_args = {name: "none" if value is None and name in ("target", "draft") else value
+                  for name, value in model_args.items()}
+    wrong = sorted(name for name in TEXT_ARGS if model_args.get(name) is not None and not isinstance(model_args[name], str))
+    require(not wrong, f"{', '.join(f'{n}={model_args[n]!r}' for n in wrong)}: give a name (text)", ConfigError)
     loading = {name: model_args[name] for name in LOADING_ARGS if model_args.get(name) is not None}
-    if str(loading.get("draft")) in ("", "none", "None"):
-        loading["draft"] = None
     decoding = {name: model_args[name] for name in DECODING_ARGS if name in model_args}
     if isinstance(decoding.get("delimiter"), str):
         decoding["delimiter"] = (decoding["delimiter"],)
     try:
-        spec = GeneratorSpec(**{"mode": "auto", **loading}, settings=decoding_settings(decoding),
+        mode = loading.get("mode", "auto")
+        require(mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+        settings, defaults = decoding_settings(decoding), option_defaults()
+        given = {name: name for name, value in model_args.items() if name in defaults and value != defaults[name]}
+        refuse_unread_options((mode,), settings, given, loading.get("draft"))
+        if "draft" not in MODE_READS[mode] or no_model(loading.get("draft")):
+            loading["draft"] = None  # a mode that drafts nothing loads no draft model
+        spec = GeneratorSpec(**{"mode": "auto", **loading}, settings=settings,
                              verifier=verifier_settings_from_args(argparse.Namespace(**{
                                  name: model_args[name] for name in VERIFIER_ARGS if name in model_args})))
         spec.check()
@@ -100,13 +117,20 @@ class LookaheadLM(HarnessBase):
         own = {name: model_args.pop(name, default) for name, default in HARNESS_OWN.items()}
         require(str(own["batch_size"]) in ("1", "auto") or own["batch_size"] is None,
                 f"batch_size {own['batch_size']}: requests run one at a time (batch_size=1)", ConfigError)
+        cap = own["max_batch_size"]
+        require(cap is None or (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1),
+                f"max_batch_size must be None or a whole number >= 1 (requests run one at a time), got {cap!r}",
+                ConfigError)
         device = model_args.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "
                         "unless --device says otherwise)", device)
             model_args["device"] = None
+        budget = own["max_gen_toks"]
+        require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1,
+                f"max_gen_toks must be a whole number of tokens >= 1, got {budget!r}", ConfigError)
         spec = harness_spec(model_args)
-        self.mode, self.max_gen_toks = spec.mode, int(own["max_gen_toks"])
+        self.mode, self.max_gen_toks = spec.mode, budget
         self.gen = spec.build()
         self.summaries: list[dict[str, Any]] = []  # one per generate_until request: what ran
 
@@ -231,24 +255,38 @@ def task_yaml(data: Path) -> str:
 
 
 def task_dir(data: Path = SHIPPED, offset: int = 0, limit: int | None = None) -> Path:
-    """A folder for ``--include_path`` with the task over problems ``offset`` .. ``offset + limit`` of ``data``."""
-    require(data.is_file(), f"no GSM8K file at {data}", ConfigError)
-    lines = [line for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
-    chosen = lines[offset:offset + limit if limit is not None else None]
-    require(len(chosen) > 0, f"{data} has {len(lines)} problems: none from offset {offset}", ConfigError)
+    """A folder for ``--include_path`` with the task over problems ``offset`` .. ``offset + limit`` of ``data``,
+    every line of which is checked first (a line that is no GSM8K record is named with its file and line
+    before the harness starts)."""
+    require(isinstance(offset, int) and offset >= 0, f"--gsm8k-offset must be >= 0, got {offset!r}", ConfigError)
+    require(limit is None or (isinstance(limit, int) and limit >= 1),
+            f"--gsm8k-limit must be >= 1 (a limit of {limit!r} selects no problem)", ConfigError)
+    try:
+        problems = load_jsonl(data, format="gsm8k")
+    except DatasetError as exc:
+        raise DatasetError(f"--gsm8k: {exc}") from None
+    lines = Path(data).read_text(encoding="utf-8-sig").splitlines()
+    chosen = [lines[p.index] for p in problems[offset:offset + limit if limit is not None else None]]
+    require(len(chosen) > 0, f"--gsm8k-offset {offset}: {data} has {len(problems)} problems (offsets 0 to "
+            f"{len(problems) - 1})", ConfigError)
     folder = Path(tempfile.mkdtemp(prefix="lookahead-tasks-"))
     (folder / "problems.jsonl").write_text("\n".join(chosen) + "\n", encoding="utf-8")
     (folder / f"{TASK}.yaml").write_text(task_yaml(folder / "problems.jsonl"), encoding="utf-8")
     return folder
 
 
+def eval_parser() -> argparse.ArgumentParser:
+    """The options ``lookahead-reasoning eval`` reads itself (the task's problems); the rest are lm_eval's."""
+    ap = argparse.ArgumentParser(prog="lookahead-reasoning eval", add_help=False)
+    ap.add_argument("--gsm8k", type=Path, default=SHIPPED, help="a GSM8K JSONL file (default: the 64 shipped)")
+    ap.add_argument("--gsm8k-offset", type=int, default=0, help="the first problem of --gsm8k to run (0-based)")
+    ap.add_argument("--gsm8k-limit", type=int, default=None, help="how many problems (default: all from the offset)")
+    return ap
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``lookahead-reasoning eval``: the harness's command line with this model and the local task."""
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--gsm8k", type=Path, default=SHIPPED)
-    ap.add_argument("--gsm8k-offset", type=int, default=0)
-    ap.add_argument("--gsm8k-limit", type=int, default=None)
-    ours, rest = ap.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    ours, rest = eval_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     require(register_model is not None, NOT_INSTALLED, ConfigError)
     from lm_eval.__main__ import cli_evaluate  # the harness's command line (its heavier modules load here)
 
@@ -261,4 +299,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = saved
 
 
-__all__ = ["LookaheadLM", "harness_spec", "NOT_INSTALLED", "TASK", "main", "task_dir", "task_yaml"]
+__all__ = ["LookaheadLM", "harness_spec", "NOT_INSTALLED", "TASK", "eval_parser", "main", "task_dir", "task_yaml"]

@@ -21,7 +21,8 @@ The caller's model is the target, the draft the draft. The library's own keyword
 ``verifier`` (``exact``) with ``verifier_kwargs``, ``planner``, ``fast_path``, and every field of
 :class:`~lookahead_reasoning.settings.Settings` that the generation config does not already carry and a
 model of this process reads (``k``, ``gamma``, ``width``, ``steps``, ``draft_stop_below``, ``token_sd``,
-...), each checked by the rule it has everywhere; ``tokenizer`` and ``draft_tokenizer`` (transformers'
+...), each checked by the rule it has everywhere and refused by name where the mode does not read it
+(:data:`~lookahead_reasoning.presets.MODE_READS`); ``tokenizer`` and ``draft_tokenizer`` (transformers'
 ``assistant_tokenizer``).
 What runs is the library's: the generation config gives ``max_new_tokens`` (or ``max_length``),
 ``do_sample`` with ``temperature``, ``top_k`` and ``top_p``, and ``eos_token_id``; the result is what
@@ -69,7 +70,7 @@ UNSUPPORTED = {
 PASSED_EMPTY = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "negative_prompt_ids",
                 "negative_prompt_attention_mask", "synced_gpus", "use_model_defaults")
 MODEL_INPUTS = ("input_ids", "attention_mask", "use_cache", "cache", "past_key_values", "cache_position",
-                "position_ids", "token_type_ids", "output_attentions", "output_hidden_states", "return_dict")
+                "position_ids", "token_type_ids", "return_dict")  # output_attentions/hidden_states: refused if set
 
 
 # The library's keywords: the generator's, the tokenizers, and the settings the generation config does not
@@ -108,7 +109,11 @@ def generate(model: Any, inputs: torch.Tensor | None = None, generation_config: 
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     options = options_from(kwargs)
     model_inputs = {name: kwargs.pop(name) for name in MODEL_INPUTS if name in kwargs}
-    unknown = config.update(**kwargs)
+    try:
+        unknown = config.update(**kwargs)
+        config.validate()
+    except (ValueError, TypeError, AttributeError) as exc:  # transformers' own check of the generation config
+        raise ConfigError(f"{', '.join(sorted(kwargs))}: {exc}") from None
     require(not unknown, f"{', '.join(sorted(unknown))}: not an option of generate or of Lookahead Reasoning's "
             f"({', '.join(OWN)})", ConfigError)
     return run(model, assistant_model, input_ids, model_inputs.get("attention_mask"), config, options, streamer)
@@ -145,10 +150,14 @@ def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.T
     check_config(config)
     rows, length = input_ids.shape
     require(streamer is None or rows == 1, "a streamer takes one prompt: give a batch of one", ConfigError)
-    new_tokens = config.max_new_tokens if config.max_new_tokens is not None else (config.max_length or 20) - length
-    require(new_tokens >= 1, f"nothing to generate: max_length {config.max_length} leaves no room after the "
-            f"{length}-token prompt", ConfigError)
+    require(streamer is None or callable(getattr(streamer, "put", None)), f"streamer must have put() and end() as "
+            f"transformers' streamers do, got {streamer!r}", ConfigError)
+    new_tokens = _budget(config, length)
     tokenizer = options["tokenizer"] = options.get("tokenizer") or _tokenizer_of(model)
+    for name in ("tokenizer", "draft_tokenizer"):
+        given = options.get(name)
+        require(given is None or callable(getattr(given, "decode", None)), f"{name} must be a transformers tokenizer, "
+                f"got {given!r}", ConfigError)
     gen = _generator(model, draft, options)
     gen.target.eos_ids = _eos_ids(config, gen.target)
     if options.get("draft_tokenizer") is None:  # one vocabulary: the same end for both
@@ -169,6 +178,22 @@ def run(model: Any, draft: Any, input_ids: torch.Tensor, attention_mask: torch.T
                                     on_text=_Stream(streamer, prompt) if streamer is not None else None))
     return _output(input_ids, results, config.pad_token_id if config.pad_token_id is not None else gen.target.pad_id,
                    config.return_dict_in_generate)
+
+
+def _budget(config: Any, length: int) -> int:
+    """The new tokens the config asks for (``max_new_tokens``, else ``max_length`` less the ``length``-token
+    prompt); ConfigError naming the option that leaves none."""
+    for name in ("max_new_tokens", "max_length"):
+        value = getattr(config, name)
+        require(value is None or (isinstance(value, int) and not isinstance(value, bool)),
+                f"{name} must be a whole number of tokens, got {value!r}", ConfigError)
+    if config.max_new_tokens is not None:
+        require(config.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {config.max_new_tokens}", ConfigError)
+        return config.max_new_tokens
+    new_tokens = (config.max_length if config.max_length is not None else 20) - length
+    require(new_tokens >= 1, f"nothing to generate: max_length {config.max_length} leaves no room after the "
+            f"{length}-token prompt", ConfigError)
+    return new_tokens
 
 
 def _output(input_ids: torch.Tensor, results: list[Any], pad: int, as_dict: bool) -> Any:
@@ -214,11 +239,11 @@ _GENERATORS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary(
 
 
 def _generator(model: Any, draft: Any, options: dict[str, Any]) -> LookaheadGenerator:
-    """One LookaheadGenerator per (target, draft, tokenizers, verifier, planner, fast path), kept while the
+    """One LookaheadGenerator per (target, draft, tokenizers, mode, verifier, planner, fast path), kept while the
     model lives: its cost tables and learned rates carry over from call to call, as a generator's do (the
     settings go to each call)."""
     tokenizer, draft_tokenizer = options["tokenizer"], options.get("draft_tokenizer")
-    own = {name: options[name] for name in GENERATOR_OWN[1:] if name in options}
+    own = {name: options[name] for name in GENERATOR_OWN if name in options}  # the mode: what it reads is checked
     key = (id(draft), id(tokenizer), id(draft_tokenizer), *(f"{name}={value!r}" for name, value in sorted(own.items())))
     per_model = _GENERATORS.setdefault(model, {})
     if key not in per_model:
@@ -240,7 +265,10 @@ def _eos_ids(config: Any, target: Any) -> frozenset[int]:
     eos = config.eos_token_id
     if eos is None:
         return target.eos_ids
-    return frozenset(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
+    ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    require(all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids),
+            f"eos_token_id must be a token id or a list of them, got {eos!r}", ConfigError)
+    return frozenset(ids)
 
 
 __all__ = ["CUSTOM_GENERATE", "OWN", "check_config", "decoding", "generate", "options_from", "run"]

@@ -21,11 +21,12 @@ from typing import Any
 
 from ..errors import ConfigError, VerifierError, require
 from ..models import load_model
-from ..presets import DEFAULT_VERIFIER
+from ..presets import DEFAULT_TARGET, DEFAULT_VERIFIER
 from ..runtime.lm import LM
-from .registry import make_verifier, stage_names
+from .registry import check_verifier_spec, make_verifier, stage_names
 
 DEFAULT_JUDGE_TIMEOUT = 10.0
+JUDGE_DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 _JUDGES = {"judge", "paper-judge"}  # stages that can run a local judge model
 _REMOTE = {"openai-judge", "paper-judge"}  # stages that can ask a server
 # Threshold meaning per stage: (low, high, what it is); "random" maps it to p_accept.
@@ -93,7 +94,7 @@ def verifier_settings_from_args(args: argparse.Namespace) -> VerifierSettings:
 
     return VerifierSettings(name=get("verifier", DEFAULT_VERIFIER), threshold=get("threshold"),
                             judge_model=get("judge_model"), judge_url=get("judge_url"), judge_name=get("judge_name"),
-                            judge_timeout=get("judge_timeout"), judge_dtype=get("judge_dtype", "auto") or "auto")
+                            judge_timeout=get("judge_timeout"), judge_dtype=get("judge_dtype", "auto"))
 
 
 def check_verifier_settings(settings: VerifierSettings) -> list[str]:
@@ -146,6 +147,10 @@ def _check_judge_source(s: VerifierSettings, stages: list[str], label: str) -> N
                 f"--judge-url must be an http(s) URL such as http://localhost:8000/v1, got {s.judge_url!r}")
     for option, value in (("--judge-name", s.judge_name), ("--judge-timeout", s.judge_timeout)):
         require(value is None or s.judge_url is not None, f"{option} only applies with --judge-url")
+    require(s.judge_dtype == "auto" or s.judge_model is not None, "--judge-dtype only applies with --judge-model (the "
+            "judge model loaded here)")
+    require(isinstance(s.judge_dtype, str) and s.judge_dtype.lower() in JUDGE_DTYPES,
+            f"--judge-dtype must be one of {', '.join(JUDGE_DTYPES)}, got {s.judge_dtype!r}")
     if "judge" in stages:
         require(s.judge_model is not None, f"--judge-model is required by {label}: a local chat model, e.g. "
                                            "--judge-model qwen2.5-coder-1.5b (an offline name, a hub id or a path)")
@@ -192,6 +197,49 @@ def build_verifier(settings: VerifierSettings, target_lm: Any = None, *, judge_l
     return make_verifier(settings.name, **kw)
 
 
+def check_any_verifier(verifier: Any, verifier_kwargs: dict | None = None) -> None:
+    """ConfigError for a verifier in any of the forms the generator takes (a name with its ``verifier_kwargs``,
+    a :class:`VerifierSettings`, an object with ``verify``) that cannot work. Loads nothing."""
+    require(isinstance(verifier_kwargs, (dict, type(None))), f"verifier_kwargs must be a dict, got {verifier_kwargs!r}")
+    if isinstance(verifier, str):
+        check_verifier_spec(verifier, **(verifier_kwargs or {}))
+    elif isinstance(verifier, VerifierSettings):
+        check_verifier_settings(verifier)
+    else:
+        require(callable(getattr(verifier, "verify", None)),
+                f"verifier must be a name, a VerifierSettings or an object with .name and .verify(pairs); "
+                f"got {type(verifier).__name__}")
+
+
+def any_verifier(verifier: Any, verifier_kwargs: dict | None = None, target_lm: Any = None,
+                 device: str | None = None) -> Any:
+    """The verifier object of any of the forms :func:`check_any_verifier` takes (built from a name or settings;
+    some need the target's LM, e.g. target-score)."""
+    if isinstance(verifier, str):
+        return make_verifier(verifier, **(verifier_kwargs or {}))
+    if isinstance(verifier, VerifierSettings):
+        return build_verifier(verifier, target_lm=target_lm, device=device)
+    return verifier
+
+
+def refuse_unread_verifier_options(args: Any, settings: Any) -> None:
+    """ConfigError naming each option of the ``verifiers`` command that none of its entries (``settings``) reads:
+    the judge's options where no entry judges with them, the target's where none rates with the target."""
+    settings = list(settings)
+    judged = {"--judge-model": any(s.judge_model for s in settings), "--judge-dtype": any(s.judge_model for s in settings),
+              **{flag: any(s.judge_url for s in settings) for flag in ("--judge-url", "--judge-name", "--judge-timeout")}}
+    targets = any("target-score" in stage_names(s.name) or (s.judge_model or "").strip().lower() in
+                  ("target", args.target.lower()) for s in settings)
+    given = {"--judge-model": args.judge_model is not None, "--judge-dtype": args.judge_dtype != "auto",
+             "--judge-url": args.judge_url is not None, "--judge-name": args.judge_name is not None,
+             "--judge-timeout": args.judge_timeout is not None, "--target": args.target != DEFAULT_TARGET,
+             "--dtype": args.dtype != "auto", "--device": args.device is not None}  # the ablation's own
+    unread = [flag for flag, on in given.items() if on and not judged.get(flag, targets)]
+    require(not unread, f"{', '.join(unread)}: no entry of --verifiers reads it (the judge's options go to judge, "
+            "openai-judge and paper-judge; --target, --dtype and --device load the target for target-score or a "
+            "judge that is the target)", ConfigError)
+
+
 def load_judge(settings: VerifierSettings, target_lm: Any = None, device: str | None = None) -> Any:
     """The judge's LM: the target's weights when ``judge_model`` names the target, else load_model's."""
     name = settings.judge_model
@@ -202,5 +250,5 @@ def load_judge(settings: VerifierSettings, target_lm: Any = None, device: str | 
     return LM.from_loaded(load_model(name, dtype=settings.judge_dtype, device=device))
 
 
-__all__ = ["DEFAULT_JUDGE_TIMEOUT", "VerifierSettings", "add_judge_args", "add_verifier_args", "build_verifier",
-           "check_verifier_settings", "load_judge", "verifier_settings_from_args"]
+__all__ = ["DEFAULT_JUDGE_TIMEOUT", "VerifierSettings", "add_judge_args", "add_verifier_args", "any_verifier",
+           "build_verifier", "check_any_verifier", "check_verifier_settings", "load_judge", "refuse_unread_verifier_options", "verifier_settings_from_args"]

@@ -115,7 +115,7 @@ def check_verifier_spec(spec: str | Verifier, **kw: Any) -> list[str]:
     keys = stage_names(spec)
     accepted = set().union(*(options_of(_FACTORIES[k]) for k in keys))
     unknown = sorted(set(kw) - accepted)
-    require(not unknown, f"verifier {spec!r} takes no option(s) {unknown}; "
+    require(not unknown, f"verifier {spec!r} takes no option(s) {unknown} (verifier_kwargs); "
             f"{'its stages take' if len(keys) > 1 else 'it takes'} {sorted(accepted)}", VerifierError)
     return keys
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ...errors import ModelLoadError, PromptError, require
+from ...errors import LookaheadError, ModelLoadError, PromptError, require
 from ...models import load_model
 from ...models.loading import load_tokenizer
 from ...settings import Settings
@@ -52,7 +52,10 @@ class EnginePair:
         self.target = steps_at(target_url, target_model)
         has_draft = draft_url is not None or draft_model is not None
         self.draft = steps_at(draft_url or target_url, draft_model) if has_draft else None
-        self.template = load_tokenizer(template) if isinstance(template, (str, os.PathLike)) else template
+        try:
+            self.template = load_tokenizer(template) if isinstance(template, (str, os.PathLike)) else template
+        except LookaheadError as exc:
+            raise type(exc)(f"template (--template) {template!r}: {exc}") from None
         self.check()
         if scorer is not None:  # the likelihood verifiers' scores, where the target's engine gives none
             self.target.scorer = scorer if hasattr(scorer, "ascore") else make_scorer(scorer, s)

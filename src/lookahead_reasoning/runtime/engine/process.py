@@ -98,11 +98,22 @@ class ServerConfig:
         self._count("spec_tokens", 1, " (tokens the engine drafts)")
         self._count("kv_cache_gib", 1, " GiB")
         self._count("threads", 1)
+        require(self.port is None or (isinstance(self.port, int) and not isinstance(self.port, bool)
+                                      and 1 <= self.port <= 65535), f"server port must be in 1..65535, got {self.port!r}",
+                ConfigError)
         size = self.get("block_size")
         require(size is None or (isinstance(size, int) and size >= 16 and size % 16 == 0),
                 f"server block_size must be a multiple of 16 tokens, got {size!r}", ConfigError)
         require(self.spec in (None, *SPECS), f"server spec must be None, 'draft' or 'ngram', got {self.spec!r}",
                 ConfigError)
+        for name, kinds in (("cache_prompt", bool), ("eager", (bool, type(None))), ("model", (str, os.PathLike)),
+                            ("draft", (str, os.PathLike, type(None))), ("cache_dir", (str, os.PathLike, type(None))),
+                            ("dtype", (str, type(None)))):
+            require(isinstance(getattr(self, name), kinds), f"server {name} must be "
+                    f"{' or '.join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))}, "
+                    f"got {getattr(self, name)!r}", ConfigError)
+        require(isinstance(self.extra, (tuple, list)) and all(isinstance(a, str) for a in self.extra),
+                f"server extra must be a tuple of command-line words, got {self.extra!r}", ConfigError)
         require(self.spec != "draft" or self.draft is not None, "server spec 'draft' needs a draft model", ConfigError)
 
     def _count(self, name: str, least: int, unit: str = "") -> None:
