@@ -15,6 +15,7 @@ cache is an *arena*:
   A state's own (B, T) mask stays on the host, where the verbs read and edit it without waiting for the
   device; the device's copy follows it by appending the new tokens' columns
   (:meth:`StaticArena.sync_mask`), and is written whole again only when the state changed it otherwise.
+  What goes from the host to the device goes by :func:`upload`, which never makes the host wait.
 
 At any time one state is *resident*: its B rows are working rows 0 .. B - 1. Another state's rows are
 parked. Running a state that is parked makes it resident: the resident one is copied out (its first
@@ -55,14 +56,26 @@ def attended_columns(used: int, length: int) -> int:
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Bytes ``device`` can still allocate: the GPU's free memory; the host's free memory for a CPU
-    (None where the system does not say)."""
+    """Bytes ``device`` can still allocate: on a GPU its free memory and the blocks PyTorch holds in its cache
+    but no tensor uses (freed tensors' memory, which PyTorch keeps for later allocations); the host's free
+    memory for a CPU (None where the system does not say)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0] + cached)
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device``, without making the host wait. A copy from ordinary (pageable) memory to a GPU
+    first waits for the work queued before it, so the host would stop queueing; from page-locked memory,
+    ``non_blocking``, it is queued like a kernel (PyTorch's page-locked block is not reused until the copy
+    has run). A tensor on ``device`` already, or any tensor off CUDA, is handed back as it is."""
+    if device.type == "cuda" and host.device.type == "cpu":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 @dataclass(frozen=True)
@@ -138,10 +151,10 @@ class StaticArena:
         b, t = state.mask.shape
         mine = self._mask_of
         if mine is not None and mine[0]() is state and mine[1] is state.mask and mine[2] == state.mask._version:
-            self.mask[:b, t:full_mask.shape[1]].copy_(full_mask[:, t:])
+            self.mask[:b, t:full_mask.shape[1]].copy_(upload(full_mask[:, t:], self.device))
         else:
             self.mask.zero_()
-            self.mask[:b, :full_mask.shape[1]].copy_(full_mask)
+            self.mask[:b, :full_mask.shape[1]].copy_(upload(full_mask, self.device))
             self.mask_writes += 1
         self._mask_of = (weakref.ref(state), full_mask, full_mask._version)
 
@@ -166,6 +179,12 @@ class StaticArena:
                               f"{budget / 1e9:.1f} GB: generate fewer tokens, give the compiled path fewer rows "
                               "(FastPathConfig(rows=...)), or run eagerly (fast_path='off')")
         self.grow(length)
+
+    def columns_within(self, budget: float) -> int:
+        """The most columns a row can have, in steps of 1024, with every working row in ``budget`` bytes."""
+        old = self.shape
+        column = ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, 1).bytes(self.keys[0].dtype)
+        return int(budget // column) // 1024 * 1024
 
     def grow(self, length: int) -> None:
         """Make every working row ``length`` columns long (new tensors: the resident rows' first T columns
@@ -200,7 +219,7 @@ class StaticArena:
             elif len(set(rows)) == 1:  # one row repeated (a fork of one row): a broadcast copy
                 sources = [block[rows[0]:rows[0] + 1, :, :t].expand(b, -1, -1, -1) for block in blocks]
             else:
-                at = parked.rows.to(blocks[0].device)
+                at = upload(parked.rows, blocks[0].device)
                 sources = [block.index_select(0, at)[:, :, :t] for block in blocks]
             torch._foreach_copy_([work[:b, :, :t] for work in self.keys + self.values], sources)
         self.copies += b
@@ -270,7 +289,7 @@ class StaticKVState(Columns):
         if self.parked is not None:
             self.parked = self.parked.pick(order)
         elif not torch.equal(order, torch.arange(order.numel())):
-            idx, t = order.to(self.arena.device), self.length
+            idx, t = upload(order, self.arena.device), self.length
             for work in self.arena.keys + self.arena.values:
                 work[:idx.numel(), :, :t] = work.index_select(0, idx)[:, :, :t]
             self.arena.copies += idx.numel()
@@ -295,7 +314,7 @@ class StaticKVState(Columns):
             self.parked = Parked(tuple(k.index_select(2, idx.to(k.device)) for k in p.keys),
                                  tuple(v.index_select(2, idx.to(v.device)) for v in p.values), p.rows)
         else:
-            b, at = self.batch_size, idx.to(self.arena.device)
+            b, at = self.batch_size, upload(idx, self.arena.device)
             for work in self.arena.keys + self.arena.values:
                 work[:b, :, :at.numel()] = work[:b].index_select(2, at)
             self.arena.copies += b
@@ -303,4 +322,5 @@ class StaticKVState(Columns):
         return self
 
 
-__all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes"]
+__all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes",
+           "upload"]
