@@ -55,23 +55,25 @@ def reference():
 
 
 FLEX = FastPathConfig(backend="rehearsed-graphs", attention="flex")  # flex attention's reference code on a CPU
+# Flex attention compiled by inductor under its block mask (blocks of 16 columns: a row's unused ones are skipped).
+INDUCTOR_FLEX = FastPathConfig(backend="inductor", attention="flex", block=16, row_buckets=(1, 4), token_buckets=(1, 16))
 
 
-@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX],
-                         ids=["static-eager", "rehearsed-graphs", "static-inductor", "flex-attention"])
+@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX, INDUCTOR_FLEX],
+                         ids=["static-eager", "rehearsed-graphs", "static-inductor", "flex-attention", "inductor-flex"])
 def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference, backend):
     gen, prompt, tokens = reference
     gen.target.use_fast_path(backend)
     gen.draft.use_fast_path(backend)
     try:
-        cases = GREEDY + (SAMPLED if backend != INDUCTOR else ())  # sampled: the same draws from the same seed
+        cases = GREEDY + (SAMPLED if backend not in (INDUCTOR, INDUCTOR_FLEX) else ())  # sampled: the same draws
         got = {i: gen.generate(prompt, mode=mode, max_new_tokens=64, **kw).token_ids for i, (mode, kw) in enumerate(cases)}
         wrong = [cases[i] for i in got if got[i] != tokens[i]]
         assert not wrong, wrong
         session = gen.target.session([prompt])
         session.logits()
         assert isinstance(session.kv, StaticKVState)  # it ran on the static cache
-        if backend is INDUCTOR:
+        if backend in (INDUCTOR, INDUCTOR_FLEX):
             assert gen.target.fast.compiles >= 4 and gen.draft.fast.compiles >= 1
         if backend in ("rehearsed-graphs", FLEX):  # the rows x tokens x columns recordings were replayed
             assert gen.target.fast.captures >= 4 and gen.draft.fast.captures >= 1
@@ -388,11 +390,13 @@ def test_a_block_mask_that_drops_a_used_block_is_seen(monkeypatch):
     want, _ = _decode_rows_apart(LM(_MODEL.model, _MODEL.tokenizer), steps=4)
     config = FastPathConfig(backend="inductor", attention="flex", block=16, length=96, row_buckets=(4,),
                             token_buckets=(1,))
-    got, _ = _decode_rows_apart(LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(config), steps=4)
+    lm, broken_lm = (LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(config) for _ in range(2))
+    got, _ = _decode_rows_apart(lm, steps=4)
     torch.testing.assert_close(got[-1], want[-1], rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(attention, "used_blocks", _dropping_last_used_block(attention.used_blocks))
-    broken, _ = _decode_rows_apart(LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(config), steps=4)
+    broken, _ = _decode_rows_apart(broken_lm, steps=4)
     assert not any(torch.allclose(b, w, rtol=1e-4, atol=1e-4) for b, w in zip(broken[1:], want[1:]))
+    assert lm.fast.compiles == broken_lm.fast.compiles == 1  # compiled, not run as it is
 
 
 def test_a_parked_fork_cut_to_one_row_runs_on_the_static_cache():

@@ -4,13 +4,15 @@ A compiled forward (a CUDA graph, an inductor kernel) reads and writes fixed ten
 addresses, so its cache cannot grow by concatenation as a ``DynamicCache`` does. Here one model's
 cache is an *arena*:
 
-* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L, D)
-  (one tensor each, not views of a shared one: a compiler then writes into them in place); every
+* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L + 1, D)
+  (one tensor each, not views of a shared one: a compiler then writes into them in place; the column past
+  the L a row may use is never written nor read, so the columns attention reads are never all of a tensor's,
+  a case a compiler would otherwise compile apart: a view of every column is contiguous, of fewer it is not); every
   forward of the compiled path runs on their first R rows, writing the new tokens' keys and values at
   columns T .. T + n - 1. They are allocated once and reallocated longer only when a row outgrows L
   (:meth:`StaticArena.grow`: a run of any length needs no sizing up front);
 * **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`);
-* the working rows' **mask** (R_max, L) on the device: 1 at the columns a working row holds, what a
+* the working rows' **mask** (R_max, L + 1) on the device: 1 at the columns a working row holds, what a
   forward's attention reads (a view of it, so a recorded forward reads it where it lies, with no copy).
   A state's own (B, T) mask stays on the host, where the verbs read and edit it without waiting for the
   device; the device's copy follows it by appending the new tokens' columns
@@ -110,11 +112,11 @@ class StaticArena:
 
     def __init__(self, shape: ArenaShape, dtype: torch.dtype, device: torch.device | str):
         self.shape = shape
-        size = (shape.rows, shape.kv_heads, shape.length, shape.head_dim)
+        size = (shape.rows, shape.kv_heads, shape.length + 1, shape.head_dim)  # a spare column (module docstring)
         self.keys = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.values = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.device = torch.device(device)
-        self.mask = torch.zeros(shape.rows, shape.length, dtype=torch.long, device=device)
+        self.mask = torch.zeros(shape.rows, shape.length + 1, dtype=torch.long, device=device)
         self._resident: weakref.ReferenceType | None = None
         self._mask_of: tuple[weakref.ReferenceType, torch.Tensor, int] | None = None  # see sync_mask
         self.copies = 0  # rows copied into or out of the working rows (what residency costs)
@@ -197,10 +199,10 @@ class StaticArena:
         self.shape = ArenaShape(self.shape.layers, self.shape.kv_heads, self.shape.head_dim, self.shape.rows, length)
         for works in (self.keys, self.values):
             for layer, old in enumerate(works):
-                new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length, self.shape.head_dim))
+                new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length + 1, self.shape.head_dim))
                 new[:, :, :t] = old[:, :, :t]
                 works[layer] = new
-        mask, self.mask = self.mask, self.mask.new_zeros((self.shape.rows, length))
+        mask, self.mask = self.mask, self.mask.new_zeros((self.shape.rows, length + 1))
         self.mask[:, :mask.shape[1]] = mask
 
     # ------------------------------------------------------------------ residency

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..errors import require
 
@@ -92,8 +93,6 @@ def block_mask(mask: torch.Tensor, cols: torch.Tensor, groups: int, block: int =
     per row the key blocks that hold an attended column (:func:`used_blocks`: ``kv_num_blocks`` (R, 1, q blocks)
     and, first in ``kv_indices`` (R, 1, q blocks, kv blocks), their indices), and inside them the same rule
     column by column, reading ``mask`` and ``cols`` where they lie. One key head's mask serves every head."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     hit = used_blocks(mask, cols, groups, block)
     count = hit.sum(dim=-1, dtype=torch.int32)
     order = torch.argsort(hit.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)  # used first
@@ -144,9 +143,7 @@ def masked_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
 
 @functools.cache
 def _flex(compiled: bool) -> Callable:
-    """PyTorch's flex attention, compiled or as its reference code (imported on first use, once)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
+    """PyTorch's flex attention, compiled on its own (once) or as its reference code."""
     return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
 
@@ -157,7 +154,7 @@ def flex_masked_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
     (:func:`block_mask`: R rows, the g * n folded queries, L key columns). Inside a compiled forward the compiler
     writes the kernel; called as it is, compiled on its own on a GPU, flex attention's reference code elsewhere."""
     require(attention_mask is not None, "the static path's attention needs its mask")
-    flex = _flex(False) if torch.compiler.is_compiling() else _flex(query.is_cuda)
+    flex = flex_attention if torch.compiler.is_compiling() else _flex(query.is_cuda)
     out = flex(_folded(query, key), key, value, block_mask=attention_mask, scale=scaling)
     return _unfolded(out, query), None
 

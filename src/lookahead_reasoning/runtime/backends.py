@@ -40,14 +40,10 @@ class Compiler:
     def __call__(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> Any:
         """``fn(ids, mask, cols)`` compiled: ``mask`` (R, W) with W, the attended columns, symbolic."""
         import torch._dynamo
-        import torch.fx.experimental._config as shapes_config
 
         compiled = self._compiled or self._compile()
         torch._dynamo.maybe_mark_dynamic(mask, 1)  # one compile serves every attended span
-        # Two symbolic sizes that happen to be equal when a shape is compiled (the span and the arena's length,
-        # once the span reaches it) would be taken for one ("duck" sizes): the next growth would compile again.
-        with shapes_config.patch(use_duck_shape=False):
-            return compiled(ids, mask, cols)
+        return compiled(ids, mask, cols)
 
     def _compile(self) -> Forward:
         import torch._dynamo
@@ -58,17 +54,20 @@ class Compiler:
             self.compiles += 1
             return compile_fx(gm, example_inputs)
 
+        # A compile per bucket shape, all kept, for every fast path a process makes (each compiles its own): past
+        # these limits torch would run the forward uncompiled, without a word.
         config = torch._dynamo.config
-        for name in ("recompile_limit", "cache_size_limit"):  # a compile per bucket shape, all kept
+        for name, floor in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096),
+                            ("accumulated_cache_size_limit", 4096)):
             if hasattr(config, name):
-                setattr(config, name, max(getattr(config, name), 8 * self.shapes))
+                setattr(config, name, max(getattr(config, name), floor, 8 * self.shapes))
         self._compiled = torch.compile(self.fn, backend=counting, dynamic=False)
         return self._compiled
 
     @staticmethod
     def mark(arena: StaticArena) -> None:
-        """Leave the working rows' length L symbolic in what is compiled: dim 2 of every keys and values tensor
-        (R_max, H_kv, L, D) and dim 1 of the device's mask (R_max, L). Called on every new allocation."""
+        """Leave the working rows' length symbolic in what is compiled: dim 2 of every keys and values tensor
+        (R_max, H_kv, L + 1, D) and dim 1 of the device's mask (R_max, L + 1). Called on every new allocation."""
         import torch._dynamo
 
         for tensor in arena.keys + arena.values:
