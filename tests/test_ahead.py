@@ -118,29 +118,24 @@ def test_a_greedy_token_costs_one_read_made_while_the_next_forward_is_queued(mon
     device but through an upload. The tokens are the eager path's."""
     eager, _, _ = _greedy(LM(_MODEL.model, _MODEL.tokenizer), [PROMPT], [40])
     lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(GRAPHS)
-    learned = []
     with DeviceTraffic(lm, monkeypatch) as traffic:
         session = lm.session([PROMPT])
-        decode_rows(session, [len(PROMPT)], _checkers(lm, [40]), SamplingConfig(),
-                    on_token=lambda b, new: learned.append(traffic.forwards))
+        decode_rows(session, [len(PROMPT)], _checkers(lm, [40]), SamplingConfig())
     assert session.rows == eager.rows and len(session.rows[0]) == len(PROMPT) + 40
-    assert traffic.blocking == []
-    assert len(traffic.reads) == 40 and traffic.forwards == 40
-    assert learned == [t + 2 for t in range(39)] + [40]  # token t learned with forward t + 1 queued
+    assert traffic.blocking == [] and traffic.forwards == 40
+    assert traffic.reads == [t + 2 for t in range(39)] + [40]  # token t read with forward t + 1 queued
 
 
 def test_a_step_that_reads_its_token_before_queueing_the_next_is_seen(monkeypatch):
     """A deliberate break: the plain greedy loop on the compiled path (the host reads each token, then queues the
-    next forward): the same tokens and one read a token, but every token is learned with nothing queued behind
-    it, so the device waits for the host at every token."""
+    next forward): one read a token, but each made with nothing queued behind it, so the device waits for the
+    host at every token."""
     monkeypatch.setattr(Session, "reads_ahead", property(lambda self: False))
     lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(GRAPHS)
-    learned = []
     with DeviceTraffic(lm, monkeypatch) as traffic:
         session = lm.session([PROMPT])
-        decode_rows(session, [len(PROMPT)], _checkers(lm, [12]), SamplingConfig(),
-                    on_token=lambda b, new: learned.append(traffic.forwards))
-    assert len(traffic.reads) == 12 and learned == [t + 1 for t in range(12)]
+        decode_rows(session, [len(PROMPT)], _checkers(lm, [12]), SamplingConfig())
+    assert traffic.reads == [t + 1 for t in range(12)]
 
 
 @pytest.mark.parametrize("break_", ["ids", "mask column", "columns"])

@@ -53,23 +53,26 @@ class ForwardCall:
 
 class Pending:
     """Greedy tokens a forward computed, (B, 1) long on its device (``ids``), that the host reads later
-    (:meth:`read`). Their copy to the host is queued behind the forward at once (into page-locked memory,
-    ``non_blocking``), so reading them waits for that forward only: one queued after it keeps the device busy
-    meanwhile. A recorded forward overwrites ``ids`` at its next replay: feed them on before that."""
+    (:meth:`read`). On a GPU their copy to the host is queued behind the forward at once (into page-locked
+    memory, ``non_blocking``), so reading them waits for that forward only: one queued after it keeps the
+    device busy meanwhile. Elsewhere they are copied where they lie and read when asked. A recorded forward
+    overwrites ``ids`` at its next replay: feed them on before that."""
 
     def __init__(self, ids: torch.Tensor):
-        self.ids = ids
-        self.host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=ids.is_cuda)
-        self.host.copy_(ids, non_blocking=True)
-        self.ready = torch.cuda.Event() if ids.is_cuda else None  # reached once the copy has run
-        if self.ready is not None:
+        self.ids, self.ready = ids, None
+        if ids.is_cuda:
+            self.held = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+            self.held.copy_(ids, non_blocking=True)
+            self.ready = torch.cuda.Event()  # reached once the copy has run
             self.ready.record()
+        else:
+            self.held = ids.clone()
 
     def read(self) -> list[int]:
         """Each row's token: the host's one wait for them."""
         if self.ready is not None:
             self.ready.synchronize()
-        return self.host[:, -1].tolist()
+        return self.held[:, -1].tolist()
 
 
 class Forward(Protocol):
