@@ -59,8 +59,8 @@ class DeviceTraffic(TorchFunctionMode):
 
         def forward(fast, ids, mask, cols, attention):
             self.forwards += 1
-            self.blocking += [f"{name} handed to the forward" for name, t in (("ids", ids), ("mask", mask), ("cols", cols))
-                              if not self._on_device(t)]
+            handed = (("ids", ids), ("mask", mask), ("cols", cols))
+            self.blocking += [f"{name} handed to the forward" for name, t in handed if not self._on_device(t)]
             with torch._C.DisableTorchFunction():
                 out = real(fast, ids, mask, cols, attention)
             self._mark(tree_leaves(out))
@@ -96,7 +96,8 @@ class DeviceTraffic(TorchFunctionMode):
 
 
 def _checkers(lm: LM, budgets, eos=()) -> list[StopChecker]:
-    return [StopChecker(StopCondition(frozenset(e), (), b), lm.decode) for b, e in zip(budgets, eos or [()] * len(budgets))]
+    eos = eos or [()] * len(budgets)
+    return [StopChecker(StopCondition(frozenset(e), (), b), lm.decode) for b, e in zip(budgets, eos)]
 
 
 def _greedy(lm: LM, prompts, budgets, eos=(), on_done=None):

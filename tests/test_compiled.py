@@ -56,7 +56,8 @@ def reference():
 
 FLEX = FastPathConfig(backend="rehearsed-graphs", attention="flex")  # flex attention's reference code on a CPU
 # Flex attention compiled by inductor under its block mask (blocks of 16 columns: a row's unused ones are skipped).
-INDUCTOR_FLEX = FastPathConfig(backend="inductor", attention="flex", block=16, row_buckets=(1, 4), token_buckets=(1, 16))
+INDUCTOR_FLEX = FastPathConfig(backend="inductor", attention="flex", block=16, row_buckets=(1, 4),
+                               token_buckets=(1, 16))
 
 
 @pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX, INDUCTOR_FLEX],
@@ -281,10 +282,21 @@ def _edit(op: str, live: list, kept: list, step: int) -> list:
     return live
 
 
+# Flex attention compiled by inductor under its block mask, in blocks of 16 columns over the 96 a row may hold: the
+# blocks a row holds no column in are skipped by inductor's CPU kernel, as by the GPU's. One bucket shape (every
+# forward of the edits runs as 8 rows x 4 tokens), so one compile serves every case.
+FLEX_EDITS = FastPathConfig(backend="inductor", attention="flex", block=16, rows=8, length=96, row_buckets=(8,),
+                            token_buckets=(4,))
+EDIT_PATHS = {"static-eager": FastPathConfig(backend="eager", rows=8, length=96), "flex-inductor": FLEX_EDITS}
+
+
+@pytest.mark.parametrize("path", EDIT_PATHS)
 @pytest.mark.parametrize("first", EDITS)
-def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first):
-    """All 8**4 sequences of four edits (this case's first one fixed), then a forward."""
-    eager_lm, static_lm = _both(length=96)
+def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first, path):
+    """All 8**4 sequences of four edits (this case's first one fixed), then a forward: on the static cache run as
+    it is, and compiled by inductor with flex attention reading only the key blocks each row holds columns in."""
+    eager_lm = LM(_MODEL.model, _MODEL.tokenizer)
+    static_lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(EDIT_PATHS[path])
     start = [eager_lm.session([[5, 6, 7, 8]]), static_lm.session([[5, 6, 7, 8]])]
     _edit("feed", start, [], 0)
     start = _edit("fork2", start, [], 0)
@@ -296,34 +308,6 @@ def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first
             _same_cache(*live)
         for pair in kept:
             _same_cache(*pair)
-
-
-# Flex attention compiled by inductor under its block mask, in blocks of 16 columns over the 96 a row may hold: the
-# blocks a row holds no column in are skipped by inductor's CPU kernel, as by the GPU's. One bucket shape (every
-# forward of the edits runs as 8 rows x 4 tokens), so one compile serves every case.
-FLEX_EDITS = FastPathConfig(backend="inductor", attention="flex", block=16, rows=8, length=96, row_buckets=(8,),
-                            token_buckets=(4,))
-
-
-@pytest.mark.parametrize("first", EDITS)
-def test_flex_attention_under_its_block_mask_holds_what_the_dynamic_cache_holds(first):
-    """The same 8**4 sequences of the cycles' edits with the static cache's forwards compiled by inductor, flex
-    attention reading only the key blocks each row holds columns in: every forward's logits and every row's keys
-    and values are the DynamicCache's."""
-    eager_lm = LM(_MODEL.model, _MODEL.tokenizer)
-    static_lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(FLEX_EDITS)
-    start = [eager_lm.session([[5, 6, 7, 8]]), static_lm.session([[5, 6, 7, 8]])]
-    _edit("feed", start, [], 0)
-    start = _edit("fork2", start, [], 0)
-    _edit("feed", start, [], 1)
-    for rest in itertools.product(EDITS, repeat=3):
-        live, kept = [start[0].fork(1), start[1].fork(1)], []
-        for step, op in enumerate((first, *rest, "feed"), start=2):
-            live = _edit(op, live, kept, step)
-            _same_cache(*live)
-        for pair in kept:
-            _same_cache(*pair)
-    assert static_lm.fast.attention == "flex"
 
 
 def _decode_rows_apart(lm, steps: int = 12):
@@ -372,7 +356,8 @@ def test_a_decoding_steps_block_mask_reads_the_blocks_a_row_holds_not_the_alloca
 
 
 def _dropping_last_used_block(real):
-    """A deliberate break of :func:`~lookahead_reasoning.runtime.attention.used_blocks`: each row's last used block left out."""
+    """A deliberate break of :func:`~lookahead_reasoning.runtime.attention.used_blocks`: each row's last used
+    block left out."""
     def used_blocks(mask, cols, groups, block=16):
         hit = real(mask, cols, groups, block)
         last = hit.shape[-1] - 1 - hit.flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)
@@ -663,7 +648,8 @@ def test_flex_attention_reads_the_mask_as_sdpa_does(n):
     cols = torch.arange(100 - n, 100)  # the new tokens' columns
     held = (torch.rand(b, width, generator=g) > 0.3).long()
     held[:, 100:], held[:2, cols], held[2] = 0, 1, 0
-    sdpa, _ = masked_attention(None, query, key, value, additive_mask(held, cols, hq // hkv, torch.float32), scaling=0.25)
+    bias = additive_mask(held, cols, hq // hkv, torch.float32)
+    sdpa, _ = masked_attention(None, query, key, value, bias, scaling=0.25)
     flex, _ = flex_masked_attention(None, query, key, value, block_mask(held, cols, hq // hkv, 16), scaling=0.25)
     assert sdpa.shape == (b, n, hq, d)
     torch.testing.assert_close(flex, sdpa, rtol=1e-5, atol=1e-5)
@@ -720,7 +706,8 @@ def test_a_fast_path_config_that_cannot_work_is_refused(bad, message):
 
 def test_the_generator_chooses_the_fast_path_by_device_and_a_user_can_turn_it_off():
     target = LM.from_loaded(tiny_model("qwen2", seed=0))
-    assert default_backend(torch.device("cpu")) is None and default_backend(torch.device("cuda")) == "inductor+cuda-graphs"
+    assert default_backend(torch.device("cpu")) is None
+    assert default_backend(torch.device("cuda")) == "inductor+cuda-graphs"
     assert FastPathConfig().backend == "inductor+cuda-graphs"  # a config's default is the GPU's too
     LookaheadGenerator(target=target)  # auto on a CPU: the eager loops
     assert target.fast is None

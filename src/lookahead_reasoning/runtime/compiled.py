@@ -118,7 +118,8 @@ class FastPathConfig:
                 f"length (columns per row) must be an integer >= 16, got {self.length!r}")
         require(isinstance(self.fuse, bool), f"fuse must be True or False, got {self.fuse!r}")
         require(self.attention in ATTENTIONS, f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
-        require(self.block in (16, 32, 64, 128, 256), f"block must be 16, 32, 64, 128 or 256 columns, got {self.block!r}")
+        require(self.block in (16, 32, 64, 128, 256),
+                f"block must be 16, 32, 64, 128 or 256 columns, got {self.block!r}")
         for name, buckets in (("row_buckets", self.row_buckets), ("token_buckets", self.token_buckets)):
             require(len(buckets) > 0 and all(isinstance(b, int) and b >= 1 for b in buckets)
                     and list(buckets) == sorted(set(buckets)), f"{name} must be increasing integers >= 1, got {buckets!r}")
@@ -293,9 +294,11 @@ class FastPath:
             out = self.recordings.run(self.compiler or self.body, (ids, mask, cols),
                                       lambda: self._model_code(self.attention), self._check)
         else:
-            attention = self.attention if bucketed else "sdpa"
-            with self._model_code(attention):
-                out = (self.compiler or self.body)(ids, mask, cols) if bucketed else self.forward(ids, mask, cols, "sdpa")
+            with self._model_code(self.attention if bucketed else "sdpa"):
+                if bucketed:
+                    out = (self.compiler or self.body)(ids, mask, cols)
+                else:  # beyond the buckets: the reference attention
+                    out = self.forward(ids, mask, cols, "sdpa")
         if isinstance(out, tuple):  # one new token a row: the head and its argmax ran in the forward
             logits, top = out
             return logits[:bsz], top[:bsz]

@@ -73,8 +73,8 @@ class LM:
         eagerly over a ``DynamicCache``.
 
         ``config``: a :class:`~.compiled.FastPathConfig`, a backend name, or "auto" (inductor's kernels
-        recorded as CUDA graphs on a GPU, the eager loops on a CPU). Sessions made before keep running on the cache they started with
-        only until the next forward: make new ones.
+        recorded as CUDA graphs on a GPU, the eager loops on a CPU). Sessions made before keep running on the
+        cache they started with only until the next forward: make new ones.
         """
         check_fast_path(config)
         if config == "auto":
