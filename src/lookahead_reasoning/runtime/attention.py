@@ -103,7 +103,7 @@ def block_mask(mask: torch.Tensor, cols: torch.Tensor, groups: int, block: int =
         return ((mask[b, kv] != 0) & (kv <= own)) | (kv == own)
 
     return BlockMask.from_kv_blocks(count[:, None], order[:, None], BLOCK_SIZE=block, mask_mod=mask_mod,
-                                    seq_lengths=(groups * n, mask.shape[1]))
+                                    seq_lengths=(groups * n, mask.shape[1]), compute_q_blocks=False)  # no backward
 
 
 def attention_mask(kind: str, mask: torch.Tensor, cols: torch.Tensor, groups: int, dtype: torch.dtype,
