@@ -42,12 +42,11 @@ compiles on a GPU, SDPA elsewhere; a forward beyond the buckets runs SDPA, the r
 heads are folded into the query (no copy of the keys per query head); flash-attn's kernels take no mask
 with holes.
 
-A forward of one new token a row (every decoding step: autoregressive, drafting) runs the language-model
-head and its argmax inside the recording, so a greedy token costs no launch after the graph's, and its ids
-can feed the next forward where they lie (:meth:`~.session.Session.argmax_ahead`); the head of a forward of
-several (a prompt, checking drafted tokens) runs after it, on the kept positions only (the head of every
-position a bucket pads to would cost R x n x V logits). The host hands a forward its ids and columns, and the
-arena its mask's new column, without waiting for the device (:func:`~lookahead_reasoning.cache.static.upload`).
+A forward of one new token a row (every decoding step) runs the language-model head and its argmax inside
+the recording, so a greedy token costs no launch after the graph's and its ids can feed the next forward where
+they lie (:meth:`~.session.Session.argmax_ahead`); the head of a forward of several runs after it, on the kept
+positions only. The host hands a forward its ids and columns, and the arena its mask's new column, without
+waiting for the device (:func:`~lookahead_reasoning.cache.static.upload`).
 
 With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
 do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
@@ -97,10 +96,10 @@ def default_backend(device: torch.device) -> str | None:
 
 @dataclass(frozen=True)
 class FastPathConfig:
-    """How the compiled path runs: ``backend`` (one of :data:`BACKENDS`), the most rows one forward
-    runs (``rows``), the columns a row holds at first (``length``, prompt and answer and the holes of
-    ragged rows; a run sizes it for its budget and the cache grows past it while memory allows), the bucket
-    shapes that are compiled, and the attention kernel of the bucket shapes (``"auto"``, ``"flex"``, ``"sdpa"``)."""
+    """How the compiled path runs: ``backend`` (one of :data:`BACKENDS`), the most rows one forward runs
+    (``rows``), the columns a row holds at first (``length``, prompt and answer and the holes of ragged rows,
+    whole ``block``s under flex; a run sizes it for its budget and it grows past that while memory allows), the
+    bucket shapes that are compiled, and the bucket shapes' attention (``"auto"``, ``"flex"``, ``"sdpa"``)."""
 
     backend: str = CUDA_BACKEND
     rows: int = 8
@@ -175,7 +174,9 @@ class FastPath:
         heads = mc.num_attention_heads
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
         kv_heads = getattr(mc, "num_key_value_heads", None) or heads
-        shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, config.length)
+        self.attention = chosen_attention(config.attention, config.backend, self.device)  # the bucket shapes'
+        block = config.block if self.attention == "flex" else 1  # flex reads whole blocks: all of them allocated
+        shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, -(-config.length // block) * block)
         free = free_bytes(self.device) if self.device.type == "cuda" else None
         require(free is None or shape.bytes(self.dtype) < 0.9 * free, f"the static cache of {config.rows} rows x "
                 f"{config.length} columns needs {shape.bytes(self.dtype) / 1e9:.1f} GB and the GPU has "
@@ -183,10 +184,8 @@ class FastPath:
         self.arena = StaticArena(shape, self.dtype, self.device)
         self.grown = 0  # times the working rows were reallocated longer
         self.kv_heads, self.groups = kv_heads, heads // kv_heads
-        self.attention = chosen_attention(config.attention, config.backend, self.device)  # the bucket shapes'
-        inductor = config.backend.startswith("inductor")
-        self.compiler = Compiler(self.body, len(config.row_buckets) * len(config.token_buckets)) if inductor else None
-        graphs = config.backend in GRAPH_BACKENDS
+        shapes, graphs = len(config.row_buckets) * len(config.token_buckets), config.backend in GRAPH_BACKENDS
+        self.compiler = Compiler(self.body, shapes) if config.backend.startswith("inductor") else None
         self.recordings = Recordings(config.backend == "rehearsed-graphs") if graphs else None
         self.fused = FusedProducts(self.decoder) if config.fuse else None
         self.norms = FusedNorms(self.decoder) if config.fuse else None
