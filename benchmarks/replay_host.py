@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-import lookahead_reasoning.runtime.compiled as compiled
+import lookahead_reasoning.runtime.backends as backends
 from lookahead_reasoning.runtime.graphs import RehearsedGraph
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.testing import KernelsOnly, tiny_model
@@ -62,15 +62,15 @@ def measure(layers: int, repeats: int, tokens: int) -> dict[str, float]:
     models, times = {}, {name: [] for name in ways}
     try:
         for name, kind in ways.items():
-            compiled.RehearsedGraph = kind  # the graph class a fast path records with
+            backends.RehearsedGraph = kind  # the graph class a fast path records with
             models[name] = LM.from_loaded(tiny_model("qwen2", layers=layers)).use_fast_path("rehearsed-graphs")
             host_us(models[name], 5)  # record the buckets this run uses
         for _ in range(repeats):
             for name, lm in models.items():
-                compiled.RehearsedGraph = ways[name]  # a longer run's next span is recorded the same way
+                backends.RehearsedGraph = ways[name]  # a longer run's next span is recorded the same way
                 times[name].append(host_us(lm, tokens))
     finally:
-        compiled.RehearsedGraph = RehearsedGraph
+        backends.RehearsedGraph = RehearsedGraph
     out = {name: round(statistics.median(t), 1) for name, t in times.items()}
     out["ratio"] = round(out["stand-ins every replay"] / out["as built"], 2)
     return out

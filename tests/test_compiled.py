@@ -55,23 +55,26 @@ def reference():
 
 
 FLEX = FastPathConfig(backend="rehearsed-graphs", attention="flex")  # flex attention's reference code on a CPU
+# Flex attention compiled by inductor under its block mask (blocks of 16 columns: a row's unused ones are skipped).
+INDUCTOR_FLEX = FastPathConfig(backend="inductor", attention="flex", block=16, row_buckets=(1, 4),
+                               token_buckets=(1, 16))
 
 
-@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX],
-                         ids=["static-eager", "rehearsed-graphs", "static-inductor", "flex-attention"])
+@pytest.mark.parametrize("backend", ["eager", "rehearsed-graphs", INDUCTOR, FLEX, INDUCTOR_FLEX],
+                         ids=["static-eager", "rehearsed-graphs", "static-inductor", "flex-attention", "inductor-flex"])
 def test_every_mode_writes_the_eager_paths_tokens_on_the_compiled_path(reference, backend):
     gen, prompt, tokens = reference
     gen.target.use_fast_path(backend)
     gen.draft.use_fast_path(backend)
     try:
-        cases = GREEDY + (SAMPLED if backend != INDUCTOR else ())  # sampled: the same draws from the same seed
+        cases = GREEDY + (SAMPLED if backend not in (INDUCTOR, INDUCTOR_FLEX) else ())  # sampled: the same draws
         got = {i: gen.generate(prompt, mode=mode, max_new_tokens=64, **kw).token_ids for i, (mode, kw) in enumerate(cases)}
         wrong = [cases[i] for i in got if got[i] != tokens[i]]
         assert not wrong, wrong
         session = gen.target.session([prompt])
         session.logits()
         assert isinstance(session.kv, StaticKVState)  # it ran on the static cache
-        if backend is INDUCTOR:
+        if backend in (INDUCTOR, INDUCTOR_FLEX):
             assert gen.target.fast.compiles >= 4 and gen.draft.fast.compiles >= 1
         if backend in ("rehearsed-graphs", FLEX):  # the rows x tokens x columns recordings were replayed
             assert gen.target.fast.captures >= 4 and gen.draft.fast.captures >= 1
@@ -116,10 +119,10 @@ def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
     1.5B, host time for nothing), and the attention setting stays as it is. A stand-in for a CUDA graph
     (the rehearsal's bookkeeping, a replay that runs nothing) shows it on a CPU; the recording swaps. A model
     whose weights were replaced since is still refused by name at a replay (its recordings read stale stacks)."""
-    import lookahead_reasoning.runtime.compiled as compiled
+    import lookahead_reasoning.runtime.backends as backends
     from lookahead_reasoning.testing import KernelsOnly
 
-    monkeypatch.setattr(compiled, "RehearsedGraph", KernelsOnly)  # replays like a CUDA graph: no Python
+    monkeypatch.setattr(backends, "RehearsedGraph", KernelsOnly)  # replays like a CUDA graph: no Python
     lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path("rehearsed-graphs")
     assert lm.fast.fused.groups and lm.fast.norms.norms
     sets = []
@@ -169,7 +172,7 @@ def test_a_one_token_forward_runs_the_head_and_its_argmax_in_its_recording(monke
             eager, graph = (s.argmax() for s in sessions)
             assert graph.shape == (2, 1) and graph.dtype == torch.long and torch.equal(graph, eager)
     assert len(after) == 1  # one token a row: the head and argmax were replayed with the forward
-    assert isinstance(graph_lm.fast._graphs[(2, 1, 256)].output, tuple)
+    assert isinstance(graph_lm.fast.recordings.graphs[(2, 1, 256)].output, tuple)
 
 
 def test_a_warm_lr_sd_run_compiles_nothing(monkeypatch):
@@ -279,10 +282,21 @@ def _edit(op: str, live: list, kept: list, step: int) -> list:
     return live
 
 
+# Flex attention compiled by inductor under its block mask, in blocks of 16 columns over the 96 a row may hold: the
+# blocks a row holds no column in are skipped by inductor's CPU kernel, as by the GPU's. One bucket shape (every
+# forward of the edits runs as 8 rows x 4 tokens), so one compile serves every case.
+FLEX_EDITS = FastPathConfig(backend="inductor", attention="flex", block=16, rows=8, length=96, row_buckets=(8,),
+                            token_buckets=(4,))
+EDIT_PATHS = {"static-eager": FastPathConfig(backend="eager", rows=8, length=96), "flex-inductor": FLEX_EDITS}
+
+
+@pytest.mark.parametrize("path", EDIT_PATHS)
 @pytest.mark.parametrize("first", EDITS)
-def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first):
-    """All 8**4 sequences of four edits (this case's first one fixed), then a forward."""
-    eager_lm, static_lm = _both(length=96)
+def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first, path):
+    """All 8**4 sequences of four edits (this case's first one fixed), then a forward: on the static cache run as
+    it is, and compiled by inductor with flex attention reading only the key blocks each row holds columns in."""
+    eager_lm = LM(_MODEL.model, _MODEL.tokenizer)
+    static_lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(EDIT_PATHS[path])
     start = [eager_lm.session([[5, 6, 7, 8]]), static_lm.session([[5, 6, 7, 8]])]
     _edit("feed", start, [], 0)
     start = _edit("fork2", start, [], 0)
@@ -294,6 +308,80 @@ def test_every_short_sequence_of_the_cycles_edits_leaves_both_caches_alike(first
             _same_cache(*live)
         for pair in kept:
             _same_cache(*pair)
+
+
+def _decode_rows_apart(lm, steps: int = 12):
+    """A 30-token prompt forked in three rows that decode ``steps`` one-token steps apart, the second row cut back
+    to its first five tokens halfway (a run of holes in the middle of its row, a whole block of 16 among them);
+    each forward's logits, and the session."""
+    s = lm.session([list(range(3, 33))])
+    out = [s.logits()]
+    s = s.fork(3)
+    for t in range(steps):
+        for row in range(3):
+            s.extend(row, [40 + 7 * row + t])
+        if t == steps // 2:
+            s.set_rows([s.rows[0], s.rows[1][:5], s.rows[2]])
+        out.append(s.logits())
+    return out, s
+
+
+def test_a_decoding_steps_block_mask_reads_the_blocks_a_row_holds_not_the_allocation(monkeypatch):
+    """Flex attention reads, of each row, only the key blocks that hold a column the row attends: the block mask a
+    decoding step uses lists, per row, exactly the blocks (of 16 columns) that hold one of the row's real columns
+    (its new token's own among them): for the scratch row a bucket adds, its own column's block alone; for the row
+    cut back, not the block of holes in its middle. None of the other blocks of the 256 attended columns is read,
+    nor any of the 1024 allocated. The logits are the eager path's (flex attention's reference code)."""
+    import lookahead_reasoning.runtime.attention as attention
+
+    seen = []
+    real = attention.block_mask
+    monkeypatch.setattr(attention, "block_mask", lambda mask, cols, groups, block: seen.append(
+        (mask.clone(), cols.clone())) or real(mask, cols, groups, block))
+    config = FastPathConfig(backend="eager", attention="flex", block=16, length=1024, row_buckets=(1, 4),
+                            token_buckets=(1,))
+    want, _ = _decode_rows_apart(LM(_MODEL.model, _MODEL.tokenizer))
+    lm = LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(config)
+    got, s = _decode_rows_apart(lm)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    mask, cols = seen[-1]  # the last decoding step: 4 rows (3 and a scratch row) x 256 attended columns
+    blocks = real(mask, cols, 2, 16)
+    assert blocks.seq_lengths == (2, 256) and lm.fast.arena.shape.length == 1024
+    listed = [blocks.kv_indices[r, 0, 0, :blocks.kv_num_blocks[r, 0, 0]].tolist() for r in range(4)]
+    for row in range(4):
+        held = s.kv.mask[row].nonzero().flatten() if row < 3 else cols  # the state's columns, the new token's included
+        assert sorted(listed[row]) == sorted({int(c) // 16 for c in held}) and len(listed[row]) < 256 // 16, row
+    assert len(listed[3]) == 1 and set(range(min(listed[1]), max(listed[1]))) - set(listed[1])  # a block skipped
+
+
+def _dropping_last_used_block(real):
+    """A deliberate break of :func:`~lookahead_reasoning.runtime.attention.used_blocks`: each row's last used
+    block left out."""
+    def used_blocks(mask, cols, groups, block=16):
+        hit = real(mask, cols, groups, block)
+        last = hit.shape[-1] - 1 - hit.flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)
+        return hit.scatter(-1, last, False)
+    return used_blocks
+
+
+def test_a_block_mask_that_drops_a_used_block_is_seen(monkeypatch):
+    """A deliberate break: the block mask leaves out the last block each row holds columns in. Compiled by
+    inductor (on this CPU as on a GPU) flex attention then never reads those columns, and the logits are not the
+    eager path's: the equivalence tests above can fail. (Flex attention's reference code, run uncompiled, applies
+    the rule to every column and would not notice: the block mask's own test above would.)"""
+    import lookahead_reasoning.runtime.attention as attention
+
+    want, _ = _decode_rows_apart(LM(_MODEL.model, _MODEL.tokenizer), steps=4)
+    config = FastPathConfig(backend="inductor", attention="flex", block=16, length=96, row_buckets=(4,),
+                            token_buckets=(1,))
+    lm, broken_lm = (LM(_MODEL.model, _MODEL.tokenizer).use_fast_path(config) for _ in range(2))
+    got, _ = _decode_rows_apart(lm, steps=4)
+    torch.testing.assert_close(got[-1], want[-1], rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(attention, "used_blocks", _dropping_last_used_block(attention.used_blocks))
+    broken, _ = _decode_rows_apart(broken_lm, steps=4)
+    assert not any(torch.allclose(b, w, rtol=1e-4, atol=1e-4) for b, w in zip(broken[1:], want[1:]))
+    assert lm.fast.compiles == broken_lm.fast.compiles == 1  # compiled, not run as it is
 
 
 def test_a_parked_fork_cut_to_one_row_runs_on_the_static_cache():
@@ -371,8 +459,15 @@ def test_rows_beyond_the_static_cache_are_refused_by_name():
         lm.session([[5, 6]] * 3).logits()
 
 
-def test_a_run_longer_than_the_static_cache_grows_it_and_writes_the_eager_tokens():
-    """No sizing: 300 new tokens on a cache allocated for 32 columns, in every mode that forks rows."""
+@pytest.mark.parametrize("sized", [True, False], ids=["sized-for-its-budget", "grown-mid-run"])
+def test_a_run_longer_than_the_static_cache_writes_the_eager_tokens(monkeypatch, sized):
+    """No sizing by the user: 300 new tokens on a cache allocated for 32 columns, in every mode that forks rows.
+    A run sizes the cache for its prompt and budget at its start (once: no mode grows it midway); where that
+    did not happen (here skipped), a row that outgrows the cache makes it grow."""
+    import lookahead_reasoning.runtime.compiled as compiled
+
+    if not sized:
+        monkeypatch.setattr(compiled.FastPath, "reserve", lambda self, columns: None)
     target, draft = _pair()
     for lm in (target, draft):
         lm.eos_ids = frozenset()  # the whole budget, whatever the random text
@@ -383,7 +478,8 @@ def test_a_run_longer_than_the_static_cache_grows_it_and_writes_the_eager_tokens
         lm.use_fast_path(FastPathConfig(backend="eager", rows=8, length=32))
     got = {mode: gen.generate(prompt, mode=mode, max_new_tokens=300).token_ids for mode in eager}
     assert got == eager and len(got["ar"]) == 300
-    assert target.fast.grown >= 1 and target.fast.arena.shape.length >= len(prompt) + 300
+    assert target.fast.arena.shape.length >= len(prompt) + 300
+    assert target.fast.grown == 1 if sized else target.fast.grown >= 1
 
 
 def test_a_cache_the_memory_cannot_hold_is_refused_by_name(monkeypatch):
@@ -407,7 +503,7 @@ def test_attention_reads_the_used_columns_rounded_up_not_the_allocation():
     session.logits()
     for i in range(80):  # from 197 to 277 columns: the recordings read 256, then 512 columns
         session.logits(extra=[[5 + i % 50]])
-    assert sorted({span for rows, n, span in lm.fast._graphs}) == [256, 512]
+    assert sorted({span for rows, n, span in lm.fast.recordings.graphs}) == [256, 512]
 
 
 def test_one_inductor_compile_serves_every_attended_span():
@@ -426,6 +522,31 @@ def test_one_inductor_compile_serves_every_attended_span():
         eager, compiled = (s.logits() for s in sessions)
         torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
     assert attended_columns(sessions[1].kv.length, 4096) == 512 and lm.fast.compiles == 1
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_a_cache_that_grows_compiles_nothing_more(attention):
+    """Inductor compiles a bucket shape once, whatever the cache's length: decoding past the first allocation
+    (304 columns, grown to 1024 midway) compiles nothing more, the attended columns at the cache's length just
+    before it grows (304) and below it after (512), and the logits are the eager path's throughout (a compile
+    is 25-40 s a shape for a real model on a GPU; a reasoning run outgrows a first allocation)."""
+    loaded = tiny_model("qwen2", seed=11)  # a model of its own: no other test's compile serves it
+    eager_lm = LM(loaded.model, loaded.tokenizer)
+    lm = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(
+        backend="inductor", attention=attention, block=16, length=304, row_buckets=(1,), token_buckets=(1, 16)))
+    sessions = [x.session([list(range(3, 200))]) for x in (eager_lm, lm)]
+    for s in sessions:
+        s.logits()  # 197 tokens: past the token buckets, run uncompiled
+    compiles, spans = [], []
+    for i in range(130):  # 197 to 327 columns
+        for s in sessions:
+            s.extend(0, [5 + i % 50])
+        eager, compiled = (s.logits() for s in sessions)
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+        compiles.append(lm.fast.compiles)
+        spans.append(attended_columns(sessions[1].kv.length, lm.fast.arena.shape.length))
+    assert lm.fast.grown == 1 and lm.fast.arena.shape.length == 1024
+    assert sorted(set(spans)) == [256, 304, 512] and set(compiles) == {1}
 
 
 def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monkeypatch):
@@ -514,22 +635,25 @@ def test_fused_norms_run_one_rms_norm_a_norm_and_give_the_models_logits(monkeypa
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_flex_attention_reads_the_mask_as_sdpa_does(n):
-    """The two attention functions agree on grouped queries under a mask with holes (a parked row's pads,
-    columns past the causal edge), for one new token (one mask row for every folded query) and several."""
-    from lookahead_reasoning.runtime.attention import flex_masked_attention, masked_attention
+    """The two attention functions agree on grouped queries under the masks made from one (R, W) mask of held
+    columns with holes (a parked row's pads, columns past the causal edge, whole blocks past the rows' ends,
+    a scratch row that holds nothing but its own column), for one new token (one mask row for every folded
+    query) and several; flex attention's block mask has blocks of 16 columns."""
+    from lookahead_reasoning.runtime.attention import additive_mask, block_mask, flex_masked_attention, masked_attention
 
     g = torch.Generator().manual_seed(n)
-    b, hq, hkv, length, d = 2, 4, 2, 256, 16
+    b, hq, hkv, width, d = 3, 4, 2, 256, 16
     query = torch.randn(b, hq, n, d, generator=g)
-    key, value = torch.randn(b, hkv, length, d, generator=g), torch.randn(b, hkv, length, d, generator=g)
-    allowed = torch.rand(b, 1, (hq // hkv) * n if n > 1 else 1, length, generator=g) > 0.3
-    allowed[..., 0] = True  # no query row without a column
-    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    sdpa, _ = masked_attention(None, query, key, value, mask, scaling=0.25)
-    flex, _ = flex_masked_attention(None, query, key, value, mask, scaling=0.25)
+    key, value = torch.randn(b, hkv, width, d, generator=g), torch.randn(b, hkv, width, d, generator=g)
+    cols = torch.arange(100 - n, 100)  # the new tokens' columns
+    held = (torch.rand(b, width, generator=g) > 0.3).long()
+    held[:, 100:], held[:2, cols], held[2] = 0, 1, 0
+    bias = additive_mask(held, cols, hq // hkv, torch.float32)
+    sdpa, _ = masked_attention(None, query, key, value, bias, scaling=0.25)
+    flex, _ = flex_masked_attention(None, query, key, value, block_mask(held, cols, hq // hkv, 16), scaling=0.25)
     assert sdpa.shape == (b, n, hq, d)
     torch.testing.assert_close(flex, sdpa, rtol=1e-5, atol=1e-5)
-    unmasked, _ = masked_attention(None, query, key, value, torch.zeros_like(mask), scaling=0.25)
+    unmasked, _ = masked_attention(None, query, key, value, torch.zeros(b, 1, 1, width), scaling=0.25)
     assert not torch.allclose(unmasked, sdpa, atol=1e-3)  # the mask matters to the comparison
 
 
@@ -568,7 +692,8 @@ def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_b
 @pytest.mark.parametrize("bad, message", [
     ({"backend": "tensorrt"}, "backend must be one of"),
     ({"fuse": "yes"}, "fuse must be True or False"),
-    ({"attention": "flash"}, "attention must be one of sdpa, flex"),
+    ({"attention": "flash"}, "attention must be one of auto, sdpa, flex"),
+    ({"block": 48}, "block must be 16, 32, 64, 128 or 256 columns"),
     ({"rows": 0}, "rows must be an integer"),
     ({"length": 4}, "length .* must be an integer >= 16"),
     ({"row_buckets": (4, 2)}, "row_buckets must be increasing"),
@@ -581,7 +706,9 @@ def test_a_fast_path_config_that_cannot_work_is_refused(bad, message):
 
 def test_the_generator_chooses_the_fast_path_by_device_and_a_user_can_turn_it_off():
     target = LM.from_loaded(tiny_model("qwen2", seed=0))
-    assert default_backend(torch.device("cpu")) is None and default_backend(torch.device("cuda")) == "cuda-graphs"
+    assert default_backend(torch.device("cpu")) is None
+    assert default_backend(torch.device("cuda")) == "inductor+cuda-graphs"
+    assert FastPathConfig().backend == "inductor+cuda-graphs"  # a config's default is the GPU's too
     LookaheadGenerator(target=target)  # auto on a CPU: the eager loops
     assert target.fast is None
     LookaheadGenerator(target=target, fast_path="eager")

@@ -266,7 +266,7 @@ def test_the_replay_host_timing_runs_and_restores_the_graph_class(tmp_path):
     the rehearsal's graphs, as it found it."""
     import json
 
-    import lookahead_reasoning.runtime.compiled as compiled
+    import lookahead_reasoning.runtime.backends as backends
     from lookahead_reasoning.runtime.graphs import RehearsedGraph
 
     out = tmp_path / "host.json"
@@ -274,4 +274,4 @@ def test_the_replay_host_timing_runs_and_restores_the_graph_class(tmp_path):
     data = json.loads(out.read_text())
     assert set(data["us_per_token"]) == {"2", "28", "64"}
     assert all(v["as built"] > 0 and v["stand-ins every replay"] > 0 for v in data["us_per_token"].values())
-    assert compiled.RehearsedGraph is RehearsedGraph
+    assert backends.RehearsedGraph is RehearsedGraph

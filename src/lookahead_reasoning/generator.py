@@ -108,7 +108,7 @@ class LookaheadGenerator:
             target accepted of drafts at each confidence (None: auto drafts without a stop).
         planner: settings of mode "auto" (:class:`lookahead_reasoning.planning.PlannerConfig`).
         fast_path: how this process's models run their forwards (:mod:`lookahead_reasoning.runtime.compiled`):
-            "auto" (default: CUDA graphs over a static cache on a GPU, the eager loops on a CPU; an ``LM``
+            "auto" (default: inductor + CUDA graphs over a static cache on a GPU, the eager loops on a CPU; an ``LM``
             passed in keeps the path it has), "off" or None, a backend name or a ``FastPathConfig``.
         precision: the weight precision per model, a name (the target's) or ``{"target": ..., "draft": ...}``
             (:mod:`lookahead_reasoning.models.precision`). The target's, when it is loaded by name: None (as

@@ -231,8 +231,8 @@ def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) ->
                    help="linear-layer kernel for float32 CPU models (auto: oneDNN, much faster for SD's "
                         "few-token forwards; default: torch's BLAS path)")
     m.add_argument("--fast-path", default="auto", choices=FAST_PATH_CHOICES,
-                   help="how forwards run: auto (CUDA graphs over a static cache on a GPU, the eager loops on a "
-                        "CPU), off (the eager loops), or a backend of the compiled path")
+                   help="how forwards run: auto (inductor + CUDA graphs over a static cache on a GPU, the eager "
+                        "loops on a CPU), off (the eager loops), or a backend of the compiled path")
     d = parser.add_argument_group("decoding")
     if mode:
         d.add_argument("--mode", default="auto", choices=MODES,

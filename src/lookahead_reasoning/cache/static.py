@@ -4,17 +4,20 @@ A compiled forward (a CUDA graph, an inductor kernel) reads and writes fixed ten
 addresses, so its cache cannot grow by concatenation as a ``DynamicCache`` does. Here one model's
 cache is an *arena*:
 
-* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L, D)
-  (one tensor each, not views of a shared one: a compiler then writes into them in place); every
+* the **working rows**: per layer, a keys tensor and a values tensor of shape (R_max, H_kv, L + 1, D)
+  (one tensor each, not views of a shared one: a compiler then writes into them in place; the column past
+  the L a row may use is never written nor read, so the columns attention reads are never all of a tensor's,
+  a case a compiler would otherwise compile apart: a view of every column is contiguous, of fewer it is not); every
   forward of the compiled path runs on their first R rows, writing the new tokens' keys and values at
   columns T .. T + n - 1. They are allocated once and reallocated longer only when a row outgrows L
   (:meth:`StaticArena.grow`: a run of any length needs no sizing up front);
 * **parked rows**: read-only snapshots of rows that are not running now (:class:`Parked`);
-* the working rows' **mask** (R_max, L) on the device: 1 at the columns a working row holds, what a
+* the working rows' **mask** (R_max, L + 1) on the device: 1 at the columns a working row holds, what a
   forward's attention reads (a view of it, so a recorded forward reads it where it lies, with no copy).
   A state's own (B, T) mask stays on the host, where the verbs read and edit it without waiting for the
   device; the device's copy follows it by appending the new tokens' columns
   (:meth:`StaticArena.sync_mask`), and is written whole again only when the state changed it otherwise.
+  What goes from the host to the device goes by :func:`upload`, which never makes the host wait.
 
 At any time one state is *resident*: its B rows are working rows 0 .. B - 1. Another state's rows are
 parked. Running a state that is parked makes it resident: the resident one is copied out (its first
@@ -55,14 +58,26 @@ def attended_columns(used: int, length: int) -> int:
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Bytes ``device`` can still allocate: the GPU's free memory; the host's free memory for a CPU
-    (None where the system does not say)."""
+    """Bytes ``device`` can still allocate: on a GPU its free memory and the blocks PyTorch holds in its cache
+    but no tensor uses (freed tensors' memory, which PyTorch keeps for later allocations); the host's free
+    memory for a CPU (None where the system does not say)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0] + cached)
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device``, without making the host wait. A copy from ordinary (pageable) memory to a GPU
+    first waits for the work queued before it, so the host would stop queueing; from page-locked memory,
+    ``non_blocking``, it is queued like a kernel (PyTorch's page-locked block is not reused until the copy
+    has run). A tensor on ``device`` already, or any tensor off CUDA, is handed back as it is."""
+    if device.type == "cuda" and host.device.type == "cpu":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 @dataclass(frozen=True)
@@ -97,11 +112,11 @@ class StaticArena:
 
     def __init__(self, shape: ArenaShape, dtype: torch.dtype, device: torch.device | str):
         self.shape = shape
-        size = (shape.rows, shape.kv_heads, shape.length, shape.head_dim)
+        size = (shape.rows, shape.kv_heads, shape.length + 1, shape.head_dim)  # a spare column (module docstring)
         self.keys = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.values = [torch.zeros(size, dtype=dtype, device=device) for _ in range(shape.layers)]
         self.device = torch.device(device)
-        self.mask = torch.zeros(shape.rows, shape.length, dtype=torch.long, device=device)
+        self.mask = torch.zeros(shape.rows, shape.length + 1, dtype=torch.long, device=device)
         self._resident: weakref.ReferenceType | None = None
         self._mask_of: tuple[weakref.ReferenceType, torch.Tensor, int] | None = None  # see sync_mask
         self.copies = 0  # rows copied into or out of the working rows (what residency costs)
@@ -138,10 +153,10 @@ class StaticArena:
         b, t = state.mask.shape
         mine = self._mask_of
         if mine is not None and mine[0]() is state and mine[1] is state.mask and mine[2] == state.mask._version:
-            self.mask[:b, t:full_mask.shape[1]].copy_(full_mask[:, t:])
+            self.mask[:b, t:full_mask.shape[1]].copy_(upload(full_mask[:, t:], self.device))
         else:
             self.mask.zero_()
-            self.mask[:b, :full_mask.shape[1]].copy_(full_mask)
+            self.mask[:b, :full_mask.shape[1]].copy_(upload(full_mask, self.device))
             self.mask_writes += 1
         self._mask_of = (weakref.ref(state), full_mask, full_mask._version)
 
@@ -167,6 +182,12 @@ class StaticArena:
                               "(FastPathConfig(rows=...)), or run eagerly (fast_path='off')")
         self.grow(length)
 
+    def columns_within(self, budget: float) -> int:
+        """The most columns a row can have, in steps of 1024, with every working row in ``budget`` bytes."""
+        old = self.shape
+        column = ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, 1).bytes(self.keys[0].dtype)
+        return int(budget // column) // 1024 * 1024
+
     def grow(self, length: int) -> None:
         """Make every working row ``length`` columns long (new tensors: the resident rows' first T columns
         are copied over, the new columns are zeros; so is the device's mask). Parked snapshots are separate
@@ -178,10 +199,10 @@ class StaticArena:
         self.shape = ArenaShape(self.shape.layers, self.shape.kv_heads, self.shape.head_dim, self.shape.rows, length)
         for works in (self.keys, self.values):
             for layer, old in enumerate(works):
-                new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length, self.shape.head_dim))
+                new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length + 1, self.shape.head_dim))
                 new[:, :, :t] = old[:, :, :t]
                 works[layer] = new
-        mask, self.mask = self.mask, self.mask.new_zeros((self.shape.rows, length))
+        mask, self.mask = self.mask, self.mask.new_zeros((self.shape.rows, length + 1))
         self.mask[:, :mask.shape[1]] = mask
 
     # ------------------------------------------------------------------ residency
@@ -200,7 +221,7 @@ class StaticArena:
             elif len(set(rows)) == 1:  # one row repeated (a fork of one row): a broadcast copy
                 sources = [block[rows[0]:rows[0] + 1, :, :t].expand(b, -1, -1, -1) for block in blocks]
             else:
-                at = parked.rows.to(blocks[0].device)
+                at = upload(parked.rows, blocks[0].device)
                 sources = [block.index_select(0, at)[:, :, :t] for block in blocks]
             torch._foreach_copy_([work[:b, :, :t] for work in self.keys + self.values], sources)
         self.copies += b
@@ -270,7 +291,7 @@ class StaticKVState(Columns):
         if self.parked is not None:
             self.parked = self.parked.pick(order)
         elif not torch.equal(order, torch.arange(order.numel())):
-            idx, t = order.to(self.arena.device), self.length
+            idx, t = upload(order, self.arena.device), self.length
             for work in self.arena.keys + self.arena.values:
                 work[:idx.numel(), :, :t] = work.index_select(0, idx)[:, :, :t]
             self.arena.copies += idx.numel()
@@ -295,7 +316,7 @@ class StaticKVState(Columns):
             self.parked = Parked(tuple(k.index_select(2, idx.to(k.device)) for k in p.keys),
                                  tuple(v.index_select(2, idx.to(v.device)) for v in p.values), p.rows)
         else:
-            b, at = self.batch_size, idx.to(self.arena.device)
+            b, at = self.batch_size, upload(idx, self.arena.device)
             for work in self.arena.keys + self.arena.values:
                 work[:b, :, :at.numel()] = work[:b].index_select(2, at)
             self.arena.copies += b
@@ -303,4 +324,5 @@ class StaticKVState(Columns):
         return self
 
 
-__all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes"]
+__all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes",
+           "upload"]

@@ -2,7 +2,8 @@
 
 ``decode_rows`` is the batched form (B rows, each with its own stop condition, finished rows fed
 pads until all are done). Lookahead Reasoning uses it for the target's k+1 branches. ``generate``
-is the one-prompt front door: prefill, then one token per forward with the cache.
+is the one-prompt front door: prefill, then one token per forward with the cache. On the compiled path
+greedy decoding runs with the host a token behind the device (``decode_rows_ahead``): the same tokens.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def decode_rows(
     rows end exactly at their stop. ``on_token(b, new_tokens)`` is called after each row's step;
     ``on_done(b)`` when row b stops, and may return rows to cancel (reason "cancelled").
     """
+    if sampling.greedy and session.reads_ahead:
+        return decode_rows_ahead(session, starts, checkers, on_token, on_done)
     hits = first_checks(session, starts, checkers)
     notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     while any(h is None for h in hits):
@@ -80,6 +83,42 @@ def decode_rows(
             if hits[b] is not None:
                 finished.append(b)
         notify_done(session, starts, hits, finished, on_done)
+    return [h for h in hits if h is not None]
+
+
+def decode_rows_ahead(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker],
+                      on_token: Callable[[int, list[int]], None] | None = None,
+                      on_done: OnDone | None = None) -> list[StopHit]:
+    """Greedy :func:`decode_rows` with the host one token behind the device (:meth:`Session.argmax_ahead`).
+
+    Each forward is fed the previous forward's argmax where it lies, on the device, and is queued before the
+    host reads that argmax; the host then learns a token while the next forward runs, and the device never
+    waits for the host's stop checks. A row that stops at the token just read (EOS, a stop string, a cancel)
+    was fed it all the same: its column is given back, so the rows, the cache and the stops are
+    :func:`decode_rows`' (tested); a row whose budget ends with the token being read is not fed it.
+    """
+    hits = first_checks(session, starts, checkers)
+    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
+    pending = session.argmax_ahead([h is None for h in hits]) if any(h is None for h in hits) else None
+    while pending is not None:
+        # 1. queue the next forward, fed these tokens (not to a row whose budget ends with them)
+        fed = [h is None and len(session.rows[b]) + 1 - starts[b] < checkers[b].condition.max_new_tokens
+               for b, h in enumerate(hits)]
+        following = session.argmax_ahead(fed, after=pending) if any(fed) else None
+        # 2. read these tokens (the host's one wait); 3. check each row's stop
+        tokens, finished = pending.read(), []
+        for b in range(session.batch_size):
+            if hits[b] is None:
+                session.extend(b, [tokens[b]])
+                hits[b] = checkers[b].check(session.rows[b][starts[b]:])
+                if on_token is not None:
+                    on_token(b, session.rows[b][starts[b]:])
+                finished += [b] if hits[b] is not None else []
+        notify_done(session, starts, hits, finished, on_done)
+        for b in range(session.batch_size):  # a row that stopped was fed its last token ahead: give it back
+            if fed[b] and hits[b] is not None:
+                session.uncache_last(b)
+        pending = following if any(h is None for h in hits) else None  # past the last stop: never read
     return [h for h in hits if h is not None]
 
 

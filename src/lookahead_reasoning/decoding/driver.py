@@ -203,10 +203,13 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
 def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
                 max_new_tokens: int) -> LRState:
     """Both sessions at the prompt. ``draft_ids``: the prompt in the draft's tokenizer; None: ``prompt_ids``
-    where the pair shares one vocabulary, else the target's prompt text cut by the draft's tokenizer."""
+    where the pair shares one vocabulary, else the target's prompt text cut by the draft's tokenizer. A model
+    on the compiled path sizes its cache for the prompt and the budget now (and a bucket's padding)."""
     if draft_ids is None:
         draft_ids = prompt_ids if pair.same_vocab else pair.draft.encode(
             pair.target.decode(list(prompt_ids), skip_special_tokens=False))
+    for lm, prompt in ((pair.target, prompt_ids), (pair.draft, draft_ids)):
+        lm.reserve(len(prompt) + max_new_tokens + 64)
     return LRState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
                    len(draft_ids), max_new_tokens)
 

@@ -11,35 +11,42 @@ forward has fixed shapes and fixed addresses, so this path changes two things an
   rows are scratch rows that attend to themselves only), n new tokens per row rounded up to the next
   of ``token_buckets`` (dummy tokens after the real ones, cropped off the cache afterwards, as
   :class:`~.lm.LM`'s ``pad_to`` does), and the cache columns attention reads rounded up to the next
-  *span* (:func:`~lookahead_reasoning.cache.static.attended_columns`: 256, 512, ... 4096, then steps of 4096), so that a token's
-  attention costs what the used columns cost, not the allocation. A shape beyond the buckets (a long
-  prompt) runs the same code uncompiled.
+  *span* (:func:`~lookahead_reasoning.cache.static.attended_columns`: 256, 512, ... 4096, then steps of 4096).
+  A shape beyond the buckets (a long prompt) runs the same code uncompiled.
 
-The cache needs no sizing: a row that would outgrow the allocated columns makes them grow
-(:meth:`FastPath.make_room`; the recordings, which read the old tensors, are made again).
+The cache needs no sizing: a run is given the columns its prompt and budget need at its start
+(:meth:`FastPath.reserve`, within the free memory), and a row that would outgrow them makes them grow
+(:meth:`FastPath.make_room`); either way the compiled code serves the new length and only the recordings,
+which read the old tensors, are made again.
 
-One function, :meth:`FastPath.body`, is what runs: ``(ids, mask, cols) -> hidden``, with the causal
-mask and the positions built inside from the (R, L) mask of real columns. The ``backend`` says how:
+One function, :meth:`FastPath.body`, is what runs: ``(ids, mask, cols) -> out``, with the attention mask
+and the positions built inside from the (R, W) mask of real columns. The ``backend`` says how
+(:mod:`.backends`):
 
 * ``"eager"``: called as it is, at the bucket shapes (the static cache without compiling: the
   reference of the compiled backends);
 * ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler), one compile per
-  rows x tokens bucket, the attended columns left symbolic so that a longer span compiles nothing more
-  (inductor keeps its kernels on disk, ``TORCHINDUCTOR_CACHE_DIR``, and a later run loads them);
+  rows x tokens bucket, the attended columns and the cache's length left symbolic so that a longer span or
+  a larger cache compiles nothing more (inductor keeps its kernels on disk, ``TORCHINDUCTOR_CACHE_DIR``,
+  and a later run loads them);
+* ``"inductor+cuda-graphs"`` (the default on a GPU): inductor's kernels, recorded as CUDA graphs;
 * ``"cuda-graphs"``: recorded by hand as one CUDA graph per bucket (needs no compiler);
-* ``"inductor+cuda-graphs"``: inductor's kernels, recorded as CUDA graphs;
 * ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device (:mod:`.graphs`), each replay
   running the forward again: how the tests check the graphs' input copies without a GPU.
 
-Attention (:mod:`.attention`) runs through PyTorch's SDPA with the mask by default, or, with
-``attention="flex"``, through flex attention, whose compiled decoding kernel splits the key columns over
-thread blocks; grouped-query heads are folded into the query (no copy of the keys per query head);
-flash-attn's kernels take no mask with holes.
+Attention (:mod:`.attention`) runs the bucket shapes through flex attention under a block mask built from
+the cache's mask (``attention="flex"``: the key blocks that hold no used column are never read, and compiled,
+the key blocks are split over thread blocks, flash-decoding's split), or through PyTorch's SDPA under an
+additive mask (``"sdpa"``: every column of the span read). ``"auto"`` (the default) is flex where inductor
+compiles on a GPU, SDPA elsewhere; a forward beyond the buckets runs SDPA, the reference. Grouped-query
+heads are folded into the query (no copy of the keys per query head); flash-attn's kernels take no mask
+with holes.
 
-A forward of one new token a row (every decoding step: autoregressive, drafting) runs the language-model
-head and its argmax inside the recording, so a greedy token costs no launch after the graph's; the head of
-a forward of several (a prompt, checking drafted tokens) runs after it, on the kept positions only (the
-head of every position a bucket pads to would cost R x n x V logits).
+A forward of one new token a row (every decoding step) runs the language-model head and its argmax inside
+the recording, so a greedy token costs no launch after the graph's and its ids can feed the next forward where
+they lie (:meth:`~.session.Session.argmax_ahead`); the head of a forward of several runs after it, on the kept
+positions only. The host hands a forward its ids and columns, and the arena its mask's new column, without
+waiting for the device (:func:`~lookahead_reasoning.cache.static.upload`).
 
 With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
 do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
@@ -53,18 +60,20 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes
+from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes, upload
 from ..errors import ConfigError, require
-from .attention import ATTENTION_NAME, ATTENTIONS, CUDA_ATTENTION, attention_kernels, attention_name, masked_attention, using
+from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, attention_kernels, attention_mask,
+                        attention_name, chosen_attention, masked_attention, using)
+from .backends import Compiler, Recordings
 from .fused import FusedNorms, FusedProducts
-from .graphs import Graph, RehearsedGraph
 
 BACKENDS = ("eager", "inductor", "cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")
 GRAPH_BACKENDS = ("cuda-graphs", "inductor+cuda-graphs", "rehearsed-graphs")  # a recording per bucket shape
+CUDA_BACKEND = "inductor+cuda-graphs"  # what a model on a GPU runs by default
 ROW_BUCKETS = (1, 2, 4, 8)
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32)
 
@@ -79,24 +88,27 @@ def check_fast_path(choice: Any) -> None:
 
 
 def default_backend(device: torch.device) -> str | None:
-    """The backend a model on ``device`` runs by default: CUDA graphs on a GPU; none (the eager
-    ``DynamicCache`` loops) on a CPU, where no compiled backend has been measured faster."""
-    return "cuda-graphs" if device.type == "cuda" else None
+    """The backend a model on ``device`` runs by default: inductor's kernels recorded as CUDA graphs on a GPU
+    (:data:`CUDA_BACKEND`); none (the eager ``DynamicCache`` loops) on a CPU, where no compiled backend has been
+    measured faster."""
+    return CUDA_BACKEND if device.type == "cuda" else None
 
 
 @dataclass(frozen=True)
 class FastPathConfig:
-    """How the compiled path runs: ``backend`` (one of :data:`BACKENDS`), the most rows one forward
-    runs (``rows``), the columns a row holds at first (``length``, prompt and answer and the holes of
-    ragged rows; the cache grows past it while memory allows), and the bucket shapes that are compiled."""
+    """How the compiled path runs: ``backend`` (one of :data:`BACKENDS`), the most rows one forward runs
+    (``rows``), the columns a row holds at first (``length``, prompt and answer and the holes of ragged rows,
+    whole ``block``s under flex; a run sizes it for its budget and it grows past that while memory allows), the
+    bucket shapes that are compiled, and the bucket shapes' attention (``"auto"``, ``"flex"``, ``"sdpa"``)."""
 
-    backend: str = "cuda-graphs"
+    backend: str = CUDA_BACKEND
     rows: int = 8
     length: int = 4096
     row_buckets: tuple[int, ...] = ROW_BUCKETS
     token_buckets: tuple[int, ...] = TOKEN_BUCKETS
     fuse: bool = True  # q/k/v and gate/up as one product each (FusedProducts), RMS norms as one kernel (FusedNorms)
-    attention: str = "sdpa"  # or "flex" (runtime.attention)
+    attention: str = "auto"  # flex where inductor compiles on a GPU, else sdpa (runtime.attention)
+    block: int = BLOCK  # key columns a block of flex attention's block mask: the unit of what it skips
 
     def __post_init__(self) -> None:
         require(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -105,6 +117,8 @@ class FastPathConfig:
                 f"length (columns per row) must be an integer >= 16, got {self.length!r}")
         require(isinstance(self.fuse, bool), f"fuse must be True or False, got {self.fuse!r}")
         require(self.attention in ATTENTIONS, f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
+        require(self.block in (16, 32, 64, 128, 256),
+                f"block must be 16, 32, 64, 128 or 256 columns, got {self.block!r}")
         for name, buckets in (("row_buckets", self.row_buckets), ("token_buckets", self.token_buckets)):
             require(len(buckets) > 0 and all(isinstance(b, int) and b >= 1 for b in buckets)
                     and list(buckets) == sorted(set(buckets)), f"{name} must be increasing integers >= 1, got {buckets!r}")
@@ -136,11 +150,9 @@ class _Writes:
 
 
 class FastPath:
-    """One model's compiled forwards over its static cache, and what they cost to make.
-
-    ``compiles`` counts the graphs a compiler produced, ``captures`` the CUDA graphs recorded; once
-    every bucket a run uses has been seen, neither grows (the no-recompile test checks this).
-    """
+    """One model's compiled forwards over its static cache, and what they cost to make: ``compiles`` counts
+    the graphs a compiler produced (none once every bucket a run uses was seen: the no-recompile tests),
+    ``captures`` the recordings (one more for each new span, all again after the cache grew)."""
 
     def __init__(self, model: Any, config: FastPathConfig, pad_id: int, cache_arg: str):
         require(config.backend in BACKENDS, f"unknown backend {config.backend!r}")
@@ -162,7 +174,9 @@ class FastPath:
         heads = mc.num_attention_heads
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
         kv_heads = getattr(mc, "num_key_value_heads", None) or heads
-        shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, config.length)
+        self.attention = chosen_attention(config.attention, config.backend, self.device)  # the bucket shapes'
+        block = config.block if self.attention == "flex" else 1  # flex reads whole blocks: all of them allocated
+        shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, -(-config.length // block) * block)
         free = free_bytes(self.device) if self.device.type == "cuda" else None
         require(free is None or shape.bytes(self.dtype) < 0.9 * free, f"the static cache of {config.rows} rows x "
                 f"{config.length} columns needs {shape.bytes(self.dtype) / 1e9:.1f} GB and the GPU has "
@@ -170,13 +184,20 @@ class FastPath:
         self.arena = StaticArena(shape, self.dtype, self.device)
         self.grown = 0  # times the working rows were reallocated longer
         self.kv_heads, self.groups = kv_heads, heads // kv_heads
-        self.compiles = 0
-        self.captures = 0
-        self._compiled: Callable | None = None
-        self._graphs: dict[tuple[int, int, int], Graph] = {}
-        self._pool = None
+        shapes, graphs = len(config.row_buckets) * len(config.token_buckets), config.backend in GRAPH_BACKENDS
+        self.compiler = Compiler(self.body, shapes) if config.backend.startswith("inductor") else None
+        self.recordings = Recordings(config.backend == "rehearsed-graphs") if graphs else None
         self.fused = FusedProducts(self.decoder) if config.fuse else None
         self.norms = FusedNorms(self.decoder) if config.fuse else None
+        self._allocated()
+
+    @property
+    def compiles(self) -> int:
+        return 0 if self.compiler is None else self.compiler.compiles
+
+    @property
+    def captures(self) -> int:
+        return 0 if self.recordings is None else self.recordings.captures
 
     # ------------------------------------------------------------------ shapes
     def shape(self, rows: int, n: int) -> tuple[int, int, bool]:
@@ -192,36 +213,54 @@ class FastPath:
     def make_room(self, state: StaticKVState, n: int) -> None:
         """Make sure ``state`` can take ``n`` more columns: where it cannot, the arena grows
         (:meth:`StaticArena.reserve <lookahead_reasoning.cache.static.StaticArena.reserve>`, within 90% of the
-        free memory) and the recordings, which read the old tensors, are forgotten."""
-        if state.room(n):
-            return
+        free memory)."""
+        if not state.room(n):
+            self.arena.reserve(state.length + n, self._budget())
+            self._allocated()
+            self.grown += 1
+
+    def reserve(self, columns: int) -> None:
+        """Give every working row ``columns`` columns now (rounded up to 1024: a run's prompt and budget) where
+        they fit in 90% of the free memory, so that the run does not grow the cache midway; where they do not,
+        the cache grows when a row needs it (:meth:`make_room`), or says why it cannot."""
+        length, budget = -(-columns // 1024) * 1024, self._budget()
+        if length > self.arena.shape.length and (budget is None or self.arena.columns_within(budget) >= length):
+            self.arena.grow(length)
+            self._allocated()
+            self.grown += 1
+
+    def _budget(self) -> float | None:
+        """Bytes the working rows may take: 90% of the free memory and what they take now (None: no limit known)."""
         free = free_bytes(self.device)
-        self.arena.reserve(state.length + n, None if free is None else 0.9 * (free + self.arena.shape.bytes(self.dtype)))
-        self._graphs.clear()
-        self._compiled = None
-        self.grown += 1
+        return None if free is None else 0.9 * (free + self.arena.shape.bytes(self.dtype))
+
+    def _allocated(self) -> None:
+        """The working rows are new tensors: the recordings, which read the old ones, are made again when next
+        needed; what inductor compiled serves them as it is (their length is symbolic in it)."""
+        if self.compiler is not None:
+            self.compiler.mark(self.arena)
+        if self.recordings is not None:
+            self.recordings.clear()
 
     # ------------------------------------------------------------------ the forward
     def body(self, ids: torch.Tensor, mask: torch.Tensor,
              cols: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The forward of a bucket shape, as compiled and recorded: :meth:`forward` with this path's attention."""
+        return self.forward(ids, mask, cols, self.attention)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
+                attention: str) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The forward of R rows x n new tokens: ``ids`` (R, n), ``mask`` (R, W) 1 at the columns a row
         holds once these tokens are in (the new ones included; a view of the arena's device mask), over the W
-        columns attention reads
-        (:func:`~lookahead_reasoning.cache.static.attended_columns`), ``cols`` (n,) the columns the new tokens take. Writes their keys and
-        values into the working rows; returns the hidden states (R, n, H), or, for one new token a row
+        columns attention reads (:func:`~lookahead_reasoning.cache.static.attended_columns`), ``cols`` (n,)
+        the columns the new tokens take, ``attention`` "flex" or "sdpa" (:mod:`.attention`). Writes their keys
+        and values into the working rows; returns the hidden states (R, n, H), or, for one new token a row
         (n = 1, every decoding step), the language-model head there: (float32 logits (R, 1, V), their argmax (R, 1))."""
         rows, length = mask.shape
         n = cols.shape[0]
-        key_cols = torch.arange(length, device=mask.device)
-        before = key_cols[None, None, :] <= cols[None, :, None]  # (1, n, L): causal
-        itself = key_cols[None, None, :] == cols[None, :, None]  # a query always sees its own column (no empty row)
-        attend = (mask.bool()[:, None, :] & before) | itself  # (R, n, L)
-        bias = torch.zeros(attend.shape, dtype=self.dtype, device=mask.device)
-        bias = bias.masked_fill(~attend, torch.finfo(self.dtype).min)[:, None]  # (R, 1, n, L), additive
-        if n > 1 and self.groups > 1:
-            bias = bias.repeat(1, 1, self.groups, 1)  # the folded query's rows (masked_attention)
+        masks = attention_mask(attention, mask, cols, self.groups, self.dtype, self.config.block)  # once, all layers
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0).index_select(1, cols)  # (R, n): real tokens before
-        out = self.decoder(input_ids=ids, attention_mask=bias, position_ids=positions,
+        out = self.decoder(input_ids=ids, attention_mask=masks, position_ids=positions,
                            use_cache=True, **{self.cache_arg: _Writes(self.arena, rows, length, self.kv_heads, cols)})
         if n > 1:
             return out.last_hidden_state
@@ -249,79 +288,41 @@ class FastPath:
         mask = self.arena.mask[:rb, :span]  # read where it lies: a recording's input at a fixed address
         if rb > bsz:
             ids = torch.cat([ids, ids.new_full((rb - bsz, n), self.pad_id)])
-        cols = torch.arange(start, start + n, device=self.device)
-        if bucketed and self.config.backend in GRAPH_BACKENDS:
-            out = self._replay(ids, mask, cols)
+        cols = upload(torch.arange(start, start + n), self.device)
+        if bucketed and self.recordings is not None:
+            out = self.recordings.run(self.compiler or self.body, (ids, mask, cols),
+                                      lambda: self._model_code(self.attention), self._check)
         else:
-            with self._model_code(bucketed):
-                out = (self.body if not bucketed or self.config.backend == "eager" else self._compiled_body())(ids, mask, cols)
+            with self._model_code(self.attention if bucketed else "sdpa"):
+                if bucketed:
+                    out = (self.compiler or self.body)(ids, mask, cols)
+                else:  # beyond the buckets: the reference attention
+                    out = self.forward(ids, mask, cols, "sdpa")
         if isinstance(out, tuple):  # one new token a row: the head and its argmax ran in the forward
             logits, top = out
             return logits[:bsz], top[:bsz]
         hidden = out[:bsz]
         return self.logits(hidden if isinstance(keep, int) else hidden.index_select(1, keep)), None
 
-    # ------------------------------------------------------------------ backends
-    def _model_code(self, bucketed: bool) -> ExitStack:
+    # ------------------------------------------------------------------ what the model's code needs
+    def _model_code(self, attention: str) -> ExitStack:
         """What the model's own Python code needs while it runs (the body, a recording, a compiled call):
-        no autograd, this path's attention function and kernels, the fused stand-ins in place of the
+        no autograd, the ``attention`` function and kernels, the fused stand-ins in place of the
         model's layers. A CUDA graph's replay runs none of that code and enters none of it: each stand-in
         is a module attribute set and set back (about 400 a token for the 1.5B), host time for nothing."""
         stack = ExitStack()
         stack.enter_context(torch.no_grad())
-        stack.enter_context(using(self.model.config, attention_name(self.config.attention, bucketed)))
+        stack.enter_context(using(self.model.config, attention_name(attention)))
         stack.enter_context(attention_kernels(self.device))
         for fused in (self.fused, self.norms):
             if fused is not None:
                 stack.enter_context(fused.installed())
         return stack
 
-    def _compiled_body(self) -> Callable:
-        if self._compiled is None:
-            import torch._dynamo
-
-            def counting(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-                from torch._inductor.compile_fx import compile_fx
-
-                self.compiles += 1
-                return compile_fx(gm, example_inputs)
-
-            config = torch._dynamo.config
-            limit = 8 * len(self.config.row_buckets) * len(self.config.token_buckets)
-            for name in ("recompile_limit", "cache_size_limit"):  # a compile per bucket shape, all kept
-                if hasattr(config, name):
-                    setattr(config, name, max(getattr(config, name), limit))
-            compiled = torch.compile(self.body, backend=counting, dynamic=False)
-
-            def any_span(ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> Any:
-                torch._dynamo.maybe_mark_dynamic(mask, 1)  # one compile serves every attended span
-                return compiled(ids, mask, cols)
-
-            self._compiled = any_span
-        return self._compiled
-
-    def _replay(self, ids: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor) -> Any:
-        key = (ids.shape[0], ids.shape[1], mask.shape[1])  # rows, new tokens, attended columns
-        graph = self._graphs.get(key)
-        if graph is None:
-            fn = self._compiled_body() if self.config.backend.startswith("inductor") else self.body
-            kind, pool = (RehearsedGraph, None) if self.config.backend == "rehearsed-graphs" else (Graph, self._cuda_pool())
-            with self._model_code(True):
-                graph = self._graphs[key] = kind(fn, (ids, mask, cols), pool, fixed=(False, True, False))
-            self.captures += 1
-            return graph.output
-        if graph.runs_python:
-            with self._model_code(True):
-                return graph.replay(ids, mask, cols)
-        if self.fused is not None:  # no stand-in is set, but a recording over stale stacks is refused all the same
+    def _check(self) -> None:
+        """What a replay that runs no Python checks: a recording over stacks of replaced weights is refused."""
+        if self.fused is not None:
             self.fused.check()
-        return graph.replay(ids, mask, cols)
-
-    def _cuda_pool(self) -> Any:
-        """The memory pool every recording of this model shares (one, made on first use)."""
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        return self._pool
 
     def warm(self, rows: tuple[int, ...] | None = None, tokens: tuple[int, ...] | None = None,
              spans: tuple[int, ...] = (FIRST_SPAN,)) -> None:
@@ -343,7 +344,6 @@ class FastPath:
         return self.head(hidden).float()
 
 
-__all__ = ["ATTENTION_NAME", "BACKENDS", "CUDA_ATTENTION", "FAST_PATH_CHOICES", "GRAPH_BACKENDS", "attention_kernels",
-           "check_fast_path", "FastPath", "FastPathConfig",
-           "ROW_BUCKETS", "TOKEN_BUCKETS",
+__all__ = ["ATTENTION_NAME", "BACKENDS", "CUDA_ATTENTION", "CUDA_BACKEND", "FAST_PATH_CHOICES", "GRAPH_BACKENDS",
+           "ROW_BUCKETS", "TOKEN_BUCKETS", "FastPath", "FastPathConfig", "attention_kernels", "check_fast_path",
            "default_backend", "masked_attention"]

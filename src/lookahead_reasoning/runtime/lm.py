@@ -16,7 +16,7 @@ cache is cropped back afterwards. Positions before the padding never see it
 
 With the compiled path on (:meth:`LM.use_fast_path`; by default on a CUDA device), a state made by the
 forward is a :class:`~lookahead_reasoning.cache.StaticKVState` and the same ``forward`` hands the model call
-to :class:`~.compiled.FastPath` (a static cache, bucket shapes, CUDA graphs); the ids, masks, padding,
+to :class:`~.compiled.FastPath` (a static cache, bucket shapes, compiled and recorded); the ids, masks, padding,
 timing and logits around it are this method's either way.
 
 Every forward is timed (``LM.stats``, the listeners) by a clock (:mod:`.clock`) that never makes the host
@@ -38,6 +38,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cache import KVState, StaticKVState
+from ..cache.static import upload
 from ..errors import PromptError, require
 from .clock import EventClock, ForwardListener, ForwardStats, ForwardTiming, HostClock, Timings, clock_for
 from .compiled import FastPath, FastPathConfig, attention_kernels, check_fast_path, default_backend
@@ -71,9 +72,9 @@ class LM:
         """Run this model's forwards on the compiled path (:mod:`.compiled`), or, with None or "off",
         eagerly over a ``DynamicCache``.
 
-        ``config``: a :class:`~.compiled.FastPathConfig`, a backend name, or "auto" (CUDA graphs on a
-        GPU, the eager loops on a CPU). Sessions made before keep running on the cache they started with
-        only until the next forward: make new ones.
+        ``config``: a :class:`~.compiled.FastPathConfig`, a backend name, or "auto" (inductor's kernels
+        recorded as CUDA graphs on a GPU, the eager loops on a CPU). Sessions made before keep running on the
+        cache they started with only until the next forward: make new ones.
         """
         check_fast_path(config)
         if config == "auto":
@@ -84,6 +85,12 @@ class LM:
             config = FastPathConfig(backend=config)
         self.fast = None if config is None else FastPath(self.model, config, self.pad_id, self.cache_arg)
         return self
+
+    def reserve(self, columns: int) -> None:
+        """Size the compiled path's cache for sessions of about ``columns`` columns now (a run's prompt and
+        budget, where memory allows: :meth:`~.compiled.FastPath.reserve`); nothing on the eager path."""
+        if self.fast is not None:
+            self.fast.reserve(columns)
 
     @property
     def listeners(self) -> list[ForwardListener]:
@@ -185,7 +192,7 @@ class LM:
         """
         require(input_ids.dim() == 2 and input_ids.shape[1] > 0, f"input_ids must be (B, n>0), got {tuple(input_ids.shape)}")
         device = self.device
-        input_ids = input_ids.to(device)
+        input_ids = upload(input_ids, device)  # queued, not waited for (ids on the device already stay there)
         bsz, n = input_ids.shape
         if state is None:
             state = (self.fast.new_state(bsz) if self.fast is not None else

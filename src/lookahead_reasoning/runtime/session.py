@@ -9,10 +9,13 @@ Every loop in :mod:`lookahead_reasoning.decoding` is written against this small 
   that the old and new rows share, drops the rest (crop for one row, holes for several) and the
   new tokens are fed on the next ``logits`` call. This one verb covers accepting drafted tokens,
   rolling back rejected ones, and starting branches from a shared prefix;
-* ``fork(k)`` / ``select(rows)``: branch a prefix into k rows and keep the chosen one.
+* ``fork(k)`` / ``select(rows)``: branch a prefix into k rows and keep the chosen one;
+* ``argmax_ahead(active, after)``: greedy decoding with the host one token behind the device (the
+  compiled path): a forward fed the previous forward's argmax where it lies, queued before the host reads it.
 
 Invariant: ``cached[b] <= len(rows[b])`` and the first ``cached[b]`` tokens of row b are the real
-columns of the cache row b, in order. A row needs at least one uncached token to produce logits;
+columns of the cache row b, in order (``argmax_ahead`` puts a row one token ahead of ``rows`` until the
+host has read that token). A row needs at least one uncached token to produce logits;
 ``logits`` re-feeds the last token when a row has none.
 
 A model with a recorder attached (:class:`~.schedule.ScheduleRecorder`) has every verb of its sessions
@@ -28,6 +31,7 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from ..cache import KVState
+from ..cache.static import upload
 from ..stopping import common_prefix
 from .clock import wait_for
 
@@ -45,6 +49,30 @@ class ForwardCall:
     columns: int
     started: float
     seconds: float
+
+
+class Pending:
+    """Greedy tokens a forward computed, (B, 1) long on its device (``ids``), that the host reads later
+    (:meth:`read`). On a GPU their copy to the host is queued behind the forward at once (into page-locked
+    memory, ``non_blocking``), so reading them waits for that forward only: one queued after it keeps the
+    device busy meanwhile. Elsewhere they are copied where they lie and read when asked. A recorded forward
+    overwrites ``ids`` at its next replay: feed them on before that."""
+
+    def __init__(self, ids: torch.Tensor):
+        self.ids, self.ready = ids, None
+        if ids.is_cuda:
+            self.held = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+            self.held.copy_(ids, non_blocking=True)
+            self.ready = torch.cuda.Event()  # reached once the copy has run
+            self.ready.record()
+        else:
+            self.held = ids.clone()
+
+    def read(self) -> list[int]:
+        """Each row's token: the host's one wait for them."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.held[:, -1].tolist()
 
 
 class Forward(Protocol):
@@ -110,7 +138,7 @@ class Session:
         extra = [[] for _ in range(bsz)] if extra is None else [list(e) for e in extra]
         for b in range(bsz):
             if active[b] and self.cached[b] == len(self.rows[b]):
-                self._uncache_last(b)
+                self.uncache_last(b)
             if active[b]:
                 self.rows[b].extend(extra[b])
         chunks = [self.rows[b][self.cached[b]:] if active[b] else [] for b in range(bsz)]
@@ -130,6 +158,28 @@ class Session:
             self.recorder[0].forward(self.recorder[1], self, ForwardCall(extra, active, keep, [len(c) for c in chunks],
                                                                          columns, started, time.perf_counter() - started))
         return logits
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether greedy decoding may run a token ahead of the host (:meth:`argmax_ahead`): on the compiled
+        path, unless the verbs are recorded (a recorder reads every token a forward is fed)."""
+        return getattr(self.lm, "fast", None) is not None and self.recorder is None
+
+    def argmax_ahead(self, active: Sequence[bool], after: Pending | None = None) -> Pending:
+        """:meth:`argmax` of one position a row, left on the device. With ``after``, each active row is fed the
+        token ``after`` holds for it, on the device, before the host has read it (an inactive row a pad): the
+        token is in the cache at once and joins ``rows`` when the host has it (:meth:`extend`); a row that must
+        not keep it (it stopped at that token) gives the column back (:meth:`uncache_last`)."""
+        if after is None:
+            return Pending(self._feed(None, 1, active, greedy=True))
+        fed = torch.tensor([[int(a)] for a in active], dtype=torch.long)  # (B, 1) on the host
+        ids = after.ids
+        if not all(active):
+            ids = torch.where(upload(fed, ids.device) > 0, ids, self.lm.pad_id)
+        for b in range(self.batch_size):
+            self.cached[b] += int(active[b])
+        top, self.kv = self.lm.forward(ids, self.kv, fed, keep=1, greedy=True)
+        return Pending(top)
 
     # ------------------------------------------------------------------ edits
     def set_rows(self, new_rows: Sequence[Sequence[int]]) -> None:
@@ -180,8 +230,9 @@ class Session:
                 self.kv.compact()
         return self
 
-    def _uncache_last(self, row: int) -> None:
-        """Drop the last cached token of ``row`` from the cache so that it can be fed again."""
+    def uncache_last(self, row: int) -> None:
+        """Drop the last cached token of ``row`` from the cache (it stays in ``rows``, fed again by the next
+        forward that feeds the row)."""
         self.cached[row] -= 1
         if self.kv is not None:
             self.kv.truncate_row(row, self.cached[row])
