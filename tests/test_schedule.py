@@ -147,7 +147,7 @@ def test_the_gpu_call_runs_end_to_end_on_the_cpu(tmp_path, capsys, monkeypatch):
     assert gpu.main(["--rehearse", "--schedules", str(packed), "--out", str(out), "--budget-s", "600"]) == 0
     data = json.loads(out.read_text())
     statuses = {s: data[s]["status"] for s in gpu.SECTIONS}
-    assert statuses.pop("compile") in ("ok", "failed") and set(statuses.values()) == {"ok"}, statuses  # compile: below
+    assert set(statuses.values()) == {"ok"}, statuses
     candidate, flex, sdpa = (gpu.config_name(*c) for c in gpu.CONFIGS)
     ran = {candidate: "inductor", flex: "rehearsed-graphs", sdpa: "rehearsed-graphs"}  # the CPU's stand-ins
 
@@ -157,9 +157,10 @@ def test_the_gpu_call_runs_end_to_end_on_the_cpu(tmp_path, capsys, monkeypatch):
     for name in (flex, sdpa):
         assert configs[name]["status"] == "ok" and configs[name]["all_same"], name
         assert configs[name]["ran"] == f"{ran[name]}/{configs[name]['attention']}" and configs[name]["graphs_made"] > 0
-    _ok_or_failed(configs[candidate], lambda c: c["all_same"] and c["ran"] == "inductor/flex")
-    _ok_or_failed(data["compile"], lambda c: c["cold_compiles"] == c["warm_compiles"] == 1
-                  and c["cold_s"] > c["warm_s"] > 0)
+    assert configs[candidate]["status"] == "ok" and configs[candidate]["all_same"], configs[candidate]
+    assert configs[candidate]["ran"] == "inductor/flex", configs[candidate]  # the candidate, compiled on the CPU
+    compile_ = data["compile"]
+    assert compile_["cold_compiles"] == compile_["warm_compiles"] == 1 and compile_["cold_s"] > compile_["warm_s"] > 0
 
     profile = data["profile"]
     assert profile["replayed"] and profile["ran"] == "rehearsed-graphs" and profile["kernels_per_forward"] > 0
@@ -168,8 +169,6 @@ def test_the_gpu_call_runs_end_to_end_on_the_cpu(tmp_path, capsys, monkeypatch):
         entry = data["contexts"]["shapes"][shape]
         assert entry["status"] == "ok" and entry["contexts"] == [200, 900] and entry["length"] == 1024, shape
         for name, config in entry["configs"].items():
-            if name == candidate and config["status"] == "failed":
-                continue
             assert config["status"] == "ok" and config["ran"] == ran[name], (shape, name)
             assert [(p["cached"], p["columns"]) for p in config["points"]] == [(200, [256]), (900, [1024])]
             assert all(p["ms_per_token"] > 0 for p in config["points"])
@@ -188,12 +187,6 @@ def test_the_gpu_call_runs_end_to_end_on_the_cpu(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["gpu_report.py", str(out)])
     _script("gpu_report").main()  # gpu_report.py knows the file, and prints the same tables
     assert f"| {sdpa} | rehearsed-graphs | " in capsys.readouterr().out
-
-
-def _ok_or_failed(entry, holds):
-    """A step the CPU may not be able to run (inductor compiling flex attention's score modification): ok, and
-    then what ``holds`` says holds, or failed with its error recorded."""
-    assert (entry["status"] == "ok" and holds(entry)) or (entry["status"] == "failed" and entry["error"]), entry
 
 
 def test_the_lossless_reference_is_the_eager_loops_on_the_device(monkeypatch):
