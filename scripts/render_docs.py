@@ -230,20 +230,20 @@ ABOUT: dict[str, str] = {
     "02": "the same iteration ten thousand times: the emitted token is distributed as the target's p, "
           "whatever the draft's q, and greedy SD emits the target's argmax.",
     "03": "the closed form S(alpha, gamma, c) of token SD and its ceiling 1/(1 - alpha), checked by simulation.",
-    "04": "one Lookahead Reasoning cycle stage by stage (draft k steps, target rows in one batch, verify, "
-          "accept), checked against the plain reference.",
+    "04": "Algorithm 1 on one screen, then one Lookahead Reasoning cycle stage by stage (draft k steps, target "
+          "rows in one batch, verify, accept), checked against it.",
     "05": "the same cycle over llama.cpp's server, request by request: the sync and async schedules in time, "
           "and the planner's price of each.",
     "06": "the step-level formulas f_sync and f_async: when speculating whole steps pays, in units of target steps.",
     "07": "both layers at once: how to split a parallel budget between drafted steps and drafted tokens.",
     "08": "the compiled path a GPU runs: a static KV cache through every fork, selection and rollback beside a "
           "DynamicCache, bucket shapes, CUDA graphs, and real runs' forward schedules priced for an H100.",
-    "09": "the committed benchmark runs against `theory.costed`: predicted and measured speeds, and why "
-          "acceptance is not geometric.",
+    "09": "the committed benchmark runs against `theory.costed`: predicted and measured speeds, the step "
+          "formula with the batch's measured cost, and how close acceptance comes to a geometric law.",
     "10": "a measured cost table T(R, n), every plan `auto` may run priced with it, an `auto` trace, and the "
           "real pair's rates on a model of spare compute.",
-    "11": "the step acceptance above which a drafted step pays, derived and computed for every runtime measured "
-          "here, against what every verifier reached.",
+    "11": "the step acceptance above which a drafted step pays, against `ar` and against the best token-SD "
+          "plan, derived and computed for every runtime measured here, against what every verifier reached.",
     "12": "the verifiers on one real step pair, the acceptance / harm-proxy frontier of the pair bank, and a "
           "drafted step that an embedding accepts and that changes the answer.",
     "13": "harm measured by the answer: flips of continued pairs, a prediction checked against a run, and the "

@@ -237,3 +237,38 @@ def test_every_figure_a_page_states_is_one_it_prints(notebook):
     numbers = re.findall(r"\d+\.\d+", printed)
     stray = sorted({m.group(0) for m in FIGURE.finditer(prose) if not _is_printed(m.group(1), m.group(2), numbers)})
     assert not stray, f"{page.name} states figures its cells do not print: {stray}"
+
+
+SECTION_HEADING = re.compile(r"^## (\d+)\. ", re.M)
+SECTION_REFERENCE = re.compile(r"(?:\b[Ss]ections?|§) ?(\d+)")
+ELSEWHERE = re.compile(r"README|[Nn]otebook \d+")  # a section of another page: "theory/README.md, section 2"
+
+
+def _own_section_references(markdown: str) -> list[tuple[int, str]]:
+    """(section number, the words before it) of every reference the text makes to a section of its own page: a
+    "section N" or "§N" without another page (a README, "notebook NN") named in the 40 characters before it."""
+    flat = " ".join(markdown.split())
+    found = []
+    for match in SECTION_REFERENCE.finditer(flat):
+        before = flat[max(0, match.start() - 40):match.start()]
+        if not ELSEWHERE.search(before):
+            found.append((int(match.group(1)), before + match.group(0)))
+    return found
+
+
+def test_section_references_read_only_references_to_the_page_itself():
+    assert _own_section_references("the ratios of section 2, and §3's table") == [(2, "the ratios of section 2"),
+                                                                               (3, "the ratios of section 2, and §3")]
+    assert _own_section_references("(theory/README.md, section 8), notebook 12's (section 3)") == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_a_notebooks_sections_run_1_2_3_and_its_references_name_them(notebook):
+    """The numbered section headings ("## N. ...") of a notebook's Markdown run 1, 2, 3 ... without a gap, and every
+    "section N" or "§N" its Markdown says of itself names one of them."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    markdown = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    numbers = [int(n) for n in SECTION_HEADING.findall(markdown)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{notebook.name}: its sections are numbered {numbers}"
+    dangling = [words for number, words in _own_section_references(markdown) if number not in numbers]
+    assert not dangling, f"{notebook.name} refers to sections it does not have: {dangling}"

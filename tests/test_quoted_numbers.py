@@ -315,3 +315,14 @@ def test_what_the_prompt_cache_costs_is_what_the_side_by_side_files_hold():
         quoted = f"{label} {statistics.median(ratios):.2f}"
         assert quoted in BENCH_README.replace("\n  ", " "), quoted
         assert f"{min(ratios):.2f}-{max(ratios):.2f}" in BENCH_README, (mode, ratios)
+
+
+def test_the_theory_readme_s_break_even_names_the_plans_and_the_step_it_prices():
+    """Section 9's whole numbers (its figures are held in theory_sources.py): the step length of the pair's rates
+    and the gamma of the best plan without drafted steps on the bf16 CPU and on the compiled H100 with a 32B target."""
+    from theory_sources import break_evens
+
+    section = " ".join(THEORY_README.split("## 9. ", 1)[1].split())
+    assert f"token alpha {pair_rates()[0]:.2f}, {pair_rates()[1]:.0f}-token steps" in section
+    assert f"token SD at gamma {break_evens('cpu-bf16')['gamma']} writes" in section
+    assert f"against token SD at gamma {break_evens('points qwen2.5-32b')['gamma']} (" in section

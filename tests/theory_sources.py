@@ -7,15 +7,18 @@ computes another. (Figures inside code, inline code and formulas are the formula
 from __future__ import annotations
 
 import functools
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from bench_log import cost_points
+from bench_log import cost_points, h100_machine, held, pair_rates, pair_step_rates
 from figure_check import Source, line_figures
 
+from lookahead_reasoning.planning import CostTable
 from lookahead_reasoning.planning.costs import PAD_GAIN
+from lookahead_reasoning.theory.breakeven import Machine, best_alone, break_even, break_even_k1
 from lookahead_reasoning.theory.budget import best_split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +67,34 @@ def _unjudged_bias(alpha: float, gamma: int) -> float:
     return alpha * (1 - alpha ** gamma) / (gamma * (1 - alpha))
 
 
+@functools.cache
+def break_evens(machine: str) -> dict[str, float]:
+    """Section 9's figures for one machine, as notebook 11 computes them at the offline pair's rates and 300 cached
+    tokens: beta(2, 1), c1, the paper's beta + c1 - 1, one drafted step's break-even against ``ar`` (closed form),
+    the best plan without drafted steps (its gamma, its speed over ``ar``) and the break-even against it.
+    ``machine``: "cpu-bf16" (cpu-costs-avx512-bf16.json) or "<points|eager_points> <H100 target shape>"."""
+    if machine == "cpu-bf16":
+        t = CostTable.from_json(json.loads((ROOT / "benchmarks" / "results" / "cpu-costs-avx512-bf16.json")
+                                           .read_text(encoding="utf-8"))["table"])
+        m = Machine(lambda r, n: t.target.seconds(r, n, 300), lambda r, n: t.draft.seconds(r, n, 300))
+    else:
+        key, target = machine.split()
+        m = h100_machine(target, key)
+    step, token = pair_step_rates()
+    beta, c1 = m.target(2, 1) / m.target(1, 1), m.draft(1, 1) / m.target(1, 1)
+    ar = best_alone(step, token, m, (0,))[1]
+    gamma, best = best_alone(step, token, m)
+    return dict(beta=beta, c1=c1, paper=beta + c1 - 1, ar=break_even_k1(ar, 0, step, token, m), gamma=gamma,
+                over_ar=best / ar, best=break_even(step, token, m, ks=(1,)).alpha1[1])
+
+
+C32, C7, E7 = "points qwen2.5-32b", "points qwen2.5-7b", "eager_points qwen2.5-7b"  # compiled 32B, 7B; eager 7B
+
+
+def _be(machine: str, what: str):
+    return lambda: break_evens(machine)[what]
+
+
 THEORY_SOURCES: list[Source] = [
     ("Thm 3.8", "3.8", lambda: "3.8"),  # Leviathan et al.'s theorem number: a citation
     # section 2: the committed cost tables of the offline 1.5B target
@@ -93,4 +124,18 @@ THEORY_SOURCES: list[Source] = [
     ("at the rates of this project's pair; `theory/check.py` reports it", "4.8%",
      lambda: f"{max(_mean_rows_overstate()):.1f}%"),
     ("it says 1.25 where the run needs", "1.25", lambda: f"{(2 + 0.5) / 2:.2f}"),  # the token-weighted mean of r
+    # section 9: the break-even, against ar and against the best plan, as notebook 11 computes it
+    *held("At the offline pair's rates (token alpha", {"0.93": lambda: pair_rates()[0]}),
+    *held("a second row is nearly free, beta(2, 1) =", {"0.97": _be("cpu-bf16", "beta"),
+                                                        "0.95": lambda: _beta("avx512-bf16", 1)}),
+    *held("which the table prices per row), and c1 =", {"0.12": _be("cpu-bf16", "c1")}),
+    *held("But token SD at gamma 8 writes", {"0.118": _be("cpu-bf16", "ar"), "0.089": _be("cpu-bf16", "paper"),
+                                            "3.48x": _be("cpu-bf16", "over_ar")}),
+    *held("one drafted step pays only above", {"0.73": _be("cpu-bf16", "best"), "0.235": _be(C32, "ar")}),
+    *held("against token SD at gamma 12", {"0.234": _be(C32, "paper"), "0.57": _be(C32, "best"),
+                                          "3.08x": _be(C32, "over_ar")}),
+    *held("7B target: c1", {"0.77": _be(E7, "c1"), "0.48": _be(C7, "c1")}),
+    *held("the eager line is the higher against", {"1.03x": _be(E7, "over_ar"), "1.45x": _be(C7, "over_ar"),
+                                                   "0.83": _be(E7, "ar"), "0.62": _be(C7, "ar")}),
+    *held("lower against the best plan (", {"0.70": _be(E7, "best"), "0.82": _be(C7, "best")}),
 ]
