@@ -42,7 +42,7 @@ class Plan:
 def plans(view: View) -> list[Plan]:
     """The plans a case would run: the generator's mode (a benchmark: each of its modes), or the loop's own
     arguments where the case reached the loop."""
-    if view.what == "loop":  # decode(pair, ids, verifier, settings, policy, ...), or auto's planning
+    if view.what == "loop":  # generate_cycles(pair, ids, verifier, settings, policy, ...), or auto's planning
         args = view.reached.detail[0]
         if len(args) >= 5:
             return [Plan(args[4].mode, args[3], args[4], False)]

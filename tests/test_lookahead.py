@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.tools import CycleTools, LRState, StepWriter, Translator
+from lookahead_reasoning.decoding.tools import CycleTools, CycleState, StepWriter, Translator
 from lookahead_reasoning.decoding.torch_rows import target
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step, split_steps
@@ -137,7 +137,7 @@ def test_branches_equal_each_branch_alone():
     steps = StepConfig((delim,), 30)
     draft_steps = [Step(OTHER.encode("x" * 25 + delim), "x" * 25 + delim, "stop_string", "draft"),
                    Step(OTHER.encode("ab" + delim), "ab" + delim, "stop_string", "draft")]
-    state = LRState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
+    state = CycleState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
     writer = StepWriter(TARGET, steps, SamplingConfig(), make_generator(0))
     never = ScriptedVerifier(lambda d, t: True)
     tools = CycleTools(writer, writer, never, Translator(TARGET, TARGET, True))
@@ -226,11 +226,11 @@ def test_draft_with_another_tokenizer_works_at_step_level():
 
 
 def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_tokenizer():
-    """decode given only the target's prompt ids: the pair knows its draft reads other ids, so the
+    """generate_cycles given only the target's prompt ids: the pair knows its draft reads other ids, so the
     draft starts from the prompt's text in its own tokenizer (not from the target's ids), and the output
     is AR's with exact matching."""
     from lookahead_reasoning import Settings
-    from lookahead_reasoning.decoding import decode
+    from lookahead_reasoning.decoding import generate_cycles
     from lookahead_reasoning.decoding.driver import start_state
     from lookahead_reasoning.runtime.pair import model_pair
 
@@ -239,7 +239,7 @@ def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_toke
     assert not pair.same_vocab
     state = start_state(pair, prompt, None, 8)
     assert state.draft.rows[0] == pair.draft.encode("Q: 2+2?") != prompt
-    lr = decode(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
+    lr = generate_cycles(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
     assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
 
 

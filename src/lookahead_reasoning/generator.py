@@ -8,7 +8,7 @@
 
 One object holds the target, the draft, the verifier and the settings, and runs every mode on the
 same loaded models so that their speeds can be compared in one process. It only loads, checks and
-hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.decode`) with its mode's policy: a
+hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.generate_cycles`) with its mode's policy: a
 fixed plan (``ar``, ``sd``, ``sd-ngram``, ``lr``, ``lr-sd``: :func:`~lookahead_reasoning.decoding.fixed_policy`)
 or mode ``auto``'s planner (:mod:`lookahead_reasoning.planning`); the modes and their defaults live in
 :mod:`lookahead_reasoning.presets`, the knobs in one :class:`~lookahead_reasoning.settings.Settings`.
@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import decode, fixed_policy
+from .decoding.driver import fixed_policy, generate_cycles
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
@@ -328,7 +328,7 @@ class LookaheadGenerator:
         if mode == "sd" and not self.same_vocab:
             check_same_tokenizer(self.draft, self.target)  # raises with the explanation
         settings, policy = fixed_policy(mode, settings.with_overrides(k=self.k if k is None else k))
-        return decode(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
+        return generate_cycles(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:

@@ -13,16 +13,16 @@ Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.look
 batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
 :class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepRows`:
 rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
-never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
+never suspends it, so :func:`run_cycles` runs it without an event loop (:func:`run_sync`).
 
 A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
 that writes the whole answer (``chunk``: no step ends); ``lr`` and ``lr-sd`` draft k steps a cycle
 (:func:`fixed_policy` builds each mode's). Mode ``auto``
 (:class:`lookahead_reasoning.planning.policy.AutoPolicy`, here and over engines: one planner, pricing
-forwards or requests) prices every plan before each cycle and learns from each. :func:`decode` is the
+forwards or requests) prices every plan before each cycle and learns from each. :func:`generate_cycles` is the
 one front door of this process's runtime, for every mode; EOS, the budget and the stop reason are the
-runtime's, in one place (:class:`~.tools.LRState`, the step writer's stop condition).
+runtime's, in one place (:class:`~.tools.CycleState`, the step writer's stop condition).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from ..sampling import make_generator
 from ..presets import LR_SD_TOKEN_SD, mode_gamma, mode_k
 from ..settings import CyclePlan, Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
-from .tools import CycleTools, LRState, make_tools
+from .tools import CycleTools, CycleState, make_tools
 from .lookahead import run_cycle, run_sync
 from .torch_rows import TorchRows
-from .results import CycleTrace, GenerationResult, LRStats
+from .results import CycleTrace, GenerationResult, CycleStats
 from .progress import Laps, OnText, stream_for
 
 
@@ -117,7 +117,7 @@ class FixedPolicy:
         pass
 
 
-async def drive(cycles: Cycles, policy: CyclePolicy, stats: LRStats,
+async def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
                 on_cycle: Callable[[CycleTrace], None] | None = None) -> None:
     """Cycles of ``policy``'s plans on ``cycles`` until it is done (module docstring); every trace goes
     to ``stats`` and then to ``on_cycle``. ``policy.finish`` hears whether the run completed."""
@@ -144,7 +144,7 @@ class TorchCycles:
     (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM in both roles pads as the
     target)."""
 
-    def __init__(self, state: LRState, tools: CycleTools, stats: LRStats,
+    def __init__(self, state: CycleState, tools: CycleTools, stats: CycleStats,
                  pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)):
         self.state, self.tools, self.stats, self.pads = state, tools, stats, pads
 
@@ -176,7 +176,7 @@ class TorchCycles:
         return trace
 
 
-def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
+def run_cycles(state: CycleState, tools: CycleTools, policy: CyclePolicy, stats: CycleStats,
            on_text: OnText | None = None,
            pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
     """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``pads``); the
@@ -201,7 +201,7 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
 
 
 def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
-                max_new_tokens: int) -> LRState:
+                max_new_tokens: int) -> CycleState:
     """Both sessions at the prompt. ``draft_ids``: the prompt in the draft's tokenizer; None: ``prompt_ids``
     where the pair shares one vocabulary, else the target's prompt text cut by the draft's tokenizer. A model
     on the compiled path sizes its cache for the prompt and the budget now (and a bucket's padding)."""
@@ -210,7 +210,7 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
             pair.target.decode(list(prompt_ids), skip_special_tokens=False))
     for lm, prompt in ((pair.target, prompt_ids), (pair.draft, draft_ids)):
         lm.reserve(len(prompt) + max_new_tokens + 64)
-    return LRState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
+    return CycleState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
                    len(draft_ids), max_new_tokens)
 
 
@@ -241,7 +241,7 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
     return settings.with_overrides(token_sd=token_sd, k=k), FixedPolicy(k, stop, "lr-sd", width=settings.width)
 
 
-def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
+def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
            policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
            draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """One prompt, any mode, on this process's runtime: cycles of ``policy``'s plans until EOS or the budget.
@@ -263,14 +263,14 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     if policy.mode == "sd":
         require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
                 "use sd-ngram, or a draft of the target's family")
-    stats = LRStats(k=getattr(policy, "k", settings.k or 0))
+    stats = CycleStats(k=getattr(policy, "k", settings.k or 0))
     tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
     state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    result = run_lr(state, tools, policy, stats, on_text, getattr(policy, "pads", (None, None)))
+    result = run_cycles(state, tools, policy, stats, on_text, getattr(policy, "pads", (None, None)))
     if isinstance(policy, FixedPolicy) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
         result.stats = stats.target_sd if policy.gamma else None
     return result
 
 
-__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "decode", "drive",
-           "fixed_policy", "run_lr", "run_sync", "start_state"]
+__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "drive", "generate_cycles",
+           "fixed_policy", "run_cycles", "run_sync", "start_state"]

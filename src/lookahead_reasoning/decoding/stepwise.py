@@ -35,7 +35,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores
 from .driver import CyclePolicy, FixedPolicy, Position, drive
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle
-from .results import CycleTrace, GenerationResult, LRStats, PlanNote
+from .results import CycleTrace, GenerationResult, CycleStats, PlanNote
 from .progress import OnText, stream_for
 
 
@@ -212,7 +212,7 @@ class StepCycles:
     overshoot mean nothing). Rows run as the step models
     run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
 
-    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: LRStats):
+    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: CycleStats):
         self.target, self.draft, self.verifier, self.run, self.stats = target, draft, verifier, run, stats
 
     @property
@@ -245,7 +245,7 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
-    run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), LRStats(), time.perf_counter()
+    run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), CycleStats(), time.perf_counter()
     each = (lambda trace: on_cycle(trace, run)) if on_cycle is not None else None
     await drive(StepCycles(target, draft, verifier, run, stats), policy, stats, each)
     wall = time.perf_counter() - start
