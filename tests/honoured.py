@@ -56,7 +56,7 @@ def plans(view: View) -> list[Plan]:
     config = view.local("config", "run_bench") or view.local("bench", "run_bench_over_engine")
     modes = [m.split("@")[0].removesuffix("-async") for m in config.modes] if config else [gen.mode if gen else "ar"]
     over_engine = {"sd": "ar", "ngram": "ar", "lr-sd": "lr"}  # the engine's own SD is a plain request here
-    return [plan_of(over_engine.get(mode, mode) if engine else mode, settings, gen.k if gen is not None else None,
+    return [plan_of(over_engine.get(mode, mode) if engine else mode, settings, gen.settings.k if gen is not None else None,
                     engine) for mode in modes]
 
 

@@ -216,7 +216,7 @@ def test_draft_with_another_tokenizer_works_at_step_level():
     draft = tiny_lm(0, tokenizer=shifted)
     prompt_text = "Q: 2+2?"
     gen_same = _lr(tiny_lm(0), k=3, prompt=TARGET.encode(prompt_text))
-    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.steps, mode="lr")
+    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.settings.steps, mode="lr")
     assert not gen.same_vocab
     ar = generate(TARGET, TARGET.prompt_ids(prompt_text), max_new_tokens=40)
     lr = gen.generate(prompt_text, max_new_tokens=40)

@@ -103,15 +103,17 @@ def test_the_draft_precision_is_given_in_the_precision_mapping():
         LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": "int4"})
 
 
-def test_generator_settings_read_and_set_as_attributes():
+def test_generator_settings_are_one_settings_object():
     gen = LookaheadGenerator(target=tiny_lm("qwen2", 0), draft=tiny_lm("qwen2", 1), verifier=exact(), mode="lr-sd",
                              k=3, gamma=5)
-    assert (gen.k, gen.gamma, gen.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
-    assert gen.settings.k == 3 and gen.token_sd == TokenSD(target="draft", draft="ngram")
-    gen.width = 2
+    settings = gen.settings
+    assert (settings.k, settings.gamma, settings.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
+    assert settings.token_sd == TokenSD(target="draft", draft="ngram")
+    assert not hasattr(gen, "k") and not hasattr(gen, "width")  # the knobs live in gen.settings only
+    gen.settings = settings.with_overrides(width=2)
     assert gen.settings.width == 2
     with pytest.raises(ConfigError, match="width"):
-        gen.width = 0
+        settings.with_overrides(width=0)
 
 
 @pytest.mark.parametrize("value", [1.0, -0.1, True, "0.4"])

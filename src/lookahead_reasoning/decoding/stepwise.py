@@ -240,8 +240,9 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
                              policy: CyclePolicy, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
     """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
-    ``policy`` plans each cycle and learns from it. The models' connections stay open: other runs on the
-    same event loop may share them, so whoever runs the loop closes them (:func:`generate_stepwise` does)."""
+    ``policy`` plans each cycle and learns from it; the result reports its mode. The models' connections stay
+    open: other runs on the same event loop may share them, so whoever runs the loop closes them
+    (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
@@ -250,17 +251,19 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
     await drive(StepCycles(target, draft, verifier, run, stats), policy, stats, each)
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
-                            mode="lr-stepwise", stats=stats)
+                            mode=policy.mode, stats=stats)
 
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
                       policy: CyclePolicy | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                       on_text: OnText | None = None) -> GenerationResult:
-    """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k)."""
+    """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k, reported as
+    ``lr-stepwise``)."""
     streamer = stream_for(on_text, target.decode)
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedPolicy(mode_k("lr")),
-                                                    max_new_tokens, on_cycle), target, draft))
+    policy = policy or FixedPolicy(mode_k("lr"), mode="lr-stepwise")
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy, max_new_tokens,
+                                                    on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)
     return result

@@ -244,8 +244,8 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     for grid in grids:
         grid.padding = config.pad
     pads = tuple(grid.padded_n if config.pad else None for grid in grids)  # forwards run at the n they are priced at
-    policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
-    policy.pads = pads
+    policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None,
+                        pads=pads)
     return generate_cycles(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
 
 
