@@ -16,7 +16,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.tools import CycleTools, CycleState, StepWriter, Translator
 from lookahead_reasoning.decoding.torch_rows import target
 from lookahead_reasoning.runtime.session import Session
-from lookahead_reasoning.steps import Step, split_steps
+from lookahead_reasoning.steps import Step
 from lookahead_reasoning.render import render_html, render_terminal
 from lookahead_reasoning.sampling import make_generator
 
@@ -257,11 +257,6 @@ def test_trace_and_rendering_show_every_step():
     assert "<table>" in page and page.count("<tr>") == stats.judged + 1
     summary = result.summary()
     assert summary["mode"] == "lr" and summary["new_tokens"] == len(result.token_ids) and "alpha1" in summary
-
-
-def test_split_steps_keeps_delimiters():
-    assert split_steps("a\n\nb\n\nc", ["\n\n"]) == ["a\n\n", "b\n\n", "c"]
-    assert "".join(split_steps("x. y. z", [". "])) == "x. y. z"
 
 
 @pytest.mark.parametrize("kwargs, pattern", [

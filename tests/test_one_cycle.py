@@ -121,14 +121,14 @@ def test_ar_and_sd_as_plans_write_what_their_plain_loops_write(temperature):
     as references: the same tokens (greedy and sampled, from the same seed), the same forwards of the target,
     and the same token-SD counts."""
     from lookahead_reasoning.decoding import generate_sd
-    from lookahead_reasoning.decoding.drafters import make_drafter
+    from lookahead_reasoning.decoding.drafters import NGramDrafter
     from lookahead_reasoning.sampling import SamplingConfig
 
     draft = perturbed_copy(TARGET, 0.3, seed=1)
     gen = LookaheadGenerator(target=TARGET, draft=draft, verifier="exact")
     sampling = SamplingConfig(temperature=temperature)
     settings = Settings(sampling=sampling, seed=3, max_new_tokens=60, gamma=5, draft_stop_below=0.4)
-    for mode, reference in (("ar", None), ("sd", draft), ("sd-ngram", make_drafter("ngram", max_n=3, min_n=1))):
+    for mode, reference in (("ar", None), ("sd", draft), ("sd-ngram", NGramDrafter(3, 1))):
         if reference is None:
             plain = generate(TARGET, PROMPT, max_new_tokens=60, sampling=sampling, seed=3)
         else:

@@ -40,7 +40,6 @@ def _functions():
 BAG_FORWARDERS = {
     "bench/datasets.py:load_hf",  # select(): limit, offset, sample, seed (as for load_jsonl)
     "bench/datasets.py:load_dataset",  # load_jsonl or load_hf, whichever the spec names
-    "decoding/drafters.py:make_drafter",  # the registered drafter's constructor (NGramDrafter, ModelDrafter)
     "decoding/speculative.py:generate_sd",  # Settings.with_overrides
     "runtime/pair.py:as_lm",  # models.load_model
     "generator.py:LookaheadGenerator.__init__",  # models.load_model (after the Settings fields it documents)

@@ -111,14 +111,6 @@ class LocalSteps:
         return self.write_one(request)
 
 
-def write_step(lm, context: Sequence[int], steps: StepConfig, budget: int, sampling: SamplingConfig,
-               generator: torch.Generator | None = None, author: str = "target") -> Step:
-    """One step of ``lm`` after ``context`` (token ids), alone and from scratch (:class:`LocalSteps`)."""
-    step = LocalSteps(lm, steps, sampling, generator=generator).write_one(StepRequest(tuple(context), budget))
-    step.author = author
-    return step
-
-
 def _local(model) -> StepModel:
     """A step model as it is, or an LM wrapped in a default :class:`LocalSteps`."""
     if hasattr(model, "write_one") or hasattr(model, "awrite"):
@@ -204,4 +196,4 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
                             target_lm.stats.calls - calls_before, wall.total(), mode="lr-reference", stats=stats)
 
 
-__all__ = ["LocalSteps", "generate_lr_reference", "lr_cycle_reference", "write_step"]
+__all__ = ["LocalSteps", "generate_lr_reference", "lr_cycle_reference"]

@@ -170,12 +170,6 @@ async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, pl
         rows.close()
 
 
-def run_cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
-                   budget: int) -> CycleTrace:
-    """:func:`cycle_over` for synchronous callers."""
-    return asyncio.run(cycle_over(target, draft, verifier, plan, x, budget))
-
-
 # ---------------------------------------------------------------------------------------- the run
 
 @dataclass
@@ -269,5 +263,4 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise",
-           "run_cycle_over"]
+__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]
