@@ -51,7 +51,7 @@ def test_k_has_one_rule_checked_before_any_model_loads():
         LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
-def test_run_lr_with_a_fixed_plan_is_decode():
+def test_run_cycles_with_a_fixed_plan_is_generate_cycles():
     pair, prompt = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=24)
     expected = generate_cycles(pair, prompt, exact(), settings)
