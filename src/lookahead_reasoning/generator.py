@@ -315,7 +315,8 @@ class LookaheadGenerator:
         if mode == "sd" and not self.same_vocab:
             check_same_tokenizer(self.draft, self.target)  # raises with the explanation
         settings, policy = fixed_policy(mode, settings.with_overrides(k=self.settings.k if k is None else k))
-        return generate_cycles(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
+        return generate_cycles(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text,
+                               draft_ids=draft_ids)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:

@@ -149,7 +149,8 @@ class PairRecorder:
         messages = math_messages(problem.question)
         prompt = gen.target.prompt_ids(messages)
         log.start(prompt, prompt if gen.same_vocab else gen.draft.prompt_ids(messages))
-        return generate_cycles(gen.pair, prompt, KeepNone(), self.settings, PairPolicy(log.cycle), draft_ids=log.prompt_d)
+        return generate_cycles(gen.pair, prompt, KeepNone(), self.settings, PairPolicy(log.cycle),
+                               draft_ids=log.prompt_d)
 
     def _engine(self, problem: Problem, log: "PairLog") -> Any:
         runtime = self.generator.engine

@@ -177,7 +177,8 @@ class ModeRunner:
                 "draft_quantize": getattr(self.gen, "draft_quantize", settings.draft_quantize),
                 **verifier_fields(self.gen.verifier),
                 "k": k or summary.get("k"), "draft_stop_below": self.gen.settings.draft_stop_below,
-                "temperature": self.gen.settings.sampling.temperature, "dtype": str(next(self.gen.target.model.parameters()).dtype),
+                "temperature": self.gen.settings.sampling.temperature,
+                "dtype": str(next(self.gen.target.model.parameters()).dtype),
                 "precision": settings.precision or "as-loaded", "cpu_linear": settings.cpu_linear,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
 

@@ -10,4 +10,5 @@ from .results import GenerationResult, SDStats
 from .speculative import decode_rows_sd, generate_sd
 
 __all__ = ["CyclePolicy", "FixedPolicy", "GenerationResult", "SDStats", "decode_rows", "decode_rows_sd",
-           "fixed_policy", "generate", "generate_cycles", "generate_lr_reference", "generate_sd", "run_cycle", "run_cycles"]
+           "fixed_policy", "generate", "generate_cycles", "generate_lr_reference", "generate_sd", "run_cycle",
+           "run_cycles"]
