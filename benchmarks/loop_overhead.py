@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/loop_overhead.py --offset 200 --limit 5 --max-new-tokens 256
 
-``LookaheadGenerator.generate`` runs every mode as a plan of one loop (``decoding.decode``: cycles of a
+``LookaheadGenerator.generate`` runs every mode as a plan of one loop (``decoding.generate_cycles``: cycles of a
 policy's plans over this process's runtime); ``ar`` and ``sd`` are plans of no drafted step whose one cycle
 writes the whole answer. The plain loops the notebooks teach from, ``decoding.generate`` (autoregressive)
 and ``decoding.generate_sd`` (token SD), do the same work with nothing around them. Both run here on the

@@ -42,7 +42,7 @@ class Plan:
 def plans(view: View) -> list[Plan]:
     """The plans a case would run: the generator's mode (a benchmark: each of its modes), or the loop's own
     arguments where the case reached the loop."""
-    if view.what == "loop":  # decode(pair, ids, verifier, settings, policy, ...), or auto's planning
+    if view.what == "loop":  # generate_cycles(pair, ids, verifier, settings, policy, ...), or auto's planning
         args = view.reached.detail[0]
         if len(args) >= 5:
             return [Plan(args[4].mode, args[3], args[4], False)]
@@ -56,7 +56,7 @@ def plans(view: View) -> list[Plan]:
     config = view.local("config", "run_bench") or view.local("bench", "run_bench_over_engine")
     modes = [m.split("@")[0].removesuffix("-async") for m in config.modes] if config else [gen.mode if gen else "ar"]
     over_engine = {"sd": "ar", "ngram": "ar", "lr-sd": "lr"}  # the engine's own SD is a plain request here
-    return [plan_of(over_engine.get(mode, mode) if engine else mode, settings, gen.k if gen is not None else None,
+    return [plan_of(over_engine.get(mode, mode) if engine else mode, settings, gen.settings.k if gen is not None else None,
                     engine) for mode in modes]
 
 

@@ -8,7 +8,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from lookahead_reasoning.decoding.driver import Position
+from lookahead_reasoning.decoding.driver import CyclePolicy, Position
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.verifiers import Verdict
 
@@ -87,7 +87,7 @@ def at(generated: int, at_boundary: bool = True, remaining: int = 10_000) -> Pos
     return Position(generated, remaining, at_boundary, 100 + generated)
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(CyclePolicy):
     """A cycle policy whose plans a function of the position gives; every row runs, nothing is learned."""
 
     mode = "scripted"
@@ -97,15 +97,6 @@ class ScriptedPolicy:
 
     def plan(self, position):
         return self.plan_at(position)
-
-    def rows(self, plan, drafted_tokens, agreements) -> int:
-        return len(drafted_tokens) + 1
-
-    def learn(self, trace) -> None:
-        pass
-
-    def finish(self, completed: bool) -> None:
-        pass
 
 
 def request_table(cost, rows=(1, 2, 3, 4), lengths=(8, 40), draft=None, overlap: float = 1.0):

@@ -209,7 +209,7 @@ def _generate_check(name: str, value, gen: LookaheadGenerator):
         if n == "learn":
             return plans(view)[0].mode.removeprefix("engine-") != "auto" or view.local("learn") == value
         if n == "on_text":
-            return view.local("on_text", "decode") is value or view.local("on_text", "generate") is value
+            return view.local("on_text", "generate_cycles") is value or view.local("on_text", "generate") is value
         if n == "mode":
             return plans(view)[0].mode.removeprefix("engine-") == value
         return py_check(n, value)(n, view)

@@ -182,7 +182,7 @@ def test_sampled_evaluation_repeats_each_problem_and_reports_the_spread(dataset,
     config = BenchConfig(dataset=str(dataset), out=str(out), modes=("ar", "lr"), max_new_tokens=10, limit=2, samples=3,
                          generator=GeneratorSpec(settings=decoding_settings({"temperature": 1.0})))
     runner = _runner(config)
-    runner.gen.sampling = SamplingConfig(temperature=1.0)
+    runner.gen.settings = runner.gen.settings.with_overrides(sampling=SamplingConfig(temperature=1.0))
     run_bench(config, runner=runner, progress=False)
     records = load_results(out)
     assert len(records) == 2 * 2 * 3 and {r["sample"] for r in records} == {0, 1, 2}

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from lookahead_reasoning.decoding.autoregressive import generate
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
-from lookahead_reasoning.decoding.driver import FixedPolicy, run_lr, start_state
-from lookahead_reasoning.decoding.results import LRStats, SDStats
+from lookahead_reasoning.decoding.driver import FixedPolicy, run_cycles, start_state
+from lookahead_reasoning.decoding.results import CycleStats, SDStats
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
@@ -113,10 +113,10 @@ def test_each_lr_trace_carries_its_cycle_s_token_outcomes_in_row_order():
     and its timed forwards of each model."""
     target, draft, prompt = tiny_lm("qwen2"), tiny_lm("qwen2", seed=1), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
-    stats = LRStats(k=2)
+    stats = CycleStats(k=2)
     pair = model_pair(target, draft)
     tools = make_tools(pair, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats)
-    result = run_lr(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedPolicy(2), stats)
+    result = run_cycles(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedPolicy(2), stats)
     cycles = result.stats.cycles
     assert [o for c in cycles for o in c.token_outcomes] == stats.target_sd.log
     assert len(stats.target_sd.log) > len(cycles) and all(c.sd_iterations == len(c.token_outcomes) for c in cycles)

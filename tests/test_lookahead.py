@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
-from lookahead_reasoning.decoding.tools import CycleTools, LRState, StepWriter, Translator
+from lookahead_reasoning.decoding.tools import CycleTools, CycleState, StepWriter, Translator
 from lookahead_reasoning.decoding.torch_rows import target
 from lookahead_reasoning.runtime.session import Session
-from lookahead_reasoning.steps import Step, split_steps
+from lookahead_reasoning.steps import Step
 from lookahead_reasoning.render import render_html, render_terminal
 from lookahead_reasoning.sampling import make_generator
 
@@ -137,7 +137,7 @@ def test_branches_equal_each_branch_alone():
     steps = StepConfig((delim,), 30)
     draft_steps = [Step(OTHER.encode("x" * 25 + delim), "x" * 25 + delim, "stop_string", "draft"),
                    Step(OTHER.encode("ab" + delim), "ab" + delim, "stop_string", "draft")]
-    state = LRState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
+    state = CycleState(Session(TARGET, [prompt]), Session(TARGET, [prompt]), len(prompt), len(prompt), 200)
     writer = StepWriter(TARGET, steps, SamplingConfig(), make_generator(0))
     never = ScriptedVerifier(lambda d, t: True)
     tools = CycleTools(writer, writer, never, Translator(TARGET, TARGET, True))
@@ -216,7 +216,7 @@ def test_draft_with_another_tokenizer_works_at_step_level():
     draft = tiny_lm(0, tokenizer=shifted)
     prompt_text = "Q: 2+2?"
     gen_same = _lr(tiny_lm(0), k=3, prompt=TARGET.encode(prompt_text))
-    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.steps, mode="lr")
+    gen = LookaheadGenerator(target=TARGET, draft=draft, verifier=exact(), k=3, steps=gen_same.settings.steps, mode="lr")
     assert not gen.same_vocab
     ar = generate(TARGET, TARGET.prompt_ids(prompt_text), max_new_tokens=40)
     lr = gen.generate(prompt_text, max_new_tokens=40)
@@ -226,11 +226,11 @@ def test_draft_with_another_tokenizer_works_at_step_level():
 
 
 def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_tokenizer():
-    """decode given only the target's prompt ids: the pair knows its draft reads other ids, so the
+    """generate_cycles given only the target's prompt ids: the pair knows its draft reads other ids, so the
     draft starts from the prompt's text in its own tokenizer (not from the target's ids), and the output
     is AR's with exact matching."""
     from lookahead_reasoning import Settings
-    from lookahead_reasoning.decoding import decode
+    from lookahead_reasoning.decoding import generate_cycles
     from lookahead_reasoning.decoding.driver import start_state
     from lookahead_reasoning.runtime.pair import model_pair
 
@@ -239,7 +239,7 @@ def test_a_pair_without_one_vocabulary_cuts_the_prompt_with_the_draft_s_own_toke
     assert not pair.same_vocab
     state = start_state(pair, prompt, None, 8)
     assert state.draft.rows[0] == pair.draft.encode("Q: 2+2?") != prompt
-    lr = decode(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
+    lr = generate_cycles(pair, prompt, exact(), Settings(k=3, max_new_tokens=40, steps=StepConfig(("1",), 6)))
     assert lr.token_ids == generate(TARGET, prompt, max_new_tokens=40).token_ids
 
 
@@ -257,11 +257,6 @@ def test_trace_and_rendering_show_every_step():
     assert "<table>" in page and page.count("<tr>") == stats.judged + 1
     summary = result.summary()
     assert summary["mode"] == "lr" and summary["new_tokens"] == len(result.token_ids) and "alpha1" in summary
-
-
-def test_split_steps_keeps_delimiters():
-    assert split_steps("a\n\nb\n\nc", ["\n\n"]) == ["a\n\n", "b\n\n", "c"]
-    assert "".join(split_steps("x. y. z", [". "])) == "x. y. z"
 
 
 @pytest.mark.parametrize("kwargs, pattern", [

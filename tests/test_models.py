@@ -21,7 +21,6 @@ from lookahead_reasoning.errors import ConfigError, ModelLoadError
 from lookahead_reasoning.models import (
     LoadedModel,
     OfflineModel,
-    as_loaded,
     load_model,
     offline,
     offline_gguf,
@@ -501,18 +500,7 @@ def test_pad_token_falls_back_to_eos(tiny_dir):
     assert loaded.tokenizer.pad_token == "<|im_end|>" and loaded.tokenizer.pad_token_id == tok.eos_token_id
 
 
-# ----------------------------------------------------------------------------- as_loaded, tiny models
-
-def test_as_loaded_fills_device_and_dtype():
-    tiny = tiny_model("qwen2", seed=0, dtype=torch.bfloat16)
-    tiny.model.train()
-    tok = tiny_tokenizer()
-    tok.pad_token = None
-    loaded = as_loaded(tiny.model, tok)
-    assert (loaded.device, loaded.dtype, loaded.source) == (torch.device("cpu"), torch.bfloat16, "memory")
-    assert not loaded.model.training and tok.pad_token == tok.eos_token
-    assert as_loaded(tiny.model, tok, name="mine").name == "mine"
-
+# ----------------------------------------------------------------------------- tiny models
 
 @pytest.mark.parametrize("text", ["", "hello world", "  two  spaces\tand tabs\r\n", "the\n\n.\n\nthe end.",
                                   "naïve café, 日本語, emoji 🤖", "<|im_start|>user\nhi<|im_end|>", "\x00\x7f\xff"])

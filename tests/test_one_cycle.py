@@ -13,7 +13,7 @@ from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.reference import LocalSteps
-from lookahead_reasoning.decoding.results import LRStats
+from lookahead_reasoning.decoding.results import CycleStats
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
 from lookahead_reasoning.decoding.torch_rows import torch_cycle
 from lookahead_reasoning.errors import ConfigError
@@ -76,7 +76,7 @@ def test_each_runtime_refuses_by_name_the_plan_fields_it_cannot_honour():
         generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=sd_rows,
                           max_new_tokens=8)
     pair = model_pair(TARGET, DRAFT)
-    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=CycleStats())
     with pytest.raises(ConfigError, match="sync schedule"):
         torch_cycle(start_state(pair, PROMPT, None, 8), CyclePlan(1, schedule="async"), tools)
 
@@ -88,7 +88,7 @@ def test_a_chunk_plan_writes_past_step_ends_in_one_cycle_on_both_runtimes():
     local = generate_stepwise(LocalSteps(TARGET, STEPS), LocalSteps(DRAFT, STEPS), PROMPT, exact(), policy=chunk,
                               max_new_tokens=30)
     pair = model_pair(TARGET, DRAFT)
-    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=LRStats())
+    tools = make_tools(pair, exact(), Settings(steps=STEPS), generator=make_generator(0), stats=CycleStats())
     state = start_state(pair, PROMPT, None, 30)
     first = torch_cycle(state, CyclePlan(0, chunk=25), tools)
     assert first.tokens == len(first.target[0].ids) == 25
@@ -121,14 +121,14 @@ def test_ar_and_sd_as_plans_write_what_their_plain_loops_write(temperature):
     as references: the same tokens (greedy and sampled, from the same seed), the same forwards of the target,
     and the same token-SD counts."""
     from lookahead_reasoning.decoding import generate_sd
-    from lookahead_reasoning.decoding.drafters import make_drafter
+    from lookahead_reasoning.decoding.drafters import NGramDrafter
     from lookahead_reasoning.sampling import SamplingConfig
 
     draft = perturbed_copy(TARGET, 0.3, seed=1)
     gen = LookaheadGenerator(target=TARGET, draft=draft, verifier="exact")
     sampling = SamplingConfig(temperature=temperature)
     settings = Settings(sampling=sampling, seed=3, max_new_tokens=60, gamma=5, draft_stop_below=0.4)
-    for mode, reference in (("ar", None), ("sd", draft), ("sd-ngram", make_drafter("ngram", max_n=3, min_n=1))):
+    for mode, reference in (("ar", None), ("sd", draft), ("sd-ngram", NGramDrafter(3, 1))):
         if reference is None:
             plain = generate(TARGET, PROMPT, max_new_tokens=60, sampling=sampling, seed=3)
         else:

@@ -442,7 +442,7 @@ def test_auto_searches_within_the_token_sd_a_user_chose(token_sd, tmp_path):
     prompt = [9, 8, 7, 6]
     gen = _auto(tiny_lm(0), prompt, tmp_path, cap=12, margin=0.0, learn=False, refine=False)
     if token_sd is not None:
-        gen.token_sd = token_sd
+        gen.settings = gen.settings.with_overrides(token_sd=token_sd)
     planning = gen.planning()
     planning.costs.target = grid_from(lambda r, n: 1.0)  # forwards free of rows and tokens: token SD pays
     planning.costs.draft = grid_from(lambda r, n: 0.001, DRAFT_GRID)

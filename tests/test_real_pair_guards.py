@@ -53,7 +53,7 @@ def generator(tmp_path_factory):
     planner = PlannerConfig(cache_dir=str(tmp_path_factory.mktemp("auto-costs")), progress=False, learn=False)
     gen = LookaheadGenerator(target=real_lm(TARGET), draft=real_lm(DRAFT), verifier="exact", planner=planner,
                              precision={"draft": None})
-    assert gen.sampling.greedy and gen.same_vocab  # the defaults decode greedily; one tokenizer
+    assert gen.settings.sampling.greedy and gen.same_vocab  # the defaults decode greedily; one tokenizer
     return gen
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
-from lookahead_reasoning.decoding import FixedPolicy, decode, generate, run_lr
+from lookahead_reasoning.decoding import FixedPolicy, generate, generate_cycles, run_cycles
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.decoding.driver import start_state
-from lookahead_reasoning.decoding.results import LRStats
+from lookahead_reasoning.decoding.results import CycleStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
 from lookahead_reasoning.sampling import make_generator
 from lookahead_reasoning.runtime.pair import model_pair
@@ -46,40 +46,40 @@ def test_k_has_one_rule_checked_before_any_model_loads():
         with pytest.raises(ConfigError, match=f"k=0 drafts no step: mode {mode} needs k >= 1"):
             LookaheadGenerator(target="no-such-model", mode=mode, k=0)
     with pytest.raises(ConfigError, match="k=0 drafts no step: mode lr"):
-        decode(model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6], exact(), Settings(k=0))
+        generate_cycles(model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6], exact(), Settings(k=0))
     with pytest.raises(ModelLoadError):  # k=0 passes for auto: what stops this one is the model's name
         LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
-def test_run_lr_with_a_fixed_plan_is_decode():
+def test_run_cycles_with_a_fixed_plan_is_generate_cycles():
     pair, prompt = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=24)
-    expected = decode(pair, prompt, exact(), settings)
-    stats = LRStats(k=2)
+    expected = generate_cycles(pair, prompt, exact(), settings)
+    stats = CycleStats(k=2)
     tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=stats)
     state = start_state(pair, prompt, None, settings.max_new_tokens)
-    result = run_lr(state, tools, FixedPolicy(2), stats)
+    result = run_cycles(state, tools, FixedPolicy(2), stats)
     assert result.token_ids == expected.token_ids and result.mode == "lr"
     assert len(result.stats.cycles) == len(expected.stats.cycles)
 
 
 def test_the_lr_loop_takes_its_knobs_in_settings_only():
-    """decode names every argument it takes: single knobs change a Settings (``with_overrides``)."""
+    """generate_cycles names every argument it takes: single knobs change a Settings (``with_overrides``)."""
     target, prompt = tiny_lm("qwen2", 0), [9, 8, 7]
     pair = model_pair(target, tiny_lm("qwen2", 0))
     ar = generate(target, prompt, max_new_tokens=20).token_ids
-    by_overrides = decode(pair, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
-    by_settings = decode(pair, prompt, exact(), Settings(k=3, max_new_tokens=20))
+    by_overrides = generate_cycles(pair, prompt, exact(), Settings().with_overrides(k=3, max_new_tokens=20))
+    by_settings = generate_cycles(pair, prompt, exact(), Settings(k=3, max_new_tokens=20))
     assert by_overrides.token_ids == by_settings.token_ids == ar  # draft == target, exact verifier: AR's text
     with pytest.raises(TypeError):
-        decode(pair, prompt, exact(), k=3)
+        generate_cycles(pair, prompt, exact(), k=3)
 
 
 def test_a_cycle_plan_carries_the_drafts_stop():
     """The stop of a plan reaches the drafter the cycle builds; the tools themselves are not changed."""
     pair = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1))
     settings = Settings(token_sd=TokenSD(target="draft"), draft_stop_below=0.3)
-    tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=LRStats(k=1))
+    tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=CycleStats(k=1))
     assert tools.plan(1) == CyclePlan(1, draft_stop_below=0.3)
     state = start_state(pair, [5, 6, 7], None, 16)
     assert tools.row_drafter(state, 1, 0.6).draft_stop_below == 0.6
@@ -90,7 +90,7 @@ def test_auto_reaches_into_no_decoding_object():
     tree = ast.parse((SRC / "planning" / "auto.py").read_text())
     names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert "ModelRows" not in names
-    assert "decode" in names  # the one loop
+    assert "generate_cycles" in names  # the one loop
 
 
 def test_the_draft_precision_is_given_in_the_precision_mapping():
@@ -103,15 +103,17 @@ def test_the_draft_precision_is_given_in_the_precision_mapping():
         LookaheadGenerator(target=target, draft=draft, verifier=exact(), precision={"draft": "int4"})
 
 
-def test_generator_settings_read_and_set_as_attributes():
+def test_generator_settings_are_one_settings_object():
     gen = LookaheadGenerator(target=tiny_lm("qwen2", 0), draft=tiny_lm("qwen2", 1), verifier=exact(), mode="lr-sd",
                              k=3, gamma=5)
-    assert (gen.k, gen.gamma, gen.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
-    assert gen.settings.k == 3 and gen.token_sd == TokenSD(target="draft", draft="ngram")
-    gen.width = 2
+    settings = gen.settings
+    assert (settings.k, settings.gamma, settings.draft_stop_below) == (3, 5, DRAFT_STOP_BELOW)
+    assert settings.token_sd == TokenSD(target="draft", draft="ngram")
+    assert not hasattr(gen, "k") and not hasattr(gen, "width")  # the knobs live in gen.settings only
+    gen.settings = settings.with_overrides(width=2)
     assert gen.settings.width == 2
     with pytest.raises(ConfigError, match="width"):
-        gen.width = 0
+        settings.with_overrides(width=0)
 
 
 @pytest.mark.parametrize("value", [1.0, -0.1, True, "0.4"])

@@ -40,7 +40,6 @@ def _functions():
 BAG_FORWARDERS = {
     "bench/datasets.py:load_hf",  # select(): limit, offset, sample, seed (as for load_jsonl)
     "bench/datasets.py:load_dataset",  # load_jsonl or load_hf, whichever the spec names
-    "decoding/drafters.py:make_drafter",  # the registered drafter's constructor (NGramDrafter, ModelDrafter)
     "decoding/speculative.py:generate_sd",  # Settings.with_overrides
     "runtime/pair.py:as_lm",  # models.load_model
     "generator.py:LookaheadGenerator.__init__",  # models.load_model (after the Settings fields it documents)
@@ -127,6 +126,39 @@ def test_source_files_are_short():
     long = [f"{p.relative_to(SRC)} ({n} lines)" for p, _ in _modules()
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES]
     assert not long, "\n".join(long)
+
+
+# Where the drivers read policies and plans: every attribute read there is declared on the protocol
+# (decoding.driver.CyclePolicy, settings.CyclePlan), never probed for.
+PROBE_FREE = ("decoding", "runtime", "planning", "engine_runtime.py")
+_POLICY_LIKE = re.compile(r"(^|_)(policy|plan)$")
+
+
+def _probes(tree: ast.Module) -> list[int]:
+    """Lines of ``getattr(x, ...)`` / ``hasattr(x, ...)`` where x (a name, or an attribute's last name) is
+    named like a policy or a plan: ``policy``, ``self.policy``, ``plan``, ``auto_policy``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and node.args:
+            owner = node.args[0]
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if _POLICY_LIKE.search(name):
+                found.append(node.lineno)
+    return found
+
+
+def test_no_driver_probes_a_policy_for_an_attribute_its_protocol_does_not_declare():
+    probes = [f"{path.relative_to(SRC)}:{line}" for path, tree in _modules()
+              if path.relative_to(SRC).parts[0] in PROBE_FREE for line in _probes(tree)]
+    assert not probes, ("these probe a policy or a plan with getattr/hasattr: declare the attribute on "
+                        "CyclePolicy (with its default) or CyclePlan and read it plainly:\n" + "\n".join(probes))
+
+
+def test_the_probe_finder_finds_a_planted_probe():
+    tree = ast.parse("getattr(policy, 'k', 1)\ngetattr(self.policy, 'pads')\nhasattr(plan, 'x')\n"
+                     "getattr(planner, 'k')\ngetattr(verifier, 'name')\n")
+    assert _probes(tree) == [1, 2, 3]
 
 
 def _subpackage_imports() -> dict[str, set[str]]:

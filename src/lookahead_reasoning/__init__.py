@@ -5,7 +5,7 @@ The front door is :class:`LookaheadGenerator`; the decoding loops live in
 the speedup formulas in :mod:`lookahead_reasoning.theory`.
 """
 
-from .decoding.results import GenerationResult, LRStats, SDStats
+from .decoding.results import GenerationResult, CycleStats, SDStats
 from .errors import (
     ConfigError,
     LookaheadError,
@@ -23,7 +23,7 @@ from .steps import StepConfig
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConfigError", "GenerationResult", "LM", "LRStats", "LookaheadError", "LookaheadGenerator",
+    "ConfigError", "GenerationResult", "LM", "CycleStats", "LookaheadError", "LookaheadGenerator",
     "ModelLoadError", "PromptError", "SDStats", "SamplingConfig", "Settings", "StepConfig", "TokenSD",
     "TokenizerMismatchError", "VerifierError", "__version__",
 ]

@@ -234,10 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_flips_command(sub)
     bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
     add_url_options(bench)
-    bench.set_defaults(func=_local_or_engine(bench.get_default("func")))
+    bench.set_defaults(func=_local_or_engine(bench.get_default("func"), engine_cli.run_bench_over_engine))
     pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.pairs, over the engines)
     add_url_options(pairs, "pairs")
-    pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), "run_pairs_over_engine"))
+    pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), engine_cli.run_pairs_over_engine))
     _mark_options(sub)
     return parser
 
@@ -303,12 +303,12 @@ def run_harness(argv: list[str]) -> int:
     return 0
 
 
-def _local_or_engine(local, over_engine: str = "run_bench_over_engine"):
-    """A command that runs ``engine_cli.<over_engine>`` when --target-url is given, else ``local``."""
+def _local_or_engine(local, over_engine):
+    """A command that runs ``over_engine`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
         if args.target_url:
             refuse_local_only_options(args, args.command)
-            return getattr(engine_cli, over_engine)(args)
+            return over_engine(args)
         return local(args)
     return run
 

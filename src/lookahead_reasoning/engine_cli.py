@@ -18,7 +18,7 @@ import argparse
 from .bench.engine import EngineBench, parse_engine_mode, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
 from .bench.pairs import KeepNone, PairRecorder, run_pairs
-from .engine_runtime import ENGINE_MODES, EngineRuntime, check_scheme, engine_verifier, is_url
+from .engine_runtime import ENGINE_MODES, EngineRuntime, check_scheme, is_url
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
 from .options import OPTION_READS, check_max_new_tokens, named_check, refuse_unread_options
@@ -148,11 +148,6 @@ def engine_settings(args: argparse.Namespace) -> Settings:
     return named_check(made)
 
 
-def verifier_over_engines(args: argparse.Namespace):
-    """The verifier the options name, for a run over engines (:func:`~.engine_runtime.engine_verifier`)."""
-    return engine_verifier(verifier_settings_from_args(args))
-
-
 def engine_generator(args: argparse.Namespace):
     """``lr --target-url``'s :class:`~lookahead_reasoning.LookaheadGenerator` over the engines: the options
     it honours there (:data:`OVER_ENGINE`), the same class and checks as for models of this process."""
@@ -266,4 +261,4 @@ def cmd_flips(args: argparse.Namespace) -> int:
 __all__ = ["add_flips_command", "add_url_options", "cmd_flips", "engine_settings",
            "OVER_ENGINE", "engine_generator", "read_by_note", "refuse_engine_options", "refuse_local_only_options", "run_bench_over_engine",
            "run_generate_over_engine",
-           "run_pairs_over_engine", "target_runtime", "verifier_over_engines"]
+           "run_pairs_over_engine", "target_runtime"]

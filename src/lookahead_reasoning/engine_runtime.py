@@ -117,9 +117,7 @@ class EngineRuntime:
         if policy is None:
             require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
-        result = await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
-        result.mode = f"engine-{mode}"
-        return result
+        return await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
 
     @staticmethod
     def check(mode: str, settings: Settings) -> None:
@@ -193,16 +191,15 @@ def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
 async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,
               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, on_cycle=None) -> GenerationResult:
     """The one loop over the engines, for asyncio: cycles of ``policy``'s plans (default: sync LR with mode
-    lr's k); the caller that runs the event loop closes the pair's connections on it (other runs may share
-    them). Only a policy that drafts needs a draft endpoint."""
-    policy = policy or FixedPolicy(mode_k("lr"))
-    require(pair.draft is not None or getattr(policy, "k", 1) == 0,
+    lr's k); the result reports the policy's mode. The caller that runs the event loop closes the pair's
+    connections on it (other runs may share them). Only a policy that drafts needs a draft endpoint."""
+    policy = policy or FixedPolicy(mode_k("lr"), mode="engine-lr")
+    require(pair.draft is not None or policy.k == 0,
             "Lookahead Reasoning over engines needs a draft endpoint or draft model", EngineError)
     ids = pair.prompt_ids(prompt)
     result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy, max_new_tokens, on_cycle)
     result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
-    result.mode = policy.mode if policy.mode.startswith("engine-") else "engine-lr"
-    if getattr(policy, "k", 1) == 0:
+    if policy.k == 0:
         result.stats = None  # no step drafted: a plain run's result, as in this process
     return result
 

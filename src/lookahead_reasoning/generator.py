@@ -8,7 +8,7 @@
 
 One object holds the target, the draft, the verifier and the settings, and runs every mode on the
 same loaded models so that their speeds can be compared in one process. It only loads, checks and
-hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.decode`) with its mode's policy: a
+hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.generate_cycles`) with its mode's policy: a
 fixed plan (``ar``, ``sd``, ``sd-ngram``, ``lr``, ``lr-sd``: :func:`~lookahead_reasoning.decoding.fixed_policy`)
 or mode ``auto``'s planner (:mod:`lookahead_reasoning.planning`); the modes and their defaults live in
 :mod:`lookahead_reasoning.presets`, the knobs in one :class:`~lookahead_reasoning.settings.Settings`.
@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import decode, fixed_policy
+from .decoding.driver import fixed_policy, generate_cycles
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
@@ -181,27 +181,14 @@ class LookaheadGenerator:
         """Whether the pair shares one vocabulary (an engine pair must: it is checked on its first call)."""
         return True if self.pair is None else self.pair.same_vocab
 
-    # ------------------------------------------------------------------ settings, read as attributes
-    def __getattr__(self, name: str) -> Any:
-        """``gen.k``, ``gen.width``, ``gen.sampling``, ...: the fields of :attr:`settings`."""
-        if name in _SETTING_NAMES and "settings" in self.__dict__:
-            return getattr(self.__dict__["settings"], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SETTING_NAMES and "settings" in self.__dict__:
-            value = self.__dict__["settings"].with_overrides(**{name: value})
-            name = "settings"
-        object.__setattr__(self, name, value)
-
     def _check(self, target: Any, draft: Any, verifier: Any, own: dict, knobs: dict) -> Any:
         """Every check that needs no model: what the mode would not read (:func:`~.settings.refuse_unread`: a keyword
         setting, a verifier, a planner), a URL of another scheme than http(s) and a draft "none" where the mode
         drafts are refused by name. Returns the draft to load (None for "none")."""
-        require(self.mode != "auto" or self.width == 1, "width > 1 is not supported by mode auto (its planner "
+        require(self.mode != "auto" or self.settings.width == 1, "width > 1 is not supported by mode auto (its planner "
                 "prices one draft per position); use mode lr or lr-sd for several drafts per position")
         if self.mode in STEP_MODES:
-            mode_k(self.mode, self.k)  # k=0 is a cap for auto only
+            mode_k(self.mode, self.settings.k)  # k=0 is a cap for auto only
         if self.mode == "auto":
             auto_token_sd(self.settings.token_sd, self.planner or PlannerConfig())
         require(self.planner is None or isinstance(self.planner, PlannerConfig), f"planner must be a PlannerConfig, "
@@ -248,7 +235,7 @@ class LookaheadGenerator:
         """When the step layer pays here: on mode ``auto``'s measured cost table and the token rates this pair
         has learned, the step acceptance alpha1 above which one and two drafted steps a cycle beat the best
         plan without them (a :class:`~lookahead_reasoning.theory.breakeven.BreakEven`; None where none pays)."""
-        return self.planning().break_even(context, self.same_vocab, self.draft_stop_below)
+        return self.planning().break_even(context, self.same_vocab, self.settings.draft_stop_below)
 
     def plan_with(self, costs: Any, book: Any = None) -> None:
         """Make mode ``auto`` price its plans with ``costs`` (a :class:`~lookahead_reasoning.planning.costs.CostTable`,
@@ -319,16 +306,17 @@ class LookaheadGenerator:
         refuse_unread(mode, call, {name: name for name in given_settings(call) if name in passed})
         if self.engine is not None:
             refuse_local_settings(overrides)
-            return self.engine.generate(prompt, mode, settings, k=self.k if k is None else k,
+            return self.engine.generate(prompt, mode, settings, k=self.settings.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
         settings = local_settings(settings)
         if mode == "auto":
-            return self._generate_auto(prompt, raw, settings, on_text, self.k if k is None else k, learn)
+            return self._generate_auto(prompt, raw, settings, on_text, self.settings.k if k is None else k, learn)
         target_ids, draft_ids = self._prompts(prompt, raw)
         if mode == "sd" and not self.same_vocab:
             check_same_tokenizer(self.draft, self.target)  # raises with the explanation
-        settings, policy = fixed_policy(mode, settings.with_overrides(k=self.k if k is None else k))
-        return decode(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
+        settings, policy = fixed_policy(mode, settings.with_overrides(k=self.settings.k if k is None else k))
+        return generate_cycles(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text,
+                               draft_ids=draft_ids)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:

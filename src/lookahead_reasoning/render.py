@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import html
 
-from .decoding.results import GenerationResult, LRStats
+from .decoding.results import GenerationResult, CycleStats
 
 GREEN, YELLOW, RED, DIM, RESET = "\033[32m", "\033[33m", "\033[31m", "\033[2m", "\033[0m"
 
 
 def _cycles(result: GenerationResult) -> list:
-    return result.stats.cycles if isinstance(result.stats, LRStats) else []
+    return result.stats.cycles if isinstance(result.stats, CycleStats) else []
 
 
 def _accepted_pieces(result: GenerationResult) -> list[tuple[str, str]]:
@@ -23,7 +23,7 @@ def _accepted_pieces(result: GenerationResult) -> list[tuple[str, str]]:
     A result without step cycles (modes ar, sd, sd-ngram: every token is the target's) is one
     target piece.
     """
-    if not isinstance(result.stats, LRStats):
+    if not isinstance(result.stats, CycleStats):
         return [("target", result.text)]
     return [("draft" if step.author.startswith("draft") else "target", step.text)
             for cycle in result.stats.cycles for step in cycle.kept_steps]

@@ -121,22 +121,6 @@ class StepModel(Protocol):
     # probabilities of given tokens, which a likelihood verifier judges drafted steps by.
 
 
-def split_steps(text: str, delimiters: Sequence[str] = STEP_DELIMITERS) -> list[str]:
-    """Cut finished text into steps, each keeping its delimiter (for traces and analysis)."""
-    steps, start, i = [], 0, 0
-    while i < len(text):
-        hit = next((d for d in delimiters if text.startswith(d, i)), None)
-        if hit:
-            i += len(hit)
-            steps.append(text[start:i])
-            start = i
-        else:
-            i += 1
-    if start < len(text):
-        steps.append(text[start:])
-    return steps
-
-
 async def closing(run: Awaitable[T], *models: Any) -> T:
     """``run``'s result, the step models' connections on this event loop closed after it (where they
     have any: engine step writers share one pool per loop among the runs on it)."""

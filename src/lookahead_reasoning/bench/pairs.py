@@ -44,7 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..decoding.driver import FixedPolicy, decode
+from ..decoding.driver import FixedPolicy, generate_cycles
 from ..decoding.results import CycleTrace
 from ..decoding.tools import Translator
 from ..engine_runtime import alr
@@ -149,7 +149,8 @@ class PairRecorder:
         messages = math_messages(problem.question)
         prompt = gen.target.prompt_ids(messages)
         log.start(prompt, prompt if gen.same_vocab else gen.draft.prompt_ids(messages))
-        return decode(gen.pair, prompt, KeepNone(), self.settings, PairPolicy(log.cycle), draft_ids=log.prompt_d)
+        return generate_cycles(gen.pair, prompt, KeepNone(), self.settings, PairPolicy(log.cycle),
+                               draft_ids=log.prompt_d)
 
     def _engine(self, problem: Problem, log: "PairLog") -> Any:
         runtime = self.generator.engine

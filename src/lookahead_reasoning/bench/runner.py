@@ -142,10 +142,10 @@ class ModeRunner:
     def _peer(self, base: str, ids: list[int], max_new_tokens: int, gamma: int | None, seed: int) -> list[int]:
 
         # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN or --gamma
-        gamma = gamma or self.gen.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
+        gamma = gamma or self.gen.settings.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
         peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
                 else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
-        return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.sampling, seed=seed)
+        return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.settings.sampling, seed=seed)
 
     def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
 
@@ -176,8 +176,9 @@ class ModeRunner:
                 "target": settings.target, "draft": settings.draft,
                 "draft_quantize": getattr(self.gen, "draft_quantize", settings.draft_quantize),
                 **verifier_fields(self.gen.verifier),
-                "k": k or summary.get("k"), "draft_stop_below": self.gen.draft_stop_below,
-                "temperature": self.gen.sampling.temperature, "dtype": str(next(self.gen.target.model.parameters()).dtype),
+                "k": k or summary.get("k"), "draft_stop_below": self.gen.settings.draft_stop_below,
+                "temperature": self.gen.settings.sampling.temperature,
+                "dtype": str(next(self.gen.target.model.parameters()).dtype),
                 "precision": settings.precision or "as-loaded", "cpu_linear": settings.cpu_linear,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
 

@@ -1,13 +1,14 @@
-"""Hand-written decoding loops: one loop for every mode (:func:`decode`, cycles of a policy's plans), and the
+"""Hand-written decoding loops: one loop for every mode (:func:`generate_cycles`, cycles of a policy's plans), and the
 plain loops it is tested against: autoregressive (``generate``), token-level speculative (``generate_sd``)
 and the paper's Algorithm 1 (``generate_lr_reference``)."""
 
 from .autoregressive import decode_rows, generate
-from .driver import CyclePolicy, FixedPolicy, decode, fixed_policy, run_lr
+from .driver import CyclePolicy, FixedPolicy, fixed_policy, generate_cycles, run_cycles
 from .lookahead import run_cycle
 from .reference import generate_lr_reference
 from .results import GenerationResult, SDStats
 from .speculative import decode_rows_sd, generate_sd
 
-__all__ = ["CyclePolicy", "FixedPolicy", "GenerationResult", "SDStats", "decode", "decode_rows", "decode_rows_sd",
-           "fixed_policy", "generate", "generate_lr_reference", "generate_sd", "run_cycle", "run_lr"]
+__all__ = ["CyclePolicy", "FixedPolicy", "GenerationResult", "SDStats", "decode_rows", "decode_rows_sd",
+           "fixed_policy", "generate", "generate_cycles", "generate_lr_reference", "generate_sd", "run_cycle",
+           "run_cycles"]

@@ -1,7 +1,7 @@
 """Drafters: who proposes the gamma tokens that the target checks in one pass, and learns what it kept.
 
 A drafter is anything with ``propose(rows, gamma, active) -> Proposal`` and ``update(outcome)``;
-:func:`make_drafter` builds the ones registered by name in :data:`DRAFTERS`. ``propose`` sees the
+:class:`NGramDrafter` (prompt lookup) and :class:`ModelDrafter` (the draft model) are the two here. ``propose`` sees the
 committed token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per
 row, with their draft probabilities q when it has them. After the target has checked them, the loop
 calls ``update`` with a :class:`DraftOutcome`: per checked row, how many tokens it drafted (m) and how
@@ -16,7 +16,7 @@ are dropped), the n-gram drafter keeps none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import torch
 
@@ -206,20 +206,3 @@ class NGramDrafter:
 
     def update(self, outcome: DraftOutcome) -> None:
         """Nothing to adapt: what prompt lookup proposes depends only on the rows."""
-
-
-DRAFTERS: dict[str, Callable[..., Drafter]] = {
-    "ngram": lambda lm=None, sampling=None, generator=None, max_n=NGRAM_MAX, min_n=NGRAM_MIN: NGramDrafter(
-        max_n, min_n),
-    "draft": ModelDrafter,
-}
-
-
-def make_drafter(name: str, *, lm: LM | None = None, sampling: SamplingConfig | None = None,
-                 generator: torch.Generator | None = None, **options: Any) -> Drafter:
-    """The drafter registered as ``name`` in :data:`DRAFTERS`; ``options`` are forwarded to its
-    constructor: "ngram" (:class:`NGramDrafter`, prompt lookup; ``max_n``, ``min_n``) or "draft"
-    (:class:`ModelDrafter`, the draft model ``lm`` with the target's ``sampling``; ``draft_stop_below``,
-    ``confidence``, ``adaptive_gamma``)."""
-    require(name in DRAFTERS, f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
-    return DRAFTERS[name](lm=lm, sampling=sampling, generator=generator, **options)

@@ -13,16 +13,16 @@ Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.look
 batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
 :class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepRows`:
 rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
-never suspends it, so :func:`run_lr` runs it without an event loop (:func:`run_sync`).
+never suspends it, so :func:`run_cycles` runs it without an event loop (:func:`run_sync`).
 
 A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
 that writes the whole answer (``chunk``: no step ends); ``lr`` and ``lr-sd`` draft k steps a cycle
 (:func:`fixed_policy` builds each mode's). Mode ``auto``
 (:class:`lookahead_reasoning.planning.policy.AutoPolicy`, here and over engines: one planner, pricing
-forwards or requests) prices every plan before each cycle and learns from each. :func:`decode` is the
+forwards or requests) prices every plan before each cycle and learns from each. :func:`generate_cycles` is the
 one front door of this process's runtime, for every mode; EOS, the budget and the stop reason are the
-runtime's, in one place (:class:`~.tools.LRState`, the step writer's stop condition).
+runtime's, in one place (:class:`~.tools.CycleState`, the step writer's stop condition).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from ..sampling import make_generator
 from ..presets import LR_SD_TOKEN_SD, mode_gamma, mode_k
 from ..settings import CyclePlan, Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
-from .tools import CycleTools, LRState, make_tools
+from .tools import CycleTools, CycleState, make_tools
 from .lookahead import run_cycle, run_sync
 from .torch_rows import TorchRows
-from .results import CycleTrace, GenerationResult, LRStats
+from .results import CycleTrace, GenerationResult, CycleStats
 from .progress import Laps, OnText, stream_for
 
 
@@ -59,20 +59,30 @@ class Position:
     prefill: tuple[int, int] = (0, 0)
 
 
-class CyclePolicy(Protocol):
-    """Decides what every cycle of a step-level run does, and learns from what it did."""
+class CyclePolicy:
+    """Decides what every cycle of a step-level run does, and learns from what it did. A policy gives
+    :meth:`plan`; everything else a driver reads of it has a default here: the ``mode`` the result reports,
+    ``k`` (the most drafted steps a plan may use, what the run's stats report; 0: no plan drafts a step, so
+    the run is a plain one, with no step statistics and no draft endpoint needed), ``pads`` (target's,
+    draft's: the n each model runs a forward of n new tokens at in this process, see :class:`TorchCycles`),
+    every row run, nothing learned."""
 
-    mode: str  # the mode the result reports ("lr", "lr-sd", "auto", ...)
+    mode: str = "lr"
+    k: int = 1
+    pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)
 
-    def plan(self, position: Position) -> CyclePlan: ...
+    def plan(self, position: Position) -> CyclePlan:
+        raise NotImplementedError
 
     def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
         """How many target rows to run (>= 1), once the drafted tokens are scored (see :data:`~.tools.Gate`)."""
-        ...
+        return len(drafted_tokens) + 1
 
-    def learn(self, trace: CycleTrace) -> None: ...
+    def learn(self, trace: CycleTrace) -> None:
+        pass
 
-    def finish(self, completed: bool) -> None: ...
+    def finish(self, completed: bool) -> None:
+        pass
 
 
 class Cycles(Protocol):
@@ -86,7 +96,7 @@ class Cycles(Protocol):
     async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace: ...
 
 
-class FixedPolicy:
+class FixedPolicy(CyclePolicy):
     """Every cycle runs the same plan: ``k`` drafted steps (``width`` drafts per position, on the
     ``schedule``), the target's rows drafting ``gamma`` tokens an SD iteration (None: the writers' own; 0:
     none) with the draft's confidence stop ``draft_stop_below``. Mid-step the target first writes to the
@@ -107,17 +117,8 @@ class FixedPolicy:
             return CyclePlan(0, draft_stop_below=self.draft_stop_below)
         return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)
 
-    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
-        return len(drafted_tokens) + 1
 
-    def learn(self, trace: CycleTrace) -> None:
-        pass
-
-    def finish(self, completed: bool) -> None:
-        pass
-
-
-async def drive(cycles: Cycles, policy: CyclePolicy, stats: LRStats,
+async def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
                 on_cycle: Callable[[CycleTrace], None] | None = None) -> None:
     """Cycles of ``policy``'s plans on ``cycles`` until it is done (module docstring); every trace goes
     to ``stats`` and then to ``on_cycle``. ``policy.finish`` hears whether the run completed."""
@@ -139,14 +140,13 @@ class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
     ``state``'s sessions with ``tools`` (:class:`~.torch_rows.TorchRows`). Each trace also carries what
     the cycle measured: the forward seconds of both models, every timed forward, and the SD iterations
-    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). ``pads`` (target's,
-    draft's): the n each model runs a forward of n new tokens per row at
+    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). The policy's ``pads``
+    (target's, draft's): the n each model runs a forward of n new tokens per row at
     (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM in both roles pads as the
     target)."""
 
-    def __init__(self, state: LRState, tools: CycleTools, stats: LRStats,
-                 pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)):
-        self.state, self.tools, self.stats, self.pads = state, tools, stats, pads
+    def __init__(self, state: CycleState, tools: CycleTools, stats: CycleStats):
+        self.state, self.tools, self.stats = state, tools, stats
 
     @property
     def done(self) -> str | None:
@@ -165,7 +165,7 @@ class TorchCycles:
         timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
         with ExitStack() as stack:
             for role in ((1, 0) if lms[0] is not lms[1] else (0,)):  # the target's padding innermost
-                stack.enter_context(lms[role].metered(timed[role].append, self.pads[role]))
+                stack.enter_context(lms[role].metered(timed[role].append, policy.pads[role]))
             gate = lambda tokens, agreements: policy.rows(plan, tokens, agreements)  # noqa: E731
             trace = await run_cycle(TorchRows(self.state, self.tools, gate), plan)
         trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
@@ -176,10 +176,9 @@ class TorchCycles:
         return trace
 
 
-def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStats,
-           on_text: OnText | None = None,
-           pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)) -> GenerationResult:
-    """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``pads``); the
+def run_cycles(state: CycleState, tools: CycleTools, policy: CyclePolicy, stats: CycleStats,
+               on_text: OnText | None = None) -> GenerationResult:
+    """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``policy.pads``); the
     accepted text goes to ``on_text`` as it grows."""
     target_lm, draft_lm = state.target.lm, state.draft.lm
     streamer = stream_for(on_text, target_lm.decode)
@@ -187,7 +186,7 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
     grow = (lambda *_: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
     state.on_tokens = grow
     with Laps() as wall:
-        run_sync(drive(TorchCycles(state, tools, stats, pads), policy, stats, grow))
+        run_sync(drive(TorchCycles(state, tools, stats), policy, stats, grow))
     state.done = state.done or "budget"
     t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
     if stats.target_sd is not None:
@@ -201,7 +200,7 @@ def run_lr(state: LRState, tools: CycleTools, policy: CyclePolicy, stats: LRStat
 
 
 def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
-                max_new_tokens: int) -> LRState:
+                max_new_tokens: int) -> CycleState:
     """Both sessions at the prompt. ``draft_ids``: the prompt in the draft's tokenizer; None: ``prompt_ids``
     where the pair shares one vocabulary, else the target's prompt text cut by the draft's tokenizer. A model
     on the compiled path sizes its cache for the prompt and the budget now (and a bucket's padding)."""
@@ -210,7 +209,7 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
             pair.target.decode(list(prompt_ids), skip_special_tokens=False))
     for lm, prompt in ((pair.target, prompt_ids), (pair.draft, draft_ids)):
         lm.reserve(len(prompt) + max_new_tokens + 64)
-    return LRState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
+    return CycleState(pair.target.session([list(prompt_ids)]), pair.draft.session([list(draft_ids)]), len(prompt_ids),
                    len(draft_ids), max_new_tokens)
 
 
@@ -241,7 +240,7 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
     return settings.with_overrides(token_sd=token_sd, k=k), FixedPolicy(k, stop, "lr-sd", width=settings.width)
 
 
-def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
+def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
            policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
            draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """One prompt, any mode, on this process's runtime: cycles of ``policy``'s plans until EOS or the budget.
@@ -252,9 +251,9 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPolicy` from
     :func:`fixed_policy`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
     (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
-    tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. A policy's ``pads``
-    (target's, draft's), where it has them, are the n each model runs a forward of n new tokens at
-    (:class:`TorchCycles`): mode ``auto`` runs forwards at the n its cost table prices them at.
+    tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. The policy's ``pads``
+    (target's, draft's) are the n each model runs a forward of n new tokens at (:class:`TorchCycles`):
+    mode ``auto`` runs forwards at the n its cost table prices them at.
     """
     settings = local_settings(settings)
     if policy is None or isinstance(policy, str):
@@ -263,14 +262,14 @@ def decode(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, setti
     if policy.mode == "sd":
         require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
                 "use sd-ngram, or a draft of the target's family")
-    stats = LRStats(k=getattr(policy, "k", settings.k or 0))
+    stats = CycleStats(k=policy.k)
     tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
     state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    result = run_lr(state, tools, policy, stats, on_text, getattr(policy, "pads", (None, None)))
+    result = run_cycles(state, tools, policy, stats, on_text)
     if isinstance(policy, FixedPolicy) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
         result.stats = stats.target_sd if policy.gamma else None
     return result
 
 
-__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "decode", "drive",
-           "fixed_policy", "run_lr", "run_sync", "start_state"]
+__all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "drive", "generate_cycles",
+           "fixed_policy", "run_cycles", "run_sync", "start_state"]

@@ -56,7 +56,7 @@ from ..verifiers.base import Verdict, Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores, verify_pairs
 from .autoregressive import decode_rows
 from ..runtime.vocab import check_same_tokenizer
-from .results import CycleTrace, GenerationResult, LRStats
+from .results import CycleTrace, GenerationResult, CycleStats
 from ..settings import Settings
 from ..steps import Step, StepConfig, StepModel, StepRequest
 
@@ -109,14 +109,6 @@ class LocalSteps:
 
     async def awrite(self, request: StepRequest) -> Step:
         return self.write_one(request)
-
-
-def write_step(lm, context: Sequence[int], steps: StepConfig, budget: int, sampling: SamplingConfig,
-               generator: torch.Generator | None = None, author: str = "target") -> Step:
-    """One step of ``lm`` after ``context`` (token ids), alone and from scratch (:class:`LocalSteps`)."""
-    step = LocalSteps(lm, steps, sampling, generator=generator).write_one(StepRequest(tuple(context), budget))
-    step.author = author
-    return step
 
 
 def _local(model) -> StepModel:
@@ -178,10 +170,10 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
 
     ``settings`` (default ``Settings()``): this loop reads its ``k`` (None: 2, mode lr's preset),
     ``max_new_tokens``, ``steps``, ``sampling`` and ``seed``, which mean what they mean for
-    :func:`.driver.decode`; it has none of the rest (it needs one shared tokenizer and has no
+    :func:`.driver.generate_cycles`; it has none of the rest (it needs one shared tokenizer and has no
     width, no token-level SD, no streaming). Returns the new token ids and text with
-    ``mode="lr-reference"`` and an :class:`LRStats` of the cycles; with greedy decoding they equal
-    ``decode``'s.
+    ``mode="lr-reference"`` and a :class:`CycleStats` of the cycles; with greedy decoding they equal those
+    of ``generate_cycles``.
     """
     settings = settings or Settings()
     k, max_new_tokens = settings.drafted_steps, settings.max_new_tokens
@@ -190,7 +182,7 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
     generator = make_generator(settings.seed)
     target, draft = (LocalSteps(lm, settings.steps, settings.sampling, generator=generator)
                      for lm in (target_lm, draft_lm))
-    stats, new, at_boundary, reason = LRStats(k=k), [], True, None
+    stats, new, at_boundary, reason = CycleStats(k=k), [], True, None
     calls_before = target_lm.stats.calls
     with Laps() as wall:
         while reason is None and len(new) < max_new_tokens:
@@ -204,4 +196,4 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
                             target_lm.stats.calls - calls_before, wall.total(), mode="lr-reference", stats=stats)
 
 
-__all__ = ["LocalSteps", "generate_lr_reference", "lr_cycle_reference", "write_step"]
+__all__ = ["LocalSteps", "generate_lr_reference", "lr_cycle_reference"]

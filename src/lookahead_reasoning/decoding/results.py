@@ -3,7 +3,7 @@ never in globals.
 
 * :class:`GenerationResult`: what any loop produced (tokens, text, stop reason, wall time) and its stats;
 * :class:`SDStats`: token-level speculative decoding (alpha, the accept histogram, the cost ratio c);
-* :class:`CycleTrace` / :class:`LRStats`: Lookahead Reasoning, one trace per cycle (alpha1, c1), and,
+* :class:`CycleTrace` / :class:`CycleStats`: Lookahead Reasoning, one trace per cycle (alpha1, c1), and,
   for the adaptive mode, the plan each cycle ran with its predicted and realised speed.
 """
 
@@ -149,7 +149,7 @@ class CycleTrace:
 
 
 @dataclass
-class LRStats:
+class CycleStats:
     """Step-level statistics over a generation; alpha1 and c1 in the paper's sense."""
 
     k: int = 0
@@ -258,7 +258,7 @@ class GenerationResult:
     target_forwards: int
     wall_time_s: float
     mode: str = "ar"
-    stats: SDStats | LRStats | None = None
+    stats: SDStats | CycleStats | None = None
 
     @property
     def num_tokens(self) -> int:

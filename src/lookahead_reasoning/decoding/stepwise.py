@@ -35,7 +35,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores
 from .driver import CyclePolicy, FixedPolicy, Position, drive
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle
-from .results import CycleTrace, GenerationResult, LRStats, PlanNote
+from .results import CycleTrace, GenerationResult, CycleStats, PlanNote
 from .progress import OnText, stream_for
 
 
@@ -170,12 +170,6 @@ async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, pl
         rows.close()
 
 
-def run_cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
-                   budget: int) -> CycleTrace:
-    """:func:`cycle_over` for synchronous callers."""
-    return asyncio.run(cycle_over(target, draft, verifier, plan, x, budget))
-
-
 # ---------------------------------------------------------------------------------------- the run
 
 @dataclass
@@ -212,7 +206,7 @@ class StepCycles:
     overshoot mean nothing). Rows run as the step models
     run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
 
-    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: LRStats):
+    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: CycleStats):
         self.target, self.draft, self.verifier, self.run, self.stats = target, draft, verifier, run, stats
 
     @property
@@ -240,31 +234,33 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
                              policy: CyclePolicy, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
     """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
-    ``policy`` plans each cycle and learns from it. The models' connections stay open: other runs on the
-    same event loop may share them, so whoever runs the loop closes them (:func:`generate_stepwise` does)."""
+    ``policy`` plans each cycle and learns from it; the result reports its mode. The models' connections stay
+    open: other runs on the same event loop may share them, so whoever runs the loop closes them
+    (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
-    run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), LRStats(), time.perf_counter()
+    run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), CycleStats(), time.perf_counter()
     each = (lambda trace: on_cycle(trace, run)) if on_cycle is not None else None
     await drive(StepCycles(target, draft, verifier, run, stats), policy, stats, each)
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
-                            mode="lr-stepwise", stats=stats)
+                            mode=policy.mode, stats=stats)
 
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
                       policy: CyclePolicy | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                       on_text: OnText | None = None) -> GenerationResult:
-    """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k)."""
+    """:func:`agenerate_stepwise` for synchronous callers (default policy: sync LR with mode lr's k, reported as
+    ``lr-stepwise``)."""
     streamer = stream_for(on_text, target.decode)
     on_cycle = (lambda trace, run: streamer.update(run.new)) if streamer else None
-    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy or FixedPolicy(mode_k("lr")),
-                                                    max_new_tokens, on_cycle), target, draft))
+    policy = policy or FixedPolicy(mode_k("lr"), mode="lr-stepwise")
+    result = asyncio.run(closing(agenerate_stepwise(target, draft, prompt_ids, verifier, policy, max_new_tokens,
+                                                    on_cycle), target, draft))
     if streamer:
         streamer.finish(result.token_ids)
     return result
 
 
-__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise",
-           "run_cycle_over"]
+__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]

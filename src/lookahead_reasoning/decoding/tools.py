@@ -1,4 +1,4 @@
-"""What a Lookahead Reasoning generation carries from cycle to cycle: where it stands (:class:`LRState`)
+"""What a Lookahead Reasoning generation carries from cycle to cycle: where it stands (:class:`CycleState`)
 and the collaborators every cycle works with (:class:`CycleTools`, wired by :func:`make_tools`): who writes
 a step (:class:`StepWriter`: one model, plain decoding or token SD inside the step), how step text moves
 between two tokenizers (:class:`Translator`), and who drafts tokens for the target's rows
@@ -23,7 +23,7 @@ from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verifier
 from .autoregressive import decode_rows
 from .drafters import Drafter, ModelDrafter, NGramDrafter
-from .results import LRStats, SDStats
+from .results import CycleStats, SDStats
 from .speculative import TokenSDRun, decode_rows_sd
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class StepWriter:
 
 
 @dataclass
-class LRState:
+class CycleState:
     """Where a generation stands: both sessions (one row each), the text so far, the budget."""
 
     target: Session
@@ -117,7 +117,7 @@ class LRState:
         return self.max_new_tokens - self.generated
 
 
-RowDrafter = Callable[[LRState, int, "float | None"], Drafter]
+RowDrafter = Callable[[CycleState, int, "float | None"], Drafter]
 # gate(target tokens of each drafted step, agreement of each drafted step with a row) -> how many target
 # rows to run (>= 1).
 # Rows beyond are dropped before any of them runs; the last kept row is then a bonus row (not judged).
@@ -148,7 +148,7 @@ class CycleTools:
 
 
 def make_tools(pair: ModelPair, verifier: Verifier, settings: Settings | None = None, *,
-               generator: torch.Generator, stats: LRStats) -> CycleTools:
+               generator: torch.Generator, stats: CycleStats) -> CycleTools:
     """Wire the writers, drafters and translator of one generation over ``pair`` (the target p, the draft q,
     and whether they share one vocabulary: drafted steps then cross as ids, and token-level SD with the
     draft model is possible).
@@ -192,7 +192,7 @@ class ModelRows:
     def __init__(self, draft_lm: LM, sampling: SamplingConfig, generator: torch.Generator):
         self.draft_lm, self.sampling, self.generator = draft_lm, sampling, generator
 
-    def __call__(self, state: LRState, n_rows: int, draft_stop_below: float | None) -> Drafter:
+    def __call__(self, state: CycleState, n_rows: int, draft_stop_below: float | None) -> Drafter:
         drafter = ModelDrafter(self.draft_lm, self.sampling, self.generator, draft_stop_below=draft_stop_below,
                                confidence=True)
         drafter.attach(state.draft if n_rows == 1 else state.draft.fork(n_rows))

@@ -30,7 +30,7 @@ from ..runtime.session import Session
 from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
-from .tools import CycleTools, Gate, LRState, StepWriter, Translator, WriteRule
+from .tools import CycleTools, Gate, CycleState, StepWriter, Translator, WriteRule
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
 from .speculative import greedy_accept, speculative_accept
 from .results import CycleTrace
@@ -40,7 +40,7 @@ class TorchRows:
     """The cycle's verbs (:class:`~.lookahead.CycleRows`) over ``state``'s sessions with ``tools``;
     ``gate`` may drop rows after the scoring pass."""
 
-    def __init__(self, state: LRState, tools: CycleTools, gate: Gate | None = None):
+    def __init__(self, state: CycleState, tools: CycleTools, gate: Gate | None = None):
         self.state, self.tools, self.gate, self.verifier = state, tools, gate, tools.verifier
 
     @property
@@ -65,7 +65,7 @@ class TorchRows:
         return accept(self.state, written.judged, written, m, rescued, self.tools.translator)
 
 
-def torch_cycle(state: LRState, plan: CyclePlan | int, tools: CycleTools, gate: Gate | None = None) -> CycleTrace:
+def torch_cycle(state: CycleState, plan: CyclePlan | int, tools: CycleTools, gate: Gate | None = None) -> CycleTrace:
     """One cycle (:func:`~.lookahead.run_cycle`) on this process's runtime; ``plan`` may be just k
     (``tools.plan(k)``). Updates ``state`` in place."""
     plan = tools.plan(plan) if isinstance(plan, int) else plan
@@ -74,7 +74,7 @@ def torch_cycle(state: LRState, plan: CyclePlan | int, tools: CycleTools, gate: 
 
 # ---------------------------------------------------------------------------------------- 1. draft
 
-def draft(state: LRState, k: int, tools: CycleTools) -> list[Step]:
+def draft(state: CycleState, k: int, tools: CycleTools) -> list[Step]:
     """Step 1: the draft writes up to k steps after x; stops after a step that does not end on a delimiter."""
     drafted: list[Step] = []
     used = 0
@@ -88,7 +88,7 @@ def draft(state: LRState, k: int, tools: CycleTools) -> list[Step]:
     return drafted
 
 
-def draft_alternatives(state: LRState, drafted: list[Step], tools: CycleTools, width: int) -> list[list[Step]]:
+def draft_alternatives(state: CycleState, drafted: list[Step], tools: CycleTools, width: int) -> list[list[Step]]:
     """With width W > 1: W - 1 extra drafts at each complete drafted position, in one batched draft pass."""
     chain = [s for s in drafted if s.complete]
     if width <= 1 or not chain:
@@ -111,7 +111,7 @@ def draft_alternatives(state: LRState, drafted: list[Step], tools: CycleTools, w
 
 # ---------------------------------------------------------------------------------------- 2. target
 
-def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePlan | None = None,
+def target(state: CycleState, drafted: list[Step], tools: CycleTools, plan: CyclePlan | None = None,
            gate: Gate | None = None) -> TargetPass:
     """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
 
@@ -147,7 +147,7 @@ def target(state: LRState, drafted: list[Step], tools: CycleTools, plan: CyclePl
     return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
 
 
-def kept_as_written(state: LRState, rows: list[list[int]], drafted: list[Step]):
+def kept_as_written(state: CycleState, rows: list[list[int]], drafted: list[Step]):
     """With nothing drafted and one row, every token the target writes is kept: the row's ``on_token``
     then tells ``state.on_tokens`` (a stream hears the answer as it is written, not once a cycle)."""
     if state.on_tokens is None or drafted or len(rows) != 1:
@@ -155,12 +155,12 @@ def kept_as_written(state: LRState, rows: list[list[int]], drafted: list[Step]):
     return lambda row, new: state.on_tokens()
 
 
-def target_rows(state: LRState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
+def target_rows(state: CycleState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
     """Row contexts x, x+s^_1, ... (:func:`~.lookahead.row_contexts`) in the target's ids, and budgets."""
     return row_contexts(state.target.rows[0], state.remaining, drafted, translator.to_target)
 
 
-def score_chain(state: LRState, rows: list[list[int]], drafted: list[Step], translator: Translator,
+def score_chain(state: CycleState, rows: list[list[int]], drafted: list[Step], translator: Translator,
                 writer: StepWriter, scores: list[TokenScores] | None = None) -> tuple[list[list[int]], list[float]]:
     """Score all drafted tokens in ONE forward of the prefix row: each row's opening tokens.
 
@@ -234,7 +234,7 @@ def score_alternatives(written: TargetPass, m: int, candidates: list[Step],
 
 # ---------------------------------------------------------------------------------------- 4. accept
 
-def accept(state: LRState, drafted: list[Step], written: TargetPass, m: int, rescued: Step | None,
+def accept(state: CycleState, drafted: list[Step], written: TargetPass, m: int, rescued: Step | None,
            translator: Translator) -> tuple[int, bool]:
     """Step 4: keep s^_1..s^_m, then the target's step of row m (or the rescuing alternative).
 

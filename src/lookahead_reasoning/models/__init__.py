@@ -21,12 +21,12 @@ Four modules, four jobs:
 * :mod:`.placement`: :func:`resolve_device`, :func:`resolve_dtype` (with :func:`cpu_supports_bf16`,
   :func:`cpu_supports_int8_dot`)
   and :func:`resolve_attn_implementation`;
-* :mod:`.loading`: :class:`LoadedModel`, :func:`as_loaded` and :func:`load_model`'s dispatch (with
+* :mod:`.loading`: :class:`LoadedModel` and :func:`load_model`'s dispatch (with
   :class:`LoadOptions`);
 * :mod:`.gguf`: reading a GGUF file into a dense transformers model.
 """
 
-from .loading import LoadedModel, LoadOptions, as_loaded, context_window, load_model, load_tokenizer
+from .loading import LoadedModel, LoadOptions, context_window, load_model, load_tokenizer
 from .offline import (
                       CHUNK_BYTES,
                       CONVERTED_MARKER,
@@ -51,6 +51,6 @@ from .placement import (
 
 __all__ = [
     "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadOptions", "LoadedModel", "OFFLINE_MODELS",
-    "OfflineModel", "as_loaded", "cache_root", "context_window", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "load_tokenizer", "offline_gguf",
+    "OfflineModel", "cache_root", "context_window", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "load_tokenizer", "offline_gguf",
     "offline_names", "offline_spec", "part_files", "resolve_attn_implementation", "resolve_device", "resolve_dtype",
 ]

@@ -31,7 +31,7 @@ class LoadedModel:
     """A model ready for inference, with its tokenizer and where it came from.
 
     ``source`` is ``"offline"`` (a registry name), ``"gguf"`` (a .gguf file), ``"local"`` (a
-    directory), ``"hub"`` (a hub id) or ``"memory"`` (:func:`as_loaded`, test models).
+    directory), ``"hub"`` (a hub id) or ``"memory"`` (models built in this process, such as the tiny test models).
     """
 
     model: Any  # a transformers PreTrainedModel (causal LM), eval mode, no grads
@@ -40,17 +40,6 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     source: str
-
-
-def as_loaded(model: Any, tokenizer: Any, name: str | None = None) -> LoadedModel:
-    """Wrap an already-loaded ``(model, tokenizer)`` pair: eval mode, no grads, pad token ensured.
-
-    The device and dtype are read from the model's first parameter.
-    """
-    _prepare(model, tokenizer)
-    param = next(model.parameters())
-    name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
-    return LoadedModel(model, tokenizer, str(name), param.device, param.dtype, "memory")
 
 
 def _prepare(model: Any, tokenizer: Any) -> None:
@@ -249,4 +238,4 @@ def _hub_failed(model_id: str) -> Callable[[Exception], str]:
     return message
 
 
-__all__ = ["LoadOptions", "LoadedModel", "as_loaded", "context_window", "load_model"]
+__all__ = ["LoadOptions", "LoadedModel", "context_window", "load_model"]

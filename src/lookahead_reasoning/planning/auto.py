@@ -1,11 +1,11 @@
 """Mode ``auto``: Lookahead Reasoning whose every cycle runs the plan the planner prices fastest.
 
-The loop (the one every mode runs, :func:`lookahead_reasoning.decoding.driver.decode`):
+The loop (the one every mode runs, :func:`lookahead_reasoning.decoding.driver.generate_cycles`):
 
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop ``draft_stop_below``) with the cost table at the current context length and
               the rates learned so far (the first cycle also pays for feeding the prompt);
-  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.run_lr` runs it):
+  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.run_cycles` runs it):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
               whose rows the step gate may cut after the scoring pass;
@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..decoding.driver import decode
+from ..decoding.driver import generate_cycles
 from ..decoding.results import GenerationResult
 from ..errors import require
 from ..models import cache_root, hardware
@@ -220,7 +220,7 @@ def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
 def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
                   *, on_text: Callable[[str], None] | None = None, planning: Planning | None = None,
                   draft_ids: Sequence[int] | None = None) -> GenerationResult:
-    """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.decode`.
+    """Adaptive speculation for one prompt (module docstring), on :func:`~..decoding.driver.generate_cycles`.
 
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`). ``settings``: default
     ``Settings.preset()`` (change fields with ``settings.with_overrides(...)``); ``planning``: the cost table,
@@ -244,9 +244,9 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     for grid in grids:
         grid.padding = config.pad
     pads = tuple(grid.padded_n if config.pad else None for grid in grids)  # forwards run at the n they are priced at
-    policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None)
-    policy.pads = pads
-    return decode(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
+    policy = AutoPolicy(planner, settings.steps.delimiters, on_finish=planning.save if config.learn else None,
+                        pads=pads)
+    return generate_cycles(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
 
 
 __all__ = ["Planning", "auto_token_sd", "cache_path", "cost_key", "generate_auto", "load_or_profile"]

@@ -54,7 +54,7 @@ class CostGrid:
     each further cached token adds per row (attention and cache reads grow with the context).
     Between grid points the time is linear in n; past the largest n of a row count, that row count's
     curve follows the 1-row curve's shape; between and past row counts it is linear in R.
-    With ``padding`` a forward is priced (and run, through ``run_lr``'s ``pads``) at the n :meth:`padded_n` picks.
+    With ``padding`` a forward is priced (and run, through the policy's ``pads``) at the n :meth:`padded_n` picks.
     """
 
     points: dict[int, dict[int, float]]

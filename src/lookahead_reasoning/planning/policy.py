@@ -21,25 +21,25 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from ..decoding.driver import Position
+from ..decoding.driver import CyclePolicy, Position
 from ..decoding.results import CycleTrace, PlanNote
 from ..settings import CyclePlan
-from ..runtime.lm import ForwardTiming
+from ..runtime.lm import ForwardTiming, PadPolicy
 from .estimates import Book
 from .planner import Planner
 
 
-class AutoPolicy:
+class AutoPolicy(CyclePolicy):
     """Mode ``auto``'s :class:`~lookahead_reasoning.decoding.driver.CyclePolicy` (module docstring).
     ``delimiters``: the step delimiters (an overshooting SD iteration that crossed one wrote the end of
     one step and the start of the next); ``on_finish``: called when a run completes (saving what it
-    learned)."""
+    learned); ``pads``: the n (target's, draft's) each forward runs at, as the cost table prices it."""
 
     def __init__(self, planner: Planner, delimiters: Sequence[str], on_finish: Callable[[], None] | None = None,
-                 mode: str = "auto"):
+                 mode: str = "auto", pads: tuple[PadPolicy | None, PadPolicy | None] = (None, None)):
         self.planner, self.delimiters, self.on_finish, self.mode = planner, tuple(delimiters), on_finish, mode
         self.k = planner.config.max_k  # the most drafted steps a plan may use (what a run's stats report as k)
-        self.pads: tuple = (None, None)  # the n (target's, draft's) each forward runs at, as the table prices it
+        self.pads = pads
         self.chosen: tuple[CyclePlan, float, Position] | None = None  # this cycle's plan, its predicted speed, where
 
     def plan(self, position: Position) -> CyclePlan:

@@ -29,7 +29,7 @@ from .formulas import (
     f_step, f_sync, f_sync_batched, g_token, h_combined, lookahead_pays, parallel_degree, sd_ceiling, sd_speedup,
 )
 from .costed import (
-    CycleEstimate, StepRates, TokenRates, ar_rate, chunk_cycle, drafted_pmf, expected_accepted, f_sync_costed,
+    CycleEstimate, StepRates, TokenRates, chunk_cycle, drafted_pmf, expected_accepted, f_sync_costed,
     iteration_seconds, kept_pmf, lr_cycle, request_cycle, sd_rate, step_cycle, tokens_per_iteration,
 )
 from .joint import h_joint
@@ -41,7 +41,7 @@ from .simulate import (
 from .simulate_costed import CostedPlay, simulate_costed_lr, simulate_costed_sd
 
 __all__ = [
-    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepRates", "TokenRates", "ar_rate", "chunk_cycle", "drafted_pmf",
+    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepRates", "TokenRates", "chunk_cycle", "drafted_pmf",
     "expected_accepted", "f_sync_costed", "iteration_seconds", "kept_pmf", "lr_cycle", "request_cycle", "sd_rate", "simulate_costed_lr",
     "simulate_costed_sd", "step_cycle", "tokens_per_iteration",
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",

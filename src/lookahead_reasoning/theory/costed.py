@@ -42,7 +42,7 @@ from .formulas import check_count, check_rate, f_sync_batched
 
 CostFn = Callable[[int, int], float]
 
-__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepRates", "TokenRates", "ar_rate", "chunk_cycle", "drafted_pmf",
+__all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepRates", "TokenRates", "chunk_cycle", "drafted_pmf",
            "expected_accepted", "kept_pmf", "request_cycle", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
            "step_cycle", "tokens_per_iteration"]
 
@@ -160,11 +160,6 @@ def iteration_seconds(gamma: int, model: TokenRates, target: CostFn, draft: Cost
 def sd_rate(gamma: int, model: TokenRates, target: CostFn, draft: CostFn, overhead: float = 0.0) -> float:
     """Tokens per second of token SD with ``gamma`` (renewal-reward: tokens per iteration / its seconds)."""
     return tokens_per_iteration(gamma, model) / iteration_seconds(gamma, model, target, draft, 1, overhead)
-
-
-def ar_rate(target: CostFn, overhead: float = 0.0) -> float:
-    """Tokens per second of plain decoding: one token per ``target(1, 1)``."""
-    return 1.0 / (target(1, 1) + overhead)
 
 
 # ---------------------------------------------------------------------------------------- step level

@@ -86,11 +86,11 @@ def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Pre
     - ``c``      draft/target cost ratio of one forward pass (>= 0);
     - ``alpha1`` step acceptance rate, in [0, 1);
     - ``c1``     draft step time / target step time (one batched target step run), >= 0;
-    - ``k``      drafted steps per LR cycle (int >= 0), as in ``LRStats.k``; the step parallelism is then
+    - ``k``      drafted steps per LR cycle (int >= 0), as in ``CycleStats.k``; the step parallelism is then
                  ``k1 = k + 1`` (k drafted steps, k + 1 target rows). A ``k1`` field, if given, wins.
 
     Where ``alpha``, ``gamma`` or ``c`` is missing and the object has a ``target_sd`` field (as
-    ``LRStats`` does: token SD inside the target's steps), that field's ``alpha``/``gamma``/``c`` are
+    ``CycleStats`` does: token SD inside the target's steps), that field's ``alpha``/``gamma``/``c`` are
     used. So ``predict(lr_stats)``, ``predict(sd_stats)`` and ``predict({"alpha": .8, ...})`` all work.
 
     ``costs``: the target's measured forward time ``T(R, n)`` (a ``planning.CostGrid`` or any callable
