@@ -185,8 +185,9 @@ def mode_label(mode: str, kw: dict) -> str:
 
 
 def path_of(lm: LM) -> str:
-    """How ``lm``'s forwards run now: "off" (the eager loops over a DynamicCache) or backend/attention."""
-    return "off" if lm.fast is None else f"{lm.fast.config.backend}/{lm.fast.config.attention}"
+    """How ``lm``'s forwards run now: "off" (the eager loops over a DynamicCache) or backend/attention (the
+    attention the path chose: "auto" is flex or sdpa by backend and device)."""
+    return "off" if lm.fast is None else f"{lm.fast.config.backend}/{lm.fast.attention}"
 
 
 def lossless_reference(target: LM, draft: LM, prompt: list[int], modes: tuple = LOSSLESS, tokens: int = 96) -> dict:
