@@ -153,13 +153,13 @@ def test_the_recorder_runs_the_one_loop_with_one_drafted_step_and_one_target_row
     import lookahead_reasoning.decoding.driver as driver
 
     plans = []
-    real = driver.TorchCycles.cycle
+    real = driver.run_cycle
 
-    async def cycle(self, plan, policy):
-        trace = await real(self, plan, policy)
+    def cycle(rows, plan):
+        trace = real(rows, plan)
         plans.append((plan.label, trace.target_rows, len(trace.drafted)))
         return trace
-    monkeypatch.setattr(driver.TorchCycles, "cycle", cycle)
+    monkeypatch.setattr(driver, "run_cycle", cycle)
     recs = records(record(tmp_path, recorder_for(models, delimiter)))
     assert {label for label, _, drafted in plans if drafted} == {"lr@k1r1"}
     assert all(rows == 1 for _, rows, _ in plans)

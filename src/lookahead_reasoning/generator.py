@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import fixed_policy, generate_cycles
+from .decoding.driver import drive, fixed_policy, prepare
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
@@ -315,8 +315,10 @@ class LookaheadGenerator:
         if mode == "sd" and not self.same_vocab:
             check_same_tokenizer(self.draft, self.target)  # raises with the explanation
         settings, policy = fixed_policy(mode, settings.with_overrides(k=self.settings.k if k is None else k))
-        return generate_cycles(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text,
-                               draft_ids=draft_ids)
+        cycles, policy = prepare(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text,
+                                 draft_ids=draft_ids)
+        drive(cycles, policy, cycles.stats, cycles.streamed)  # the one loop: plan, run_cycle, learn
+        return cycles.result(policy)
 
     def _generate_auto(self, prompt, raw: bool, settings: Settings, on_text, max_k: int | None,
                        learn: bool) -> GenerationResult:

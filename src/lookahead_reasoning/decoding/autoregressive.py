@@ -68,10 +68,9 @@ def decode_rows(
     while any(h is None for h in hits):
         active = [h is None for h in hits]
         # 1. one forward over all active rows; 2. pick each row's next token; 3. check its stop
-        if sampling.greedy:  # the argmax alone leaves the device (computed in the compiled path's graph)
-            tokens = session.argmax(active=active)[:, -1].tolist()
-        else:
-            tokens = next_token(session.logits(active=active)[:, -1], sampling, generator).tolist()
+        # greedy: the argmax alone leaves the device (computed in the compiled path's graph)
+        out = session.feed(active=active, greedy=sampling.greedy)[:, -1]
+        tokens = (out if sampling.greedy else next_token(out, sampling, generator)).tolist()
         finished = []
         for b in range(session.batch_size):
             if not active[b] or hits[b] is not None:

@@ -3,8 +3,9 @@ the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :cl
 
   1. plan    ``policy.plan(position)``: what the next cycle runs (:class:`~lookahead_reasoning.settings.CyclePlan`),
              from where the generation stands (:class:`Position`);
-  2. run     ``await cycles.cycle(plan, policy)``: the runtime runs it; a runtime that scores the drafted
-             tokens before its rows start asks ``policy.rows(...)`` how many rows to run;
+  2. run     ``run_cycle(rows, plan)`` on the verbs the runtime gives for this cycle (``cycles.verbs``); a
+             runtime that scores the drafted tokens before its rows start asks ``policy.rows(...)`` how
+             many rows to run; ``cycles.keep(trace)`` adds what the runtime measured;
   3. learn   ``policy.learn(trace)``: the finished cycle's :class:`~.results.CycleTrace` carries all a
              policy learns from (steps, verdicts, timings, forward seconds, SD iterations).
 
@@ -12,8 +13,9 @@ Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.look
 :class:`TorchCycles` (this process's PyTorch models, :class:`~.torch_rows.TorchRows`: KV forks, rows
 batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
 :class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepRows`:
-rows as concurrent requests, sync or async). The driver is a coroutine; this process's runtime
-never suspends it, so :func:`run_cycles` runs it without an event loop (:func:`run_sync`).
+rows as concurrent requests, sync or async). The driver and the cycle are plain functions; over step
+models they run in a thread of their own while the requests run on the caller's event loop
+(:func:`~.stepwise.agenerate_stepwise`).
 
 A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
@@ -27,9 +29,10 @@ runtime's, in one place (:class:`~.tools.CycleState`, the step writer's stop con
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence
+from typing import Callable, ContextManager, Iterator, Protocol, Sequence
 
 from ..errors import require
 from ..runtime.lm import ForwardTiming, PadPolicy
@@ -39,10 +42,10 @@ from ..presets import LR_SD_TOKEN_SD, mode_gamma, mode_k
 from ..settings import CyclePlan, Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from .tools import CycleTools, CycleState, make_tools
-from .lookahead import run_cycle, run_sync
+from .lookahead import CycleRows, run_cycle
 from .torch_rows import TorchRows
 from .results import CycleTrace, GenerationResult, CycleStats
-from .progress import Laps, OnText, stream_for
+from .progress import OnText, stream_for
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,14 @@ class Cycles(Protocol):
 
     def position(self) -> Position: ...
 
-    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace: ...
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> ContextManager[CycleRows]:
+        """The verbs of one cycle from the accepted prefix (:class:`~.lookahead.CycleRows`); on leaving, the
+        runtime stops what the cycle did not wait for."""
+        ...
+
+    def keep(self, trace: CycleTrace) -> None:
+        """Add what the runtime measured to a finished cycle's trace, and extend the text by its kept steps."""
+        ...
 
 
 class FixedPolicy(CyclePolicy):
@@ -118,15 +128,17 @@ class FixedPolicy(CyclePolicy):
         return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)
 
 
-async def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
-                on_cycle: Callable[[CycleTrace], None] | None = None) -> None:
+def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
+          on_cycle: Callable[[CycleTrace], None] | None = None) -> None:
     """Cycles of ``policy``'s plans on ``cycles`` until it is done (module docstring); every trace goes
     to ``stats`` and then to ``on_cycle``. ``policy.finish`` hears whether the run completed."""
     completed = False
     try:
         while cycles.done is None:
             plan = policy.plan(cycles.position())
-            trace = await cycles.cycle(plan, policy)
+            with cycles.verbs(plan, policy) as rows:
+                trace = run_cycle(rows, plan)
+            cycles.keep(trace)
             policy.learn(trace)
             stats.cycles.append(trace)
             if on_cycle is not None:
@@ -143,10 +155,19 @@ class TorchCycles:
     of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). The policy's ``pads``
     (target's, draft's): the n each model runs a forward of n new tokens per row at
     (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM in both roles pads as the
-    target)."""
+    target). ``on_text`` hears the accepted text as it grows (:meth:`streamed` after every cycle, and
+    token by token inside a cycle that keeps every token); :meth:`result` is the run's result."""
 
-    def __init__(self, state: CycleState, tools: CycleTools, stats: CycleStats):
+    def __init__(self, state: CycleState, tools: CycleTools, stats: CycleStats, on_text: OnText | None = None):
         self.state, self.tools, self.stats = state, tools, stats
+        self.streamer = stream_for(on_text, state.target.lm.decode)
+        state.on_tokens = self.streamed if self.streamer else None
+        self.lms = (state.target.lm, state.draft.lm)
+        self.before = [lm.stats.copy() for lm in self.lms]  # the whole run's, then each cycle's
+        self.run_before = list(self.before)
+        self.timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
+        self.logged = 0
+        self.start = time.perf_counter()
 
     @property
     def done(self) -> str | None:
@@ -158,45 +179,54 @@ class TorchCycles:
         return Position(self.state.generated, self.state.remaining, self.state.at_boundary, len(target.rows[0]),
                         unread)
 
-    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
-        lms = (self.state.target.lm, self.state.draft.lm)
-        before = [lm.stats.copy() for lm in lms]
-        logged = len(self.stats.target_sd.log) if self.stats.target_sd is not None else 0
-        timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
+    @contextmanager
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[TorchRows]:
+        lms = self.lms
+        self.before = [lm.stats.copy() for lm in lms]
+        self.logged = len(self.stats.target_sd.log) if self.stats.target_sd is not None else 0
+        self.timed = ([], [])
         with ExitStack() as stack:
             for role in ((1, 0) if lms[0] is not lms[1] else (0,)):  # the target's padding innermost
-                stack.enter_context(lms[role].metered(timed[role].append, policy.pads[role]))
-            gate = lambda tokens, agreements: policy.rows(plan, tokens, agreements)  # noqa: E731
-            trace = await run_cycle(TorchRows(self.state, self.tools, gate), plan)
-        trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(lms, before))
-        trace.target_forwards, trace.draft_forwards = timed
+                stack.enter_context(lms[role].metered(self.timed[role].append, policy.pads[role]))
+            yield TorchRows(self.state, self.tools, lambda tokens, agreements: policy.rows(plan, tokens, agreements))
+
+    def keep(self, trace: CycleTrace) -> None:
+        """The cycle's forward seconds, timed forwards and SD iterations (the sessions hold its text already)."""
+        trace.forward_s = sum(lm.stats.since(b).seconds for lm, b in zip(self.lms, self.before))
+        trace.target_forwards, trace.draft_forwards = self.timed
         if self.stats.target_sd is not None:  # one log entry per SD iteration of a row
-            trace.token_outcomes = self.stats.target_sd.log[logged:]
+            trace.token_outcomes = self.stats.target_sd.log[self.logged:]
         trace.sd_iterations = len(trace.token_outcomes)
-        return trace
+
+    def streamed(self, *_: object) -> None:
+        if self.streamer:
+            self.streamer.update(self.state.target.rows[0][self.state.prompt_len_target:])
+
+    def result(self, policy: CyclePolicy) -> GenerationResult:
+        """The run's result, reporting ``policy``'s mode: a fixed plan that drafts no step reports the token
+        loop's own statistics, if any (mode ``sd``), else none (``ar``)."""
+        state, stats, (target_lm, draft_lm) = self.state, self.stats, self.lms
+        state.done = state.done or "budget"
+        t_used, d_used = (lm.stats.since(b) for lm, b in zip(self.lms, self.run_before))
+        if stats.target_sd is not None:
+            stats.target_sd.target_forwards, stats.target_sd.target_seconds = t_used.calls, t_used.seconds
+            stats.target_sd.draft_forwards, stats.target_sd.draft_seconds = d_used.calls, d_used.seconds
+        new = state.target.rows[0][state.prompt_len_target:]
+        if self.streamer:
+            self.streamer.finish(new)
+        plain = isinstance(policy, FixedPolicy) and policy.k == 0
+        return GenerationResult(new, target_lm.decode(new), state.target.rows[0][:state.prompt_len_target], state.done,
+                                t_used.calls, time.perf_counter() - self.start, mode=policy.mode,
+                                stats=stats.target_sd if plain else stats)
 
 
 def run_cycles(state: CycleState, tools: CycleTools, policy: CyclePolicy, stats: CycleStats,
                on_text: OnText | None = None) -> GenerationResult:
     """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``policy.pads``); the
     accepted text goes to ``on_text`` as it grows."""
-    target_lm, draft_lm = state.target.lm, state.draft.lm
-    streamer = stream_for(on_text, target_lm.decode)
-    t_before, d_before = target_lm.stats.copy(), draft_lm.stats.copy()
-    grow = (lambda *_: streamer.update(state.target.rows[0][state.prompt_len_target:])) if streamer else None
-    state.on_tokens = grow
-    with Laps() as wall:
-        run_sync(drive(TorchCycles(state, tools, stats), policy, stats, grow))
-    state.done = state.done or "budget"
-    t_used, d_used = target_lm.stats.since(t_before), draft_lm.stats.since(d_before)
-    if stats.target_sd is not None:
-        stats.target_sd.target_forwards, stats.target_sd.target_seconds = t_used.calls, t_used.seconds
-        stats.target_sd.draft_forwards, stats.target_sd.draft_seconds = d_used.calls, d_used.seconds
-    new = state.target.rows[0][state.prompt_len_target:]
-    if streamer:
-        streamer.finish(new)
-    return GenerationResult(new, target_lm.decode(new), state.target.rows[0][:state.prompt_len_target], state.done,
-                            t_used.calls, wall.total(), mode=policy.mode, stats=stats)
+    cycles = TorchCycles(state, tools, stats, on_text)
+    drive(cycles, policy, stats, cycles.streamed)
+    return cycles.result(policy)
 
 
 def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
@@ -240,9 +270,27 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
     return settings.with_overrides(token_sd=token_sd, k=k), FixedPolicy(k, stop, "lr-sd", width=settings.width)
 
 
+def prepare(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
+            policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
+            draft_ids: Sequence[int] | None = None) -> tuple[TorchCycles, CyclePolicy]:
+    """One prompt's cycles on this process's runtime, ready for :func:`drive`, and the policy that plans them
+    (the arguments: :func:`generate_cycles`)."""
+    settings = local_settings(settings)
+    if policy is None or isinstance(policy, str):
+        mode = policy or ("lr-sd" if settings.token_sd is not None else "lr")
+        settings, policy = fixed_policy(mode, settings)
+    if policy.mode == "sd":
+        require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
+                "use sd-ngram, or a draft of the target's family")
+    stats = CycleStats(k=policy.k)
+    tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
+    state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
+    return TorchCycles(state, tools, stats, on_text), policy
+
+
 def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
-           policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
-           draft_ids: Sequence[int] | None = None) -> GenerationResult:
+                    policy: CyclePolicy | str | None = None, *, on_text: OnText | None = None,
+                    draft_ids: Sequence[int] | None = None) -> GenerationResult:
     """One prompt, any mode, on this process's runtime: cycles of ``policy``'s plans until EOS or the budget.
 
     ``pair``: the target and the draft (:func:`~..runtime.pair.model_pair`), which knows whether they share
@@ -255,21 +303,10 @@ def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifi
     (target's, draft's) are the n each model runs a forward of n new tokens at (:class:`TorchCycles`):
     mode ``auto`` runs forwards at the n its cost table prices them at.
     """
-    settings = local_settings(settings)
-    if policy is None or isinstance(policy, str):
-        mode = policy or ("lr-sd" if settings.token_sd is not None else "lr")
-        settings, policy = fixed_policy(mode, settings)
-    if policy.mode == "sd":
-        require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
-                "use sd-ngram, or a draft of the target's family")
-    stats = CycleStats(k=policy.k)
-    tools = make_tools(pair, verifier, settings, generator=make_generator(settings.seed), stats=stats)
-    state = start_state(pair, prompt_ids, draft_ids, settings.max_new_tokens)
-    result = run_cycles(state, tools, policy, stats, on_text)
-    if isinstance(policy, FixedPolicy) and policy.k == 0:  # no step drafted: the token loop's own stats, if any
-        result.stats = stats.target_sd if policy.gamma else None
-    return result
+    cycles, policy = prepare(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
+    drive(cycles, policy, cycles.stats, cycles.streamed)
+    return cycles.result(policy)
 
 
 __all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "drive", "generate_cycles",
-           "fixed_policy", "run_cycles", "run_sync", "start_state"]
+           "fixed_policy", "prepare", "run_cycles", "start_state"]

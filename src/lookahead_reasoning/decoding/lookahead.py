@@ -32,7 +32,7 @@ EOS or the token budget inside an accepted step ends generation exactly there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..settings import CyclePlan
 from ..steps import Step
@@ -65,19 +65,19 @@ class CycleRows(Protocol):
     @property
     def generated(self) -> int: ...  # tokens of the answer so far
 
-    async def draft(self, plan: CyclePlan) -> list[Step]:
+    def draft(self, plan: CyclePlan) -> list[Step]:
         """Step 1: up to ``plan.k`` drafted steps (none when the text does not end on a step boundary)."""
         ...
 
-    async def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
+    def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
         """``width`` - 1 sampled drafts beside each complete drafted step (one list per such step)."""
         ...
 
-    async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+    def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         """Step 2: the target's step on every row, judged as each finishes (a :class:`Judge`)."""
         ...
 
-    async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
+    def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
         """The target's scores of ``candidates`` after row m's context (likelihood verifiers only)."""
         ...
 
@@ -86,35 +86,35 @@ class CycleRows(Protocol):
         ...
 
 
-async def run_cycle(rows: CycleRows, plan: CyclePlan) -> CycleTrace:
-    """One LR cycle of ``plan`` (k, width, the rows' gamma and stop) on a runtime; its trace."""
+def run_cycle(rows: CycleRows, plan: CyclePlan) -> CycleTrace:
+    """One LR cycle of ``plan`` (k, width, the rows' gamma and stop) on a runtime; its trace. A stage with
+    nothing to do for the plan is not entered: with k = 0 (``ar``, ``sd``) the cycle is the target's row
+    and its acceptance; alternatives only with width > 1; no verdicts without a drafted step."""
     laps, before = Laps(), rows.generated
+    drafted: list[Step] = []
+    alternatives: list[list[Step]] = []
+    verdicts: list[Verdict] = []
+    alt_verdicts: list[Verdict] = []
+    m, rescued = 0, None
     with laps:  # the whole span, bookkeeping included (wall_s)
-        with laps("draft"):
-            drafted = await rows.draft(plan)
-            alternatives = await rows.alternatives(drafted, plan.width)
+        if plan.k > 0:
+            with laps("draft"):
+                drafted = rows.draft(plan)
+                if plan.width > 1:
+                    alternatives = rows.alternatives(drafted, plan.width)
         with laps("target"):
-            written = await rows.rows(drafted, plan)
-        with laps("verify"):
-            verdicts, m = verify(written)
-            alt_verdicts, rescued = await rescue(alternatives, verdicts, m, written, rows)
+            written = rows.rows(drafted, plan)
+        if drafted:
+            with laps("verify"):
+                verdicts, m = verify(written)
+                if alternatives:
+                    alt_verdicts, rescued = rescue(alternatives, verdicts, m, written, rows)
         m, appended = rows.accept(written, m, rescued)
     laps.move("target", "verify", written.judge_s)  # the early verdicts were given during step 2
     return CycleTrace(drafted if rescued is None else drafted[:m - 1] + [rescued], written.steps, verdicts, m,
                       appended, laps["draft"], laps["target"], laps["verify"], len(written.rows),
                       alternatives=alternatives, alt_verdicts=alt_verdicts, tokens=rows.generated - before,
                       wall_s=laps.total(), agreements=written.agreements)
-
-
-def run_sync(run: Coroutine[Any, Any, Any]) -> Any:
-    """The result of a coroutine that never suspends (a cycle, or the driver, over this process's
-    runtime), with no event loop: this works inside one (a notebook's) as well."""
-    try:
-        run.send(None)
-    except StopIteration as finished:
-        return finished.value
-    run.close()
-    raise RuntimeError("the runtime suspended the driver: run it with asyncio (an engine runtime)")
 
 
 def row_contexts(x: Sequence[int], remaining: int, drafted: list[Step],
@@ -176,7 +176,7 @@ def verify(written: TargetPass) -> tuple[list[Verdict], int]:
     return verdicts, m
 
 
-async def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, written: TargetPass,
+def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, written: TargetPass,
                  rows: CycleRows) -> tuple[list[Verdict], Step | None]:
     """With width > 1: judge the alternatives at position m (the first rejected draft); the first one
     the verifier accepts stands in for the target's correction there. Nothing happens when no
@@ -188,9 +188,9 @@ async def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int
     if not candidates:
         return [], None
     pairs = [(a.text, written.steps[m].text) for a in candidates]
-    scores = await rows.scores(written, m, candidates) if uses_scores(rows.verifier) else None
+    scores = rows.scores(written, m, candidates) if uses_scores(rows.verifier) else None
     verdicts = verify_pairs(rows.verifier, pairs, scores)
     return verdicts, next((a for a, v in zip(candidates, verdicts) if v.accepted), None)
 
 
-__all__ = ["CycleRows", "Judge", "TargetPass", "rescue", "row_contexts", "run_cycle", "run_sync", "verify"]
+__all__ = ["CycleRows", "Judge", "TargetPass", "rescue", "row_contexts", "run_cycle", "verify"]

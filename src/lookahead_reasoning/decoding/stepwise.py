@@ -23,9 +23,11 @@ text is the target's greedy text whatever k, width and schedule.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
 
 from ..errors import require
 from ..settings import CyclePlan
@@ -39,6 +41,9 @@ from .results import CycleTrace, GenerationResult, CycleStats, PlanNote
 from .progress import OnText, stream_for
 
 
+T = TypeVar("T")
+
+
 def _check_scorer(target: StepModel, verifier: Verifier) -> None:
     require(not uses_scores(verifier) or (hasattr(target, "ascore") and getattr(target, "can_score", True)),
             f"the {getattr(verifier, 'name', 'verifier')} verifier judges drafted steps by the target's "
@@ -47,15 +52,95 @@ def _check_scorer(target: StepModel, verifier: Verifier) -> None:
             "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
 
 
+class Bridge:
+    """The driver's thread's way to the caller's event loop: :meth:`run` a coroutine there, :meth:`call` a
+    function there, and wait for it; once the caller gives up (:meth:`stop`: its task was cancelled), the
+    next wait raises :class:`asyncio.CancelledError` in the driver's thread, which then ends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.stopped = loop, threading.Event()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        while True:
+            try:
+                return future.result(timeout=0.05)  # returns as soon as it is done; the timeout bounds a stop
+            except TimeoutError:
+                if self.stopped.is_set():
+                    future.cancel()
+                    raise asyncio.CancelledError("the caller stopped waiting for this generation") from None
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        async def on_loop() -> T:
+            return fn(*args)
+        return self.run(on_loop())
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class OnLoop(CyclePolicy):
+    """A policy whose every call runs on the caller's event loop (where a planner reads its endpoints'
+    load and other runs' policies run), for a driver in a thread of its own."""
+
+    def __init__(self, policy: CyclePolicy, bridge: Bridge):
+        self.policy, self.bridge = policy, bridge
+        self.mode, self.k, self.pads = policy.mode, policy.k, policy.pads
+
+    def plan(self, position: Position) -> CyclePlan:
+        return self.bridge.call(self.policy.plan, position)
+
+    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
+        return self.bridge.call(self.policy.rows, plan, drafted_tokens, agreements)
+
+    def learn(self, trace: CycleTrace) -> None:
+        self.bridge.call(self.policy.learn, trace)
+
+    def finish(self, completed: bool) -> None:
+        if self.bridge.stopped.is_set():  # the loop no longer waits for this run: nothing is kept of it
+            return
+        self.bridge.call(self.policy.finish, completed)
+
+
+async def in_thread(work: Callable[[Bridge], T]) -> T:
+    """``work(bridge)`` in a thread of its own while this event loop runs what it sends through the bridge;
+    cancelling the caller stops the thread at its next wait."""
+    loop = asyncio.get_running_loop()
+    bridge, done = Bridge(loop), loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(value) if error is None else done.set_exception(error)
+
+    def body() -> None:
+        value, failed = None, None
+        try:
+            value = work(bridge)
+        except BaseException as error:  # noqa: BLE001 (handed to the awaiting task)
+            failed = error
+        try:
+            loop.call_soon_threadsafe(settle, value, failed)
+        except RuntimeError:  # the loop is closed: nobody waits
+            pass
+
+    threading.Thread(target=body, name="lookahead-driver", daemon=True).start()
+    try:
+        return await done
+    finally:
+        bridge.stop()
+
+
 class StepRows:
     """One cycle's verbs (:class:`~.lookahead.CycleRows`) over two step models from the accepted prefix
     ``x`` with ``budget`` tokens left (``at_boundary``: x ends on a step delimiter, so steps may be
-    drafted). Rows, scores and alternatives are asyncio tasks; whatever the cycle did not wait for is
-    cancelled by :meth:`close`."""
+    drafted). Rows, scores and alternatives are asyncio tasks on the caller's event loop, reached through
+    ``bridge`` (the verbs are called from the driver's thread, :func:`in_thread`); whatever the cycle did not
+    wait for is cancelled by :meth:`close`."""
 
     def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, x: Sequence[int], budget: int,
-                 at_boundary: bool = True):
+                 at_boundary: bool = True, *, bridge: Bridge):
         _check_scorer(target, verifier)
+        self.bridge = bridge
         self.target_model, self.draft_model, self.verifier = target, draft, verifier
         self.x, self.budget, self.at_boundary = tuple(x), budget, at_boundary
         self.kept: list[int] = []  # the ids the cycle added (accept)
@@ -89,7 +174,19 @@ class StepRows:
             j += 1
         return False
 
-    async def draft(self, plan: CyclePlan) -> list[Step]:
+    def draft(self, plan: CyclePlan) -> list[Step]:
+        return self.bridge.run(self._draft(plan))
+
+    def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
+        return self.bridge.run(self._alternatives(drafted, width))
+
+    def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+        return self.bridge.run(self._rows(drafted, plan))
+
+    def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
+        return self.bridge.run(self._scores(written, m, candidates))
+
+    async def _draft(self, plan: CyclePlan) -> list[Step]:
         overlap, context, used = plan.schedule == "async", list(self.x), 0
         drafted = self.judge.drafted
         if overlap:
@@ -108,7 +205,7 @@ class StepRows:
                 self._start_row(len(drafted), context, self.budget - used)
         return drafted
 
-    async def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
+    async def _alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
         chain = [s for s in drafted if s.complete]
         if width <= 1 or not chain:
             return [[] for _ in chain]
@@ -122,7 +219,7 @@ class StepRows:
         per = width - 1
         return [list(steps[j * per:(j + 1) * per]) for j in range(len(chain))]
 
-    async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+    async def _rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         contexts, budgets = row_contexts(self.x, self.budget, drafted)
         judged = drafted
         if plan.rows is not None and len(contexts) > plan.rows:  # the last row run is the target's own, unjudged
@@ -137,10 +234,10 @@ class StepRows:
             if self.judge.wants(j) and self.judge(j, steps[j].text, (await scores) if scores is not None else None):
                 continue
             break
-        self.close()
+        self._cancel()
         return TargetPass(contexts, steps, self.judge.verdicts, self.judge.seconds, judged[:len(contexts)])
 
-    async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
+    async def _scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
         context = tuple(written.rows[m])
         return list(await asyncio.gather(*(self.target_model.ascore(context, a.ids) for a in candidates)))
 
@@ -151,7 +248,14 @@ class StepRows:
         return m + (rescued is not None), appended
 
     def close(self) -> None:
-        """Cancel the requests the cycle no longer waits for (a finished one's error, if any, is of no use either)."""
+        """Cancel the requests the cycle no longer waits for (on the event loop; it is not waited for)."""
+        try:
+            self.bridge.loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:  # the loop is closed, and its tasks with it
+            pass
+
+    def _cancel(self) -> None:
+        """:meth:`close` on the event loop (a finished request's error, if any, is of no use either)."""
         for task in list(self.row_tasks.values()) + list(self.score_tasks.values()):
             if not task.done():
                 task.cancel()
@@ -162,12 +266,14 @@ class StepRows:
 async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, plan: CyclePlan, x: Sequence[int],
                      budget: int, at_boundary: bool = True) -> CycleTrace:
     """One cycle (:func:`~.lookahead.run_cycle`) over two step models from the accepted prefix ``x``
-    with ``budget`` tokens left."""
-    rows = StepRows(target, draft, verifier, x, budget, at_boundary)
-    try:
-        return await run_cycle(rows, plan)
-    finally:
-        rows.close()
+    with ``budget`` tokens left, for asyncio."""
+    def one(bridge: Bridge) -> CycleTrace:
+        rows = StepRows(target, draft, verifier, x, budget, at_boundary, bridge=bridge)
+        try:
+            return run_cycle(rows, plan)
+        finally:
+            rows.close()
+    return await in_thread(one)
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -200,14 +306,16 @@ class StepwiseRun:
 
 
 class StepCycles:
-    """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle is
-    :func:`cycle_over` from the text so far; its kept steps extend the run. It honours a plan's k, width,
+    """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle's verbs are a
+    :class:`StepRows` from the text so far; its kept steps extend the run. It honours a plan's k, width,
     schedule, chunk and rows, and refuses token SD inside the rows (gamma > 0; without it a draft stop and
-    overshoot mean nothing). Rows run as the step models
-    run them (concurrent requests for an engine), so the driver's ``policy.rows`` is not asked."""
+    overshoot mean nothing). Rows run as the step models run them (concurrent requests for an engine), so
+    the driver's ``policy.rows`` is not asked."""
 
-    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: CycleStats):
+    def __init__(self, target: StepModel, draft: StepModel, verifier: Verifier, run: StepwiseRun, stats: CycleStats,
+                 bridge: Bridge):
         self.target, self.draft, self.verifier, self.run, self.stats = target, draft, verifier, run, stats
+        self.bridge, self.plan = bridge, None
 
     @property
     def done(self) -> str | None:
@@ -217,32 +325,43 @@ class StepCycles:
         run = self.run
         return Position(len(run.new), run.remaining, run.at_boundary, len(run.prompt) + len(run.new))
 
-    async def cycle(self, plan: CyclePlan, policy: CyclePolicy) -> CycleTrace:
+    @contextmanager
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[StepRows]:
         require(not plan.gamma, f"plan {plan.label}: token SD inside the rows (gamma > 0) runs in this "
                 "process's runtime; over step models each row is one request (an engine started with SD drafts "
                 "its own tokens)")
-        run = self.run
+        run, self.plan = self.run, plan
         self.stats.k = max(self.stats.k, plan.k)
-        trace = await cycle_over(self.target, self.draft, self.verifier, plan, run.prompt + tuple(run.new),
-                                 run.remaining, run.at_boundary)
-        trace.plan = trace.plan or PlanNote(plan.label, float("nan"), trace.target_rows)
-        run.keep(trace)
-        return trace
+        rows = StepRows(self.target, self.draft, self.verifier, run.prompt + tuple(run.new), run.remaining,
+                        run.at_boundary, bridge=self.bridge)
+        try:
+            yield rows
+        finally:
+            rows.close()
+
+    def keep(self, trace: CycleTrace) -> None:
+        trace.plan = trace.plan or PlanNote(self.plan.label, float("nan"), trace.target_rows)
+        self.run.keep(trace)
 
 
 async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier,
                              policy: CyclePolicy, max_new_tokens: int,
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
-    """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``;
-    ``policy`` plans each cycle and learns from it; the result reports its mode. The models' connections stay
+    """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``, in a
+    thread of its own (:func:`in_thread`); ``policy`` plans each cycle and learns from it, on this event loop
+    (:class:`OnLoop`), as ``on_cycle`` hears each; the result reports its mode. The models' connections stay
     open: other runs on the same event loop may share them, so whoever runs the loop closes them
     (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
             f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     run, stats, start = StepwiseRun(tuple(prompt_ids), max_new_tokens), CycleStats(), time.perf_counter()
-    each = (lambda trace: on_cycle(trace, run)) if on_cycle is not None else None
-    await drive(StepCycles(target, draft, verifier, run, stats), policy, stats, each)
+
+    def driven(bridge: Bridge) -> None:
+        each = (lambda trace: bridge.call(on_cycle, trace, run)) if on_cycle is not None else None
+        drive(StepCycles(target, draft, verifier, run, stats, bridge), OnLoop(policy, bridge), stats, each)
+
+    await in_thread(driven)
     wall = time.perf_counter() - start
     return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
                             mode=policy.mode, stats=stats)
@@ -263,4 +382,5 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]
+__all__ = ["Bridge", "OnLoop", "StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over",
+           "generate_stepwise", "in_thread"]

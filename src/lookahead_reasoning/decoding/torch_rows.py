@@ -3,7 +3,7 @@ sessions, each a function below, gathered by :class:`TorchRows`.
 
   1. :func:`draft`      the draft continues its own session, one step after another;
      :func:`draft_alternatives`  the W - 1 alternatives per position in one batched draft pass;
-  2. :func:`target`     ONE batched generation over the R rows, which start from copies of x's KV cache
+  2. :meth:`TorchRows.rows`  ONE batched generation over the R rows, which start from copies of x's KV cache
                         (nothing of x is recomputed); each stops at its own step end and is judged as
                         it finishes, a rejection stopping the rows after it;
   4. :func:`accept`     the target keeps the cache of the row it took, the draft crops its cache back to
@@ -18,8 +18,6 @@ What this runtime adds (none of it changes the text, :mod:`.reference` says why)
 * *token SD inside steps* (``TokenSD``): for the draft's steps with an n-gram drafter, for the target's
   rows with an n-gram drafter or with the draft model (forked from the draft's own cache of the
   drafted steps); drafts with another tokenizer cross as text (:class:`~.tools.Translator`).
-
-The runtime never suspends the cycle's coroutine: :func:`torch_cycle` runs it without an event loop.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from ..sampling import probs_from_logits, token_scores
 from ..steps import Step
 from ..verifiers.likelihood import TokenScores, uses_scores
 from .tools import CycleTools, Gate, CycleState, StepWriter, Translator, WriteRule
-from .lookahead import Judge, TargetPass, row_contexts, run_cycle, run_sync
+from .lookahead import Judge, TargetPass, row_contexts, run_cycle
 from .speculative import greedy_accept, speculative_accept
 from .results import CycleTrace
 
@@ -47,18 +45,49 @@ class TorchRows:
     def generated(self) -> int:
         return self.state.generated
 
-    async def draft(self, plan: CyclePlan) -> list[Step]:
+    def draft(self, plan: CyclePlan) -> list[Step]:
         return draft(self.state, plan.k, self.tools)
 
-    async def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
+    def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
         return draft_alternatives(self.state, drafted, self.tools, width)
 
-    async def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+    def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
+        """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
+
+        One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
+        ``gate`` may then keep only the first R rows. Rows are judged as they finish
+        (:class:`EarlyJudge`), so a rejection stops the rows after it. ``plan`` gives the rows' gamma (0: token
+        by token), the draft's stop, whether an SD iteration may run past the step's end, and ``chunk``: with
+        nothing drafted, the target writes up to that many tokens regardless of step ends (the whole answer,
+        for plans that speculate on no step); nothing is then scored or judged.
+        """
         require(plan.schedule == "sync", f"plan {plan.label}: this process's runtime runs the sync schedule "
                 "(its rows run in one batched forward)")
-        return target(self.state, drafted, self.tools, plan, self.gate)
+        state, tools, gate = self.state, self.tools, self.gate
+        rows, budgets = target_rows(state, drafted, tools.translator)
+        free = bool(plan.chunk) and not drafted
+        if free:
+            budgets = [min(plan.chunk, budgets[0])]
+        scores: list[TokenScores] = []
+        openings, agreements = ([[]], []) if not drafted else score_chain(
+            state, rows, drafted, tools.translator, tools.target_writer, scores if uses_scores(tools.verifier) else None)
+        keep = min(len(rows), plan.rows or len(rows))  # the plan's cap on rows, then the policy's gate
+        if gate is not None and keep > 1:
+            keep = max(1, min(keep, gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
+        judged = drafted if keep == len(rows) else drafted[:keep - 1]
+        rows, budgets, openings = rows[:keep], budgets[:keep], openings[:keep]
+        branches = state.target if len(rows) == 1 else state.target.fork(len(rows))
+        starts = [len(row) for row in rows]
+        branches.set_rows([row + first for row, first in zip(rows, openings)])
+        judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier, scores)
+        use_rows = tools.row_drafter is not None and plan.gamma != 0
+        row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
+        rule = WriteRule(plan.gamma if use_rows else None, plan.overshoot and not drafted, free)
+        steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
+                                          on_token=kept_as_written(state, rows, drafted), rule=rule)
+        return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
 
-    async def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
+    def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
         return score_alternatives(written, m, candidates, self.tools.translator)
 
     def accept(self, written: TargetPass, m: int, rescued: Step | None) -> tuple[int, bool]:
@@ -69,7 +98,7 @@ def torch_cycle(state: CycleState, plan: CyclePlan | int, tools: CycleTools, gat
     """One cycle (:func:`~.lookahead.run_cycle`) on this process's runtime; ``plan`` may be just k
     (``tools.plan(k)``). Updates ``state`` in place."""
     plan = tools.plan(plan) if isinstance(plan, int) else plan
-    return run_sync(run_cycle(TorchRows(state, tools, gate), plan))
+    return run_cycle(TorchRows(state, tools, gate), plan)
 
 
 # ---------------------------------------------------------------------------------------- 1. draft
@@ -110,42 +139,6 @@ def draft_alternatives(state: CycleState, drafted: list[Step], tools: CycleTools
 
 
 # ---------------------------------------------------------------------------------------- 2. target
-
-def target(state: CycleState, drafted: list[Step], tools: CycleTools, plan: CyclePlan | None = None,
-           gate: Gate | None = None) -> TargetPass:
-    """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
-
-    One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
-    ``gate`` may then keep only the first R rows. Rows are judged as they finish
-    (:class:`EarlyJudge`), so a rejection stops the rows after it. ``plan`` (default
-    ``tools.plan(len(drafted))``) gives the rows' gamma (0: token by token), the draft's stop, whether an
-    SD iteration may run past the step's end, and ``chunk``: with nothing drafted, the target writes up to
-    that many tokens regardless of step ends (the whole answer, for plans that speculate on no step).
-    """
-    plan = plan or tools.plan(len(drafted))
-    rows, budgets = target_rows(state, drafted, tools.translator)
-    free = bool(plan.chunk) and not drafted
-    if free:
-        budgets = [min(plan.chunk, budgets[0])]
-    scores: list[TokenScores] = []
-    openings, agreements = score_chain(state, rows, drafted, tools.translator, tools.target_writer,
-                                       scores if uses_scores(tools.verifier) else None)
-    keep = min(len(rows), plan.rows or len(rows))  # the plan's cap on rows, then the policy's gate
-    if gate is not None and keep > 1:
-        keep = max(1, min(keep, gate([len(tools.translator.to_target(s)) for s in drafted], agreements)))
-    judged = drafted if keep == len(rows) else drafted[:keep - 1]
-    rows, budgets, openings = rows[:keep], budgets[:keep], openings[:keep]
-    branches = state.target if len(rows) == 1 else state.target.fork(len(rows))
-    starts = [len(row) for row in rows]
-    branches.set_rows([row + first for row, first in zip(rows, openings)])
-    judge = EarlyJudge(judged, branches, starts, tools.translator, tools.verifier, scores)
-    use_rows = tools.row_drafter is not None and plan.gamma != 0
-    row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
-    rule = WriteRule(plan.gamma if use_rows else None, plan.overshoot and not drafted, free)
-    steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
-                                      on_token=kept_as_written(state, rows, drafted), rule=rule)
-    return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
-
 
 def kept_as_written(state: CycleState, rows: list[list[int]], drafted: list[Step]):
     """With nothing drafted and one row, every token the target writes is kept: the row's ``on_token``
@@ -266,4 +259,4 @@ def accept(state: CycleState, drafted: list[Step], written: TargetPass, m: int, 
 
 
 __all__ = ["EarlyJudge", "TorchRows", "accept", "draft", "draft_alternatives", "score_alternatives", "score_chain",
-           "target", "target_rows", "torch_cycle"]
+           "target_rows", "torch_cycle"]

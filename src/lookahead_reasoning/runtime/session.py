@@ -121,18 +121,18 @@ class Session:
             next-token distribution after each of the row's last ``keep`` tokens. Inactive rows are
             fed only pads and their logits are meaningless.
         """
-        return self._feed(extra, keep, active, greedy=False)
+        return self.feed(extra, keep, active, greedy=False)
 
     def argmax(self, extra: Sequence[Sequence[int]] | None = None, keep: int = 1,
                active: Sequence[bool] | None = None) -> torch.Tensor:
         """(B, keep) long: the most likely next token at the same positions as :meth:`logits`' (what greedy
         decoding picks), the same forward. On the compiled path a forward keeping one position computes it
         inside its recording, and only the ids leave the device."""
-        return self._feed(extra, keep, active, greedy=True)
+        return self.feed(extra, keep, active, greedy=True)
 
-    def _feed(self, extra: Sequence[Sequence[int]] | None, keep: int, active: Sequence[bool] | None,
-              greedy: bool) -> torch.Tensor:
-        """:meth:`logits` or, with ``greedy``, :meth:`argmax`: one forward pass."""
+    def feed(self, extra: Sequence[Sequence[int]] | None = None, keep: int = 1, active: Sequence[bool] | None = None,
+             greedy: bool = False) -> torch.Tensor:
+        """One forward pass: :meth:`logits` or, with ``greedy``, :meth:`argmax` (a loop that may do either calls this)."""
         bsz = self.batch_size
         active = [True] * bsz if active is None else list(active)
         extra = [[] for _ in range(bsz)] if extra is None else [list(e) for e in extra]
@@ -171,7 +171,7 @@ class Session:
         token is in the cache at once and joins ``rows`` when the host has it (:meth:`extend`); a row that must
         not keep it (it stopped at that token) gives the column back (:meth:`uncache_last`)."""
         if after is None:
-            return Pending(self._feed(None, 1, active, greedy=True))
+            return Pending(self.feed(None, 1, active, greedy=True))
         fed = torch.tensor([[int(a)] for a in active], dtype=torch.long)  # (B, 1) on the host
         ids = after.ids
         if not all(active):
