@@ -326,3 +326,29 @@ def test_the_theory_readme_s_break_even_names_the_plans_and_the_step_it_prices()
     assert f"token alpha {pair_rates()[0]:.2f}, {pair_rates()[1]:.0f}-token steps" in section
     assert f"token SD at gamma {break_evens('cpu-bf16')['gamma']} writes" in section
     assert f"against token SD at gamma {break_evens('points qwen2.5-32b')['gamma']} (" in section
+
+
+def test_what_auto_ran_is_counted_from_the_front_page_table_s_runs():
+    """The plans of ``auto``'s cycles in every run the what-to-expect table links, by runtime: this library's
+    PyTorch loops, llama.cpp's server and vLLM (each record of mode auto counts its cycles per plan label)."""
+    expect = README.split("## What to expect", 1)[1].split("\n## ", 1)[0]
+    linked = dict.fromkeys(re.findall(r"\]\(benchmarks/results/([^)]+\.jsonl)\)", expect))
+    plans: dict[str, dict[str, int]] = {"torch": {}, "llama.cpp": {}, "vllm": {}}
+    for name in linked:
+        runtime = ("llama.cpp" if name.startswith("engine-llamacpp") else
+                   "vllm" if name.startswith("engine-vllm") else "torch")
+        for r in _jsonl(name):
+            if r["mode"] == "auto":
+                assert sum(r["plans"].values()) == r["cycles"]
+                for label, n in r["plans"].items():
+                    base = label.split("@")[0]
+                    plans[runtime][base] = plans[runtime].get(base, 0) + n
+    torch, llama, vllm = plans.values()
+    total = sum(torch.values())
+    assert (f"token SD on {torch['sd']} of the {total} cycles of the table's runs (the other {total - torch['sd']} "
+            f"LR or LR+SD)") in README
+    assert set(torch) == {"sd", "lr", "lr-sd"}
+    assert set(llama) == {"ar"}
+    assert f"the engine's plain decoding on all {llama['ar']}, so there it matches `ar`" in README
+    assert set(vllm) == {"ar", "lr"}
+    assert f"over vLLM, plain decoding on {vllm['ar']} of {sum(vllm.values())} and LR on {vllm['lr']}." in README

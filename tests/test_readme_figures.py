@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from bench_log import (
     BENCH,
+    per_problem,
     alpha1_pooled,
     bank_share,
     cache_off_ratios,
@@ -42,7 +43,7 @@ from bench_log import (
 from bench_log_sources import BENCH_SOURCES, BENCH_TABLES, PARTS, log_figures
 from figure_check import Source, check_source, line_figures, unsourced
 from test_harness_table import _script as harness_table_script
-from theory_sources import THEORY, THEORY_SOURCES, prose_figures
+from theory_sources import THEORY, THEORY_SOURCES, break_evens, prose_figures
 
 from lookahead_reasoning.presets import DRAFT_STOP_BELOW
 from lookahead_reasoning.theory.breakeven import break_even
@@ -88,9 +89,10 @@ def _side() -> dict[str, list[str]]:
 _H100 = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-7b", "qwen2.5-32b")
 
 
-def _points(name: str) -> dict[int, dict[int, float]]:
-    """T(R, n) of a shape on the compiled path, as the first H100 run measured it (seconds)."""
-    points = gpu("gpu-compiled-h100.json")["shapes"][name]["points"]
+def _points(name: str, run: str = "gpu-compiled-h100-recheck.json") -> dict[int, dict[int, float]]:
+    """T(R, n) of a shape on the compiled path, as an H100 run measured it (seconds): the recheck's, whose tables
+    the README's break-evens price too."""
+    points = gpu(run)["shapes"][name]["points"]
     return {int(r): {int(n): s for n, s in row.items()} for r, row in points.items()}
 
 
@@ -98,6 +100,11 @@ def cpu_beta(name: str) -> float:
     """T(2, 1) / T(1, 1) of a committed CPU cost table, as its points measured it."""
     points = cost_points(name)
     return points[2][1] / points[1][1]
+
+
+def _median_over_ar(name: str, mode: str) -> str:
+    """The median over problems of ``mode``'s tokens a second over ``ar``'s on the same problem."""
+    return f"{statistics.median(per_problem(name, mode)):.2f}x"
 
 
 def _pays_above(target: str, key: str) -> str:
@@ -142,13 +149,25 @@ SOURCES: list[Source] = [
     # llama.cpp's prompt cache: lr's speed with it off over its speed with it on, problem by problem
     ("makes `ar` repeat itself exactly, at some speed", "0.73", lambda: f"{statistics.median(cache_off_ratios('lr@k2')):.2f}"),
     # the engine against this library's loops (GSM8K train 400-409)
-    ("the engine's plain decoding alone runs", "7.5x",
+    ("llama.cpp's plain decoding alone runs", "7.5x",
      lambda: f"{tps('engine-llamacpp-avx512-cpu.jsonl', 'ar') / tps('engine-scale-pytorch-cpu.jsonl', 'ar'):.1f}x"),
-    ("the engine's plain decoding alone runs", "3.1x",
+    ("llama.cpp's plain decoding alone runs", "3.1x",
      lambda: f"{tps('engine-llamacpp-amx-cpu.jsonl', 'ar') / tps('auto-bf16-amx-cpu.jsonl', 'ar'):.1f}x"),
     # what a second row costs PyTorch in bf16 (the committed cost tables of both bf16 CPUs)
-    ("a second row of one token costs nothing more", "0.95", lambda: f"{cpu_beta('avx512-bf16'):.2f}"),
-    ("a second row of one token costs nothing more", "0.92", lambda: f"{cpu_beta('amx-bf16'):.2f}"),
+    ("a second row of one token costs", "0.95", lambda: f"{cpu_beta('avx512-bf16'):.2f}"),
+    ("a second row of one token costs", "0.92", lambda: f"{cpu_beta('amx-bf16'):.2f}"),
+    # what auto's speed-up is made of: one drafted step against ar and against the best token-SD plan on the bf16
+    # EPYC (theory section 9 on cpu-costs-avx512-bf16.json), and lr@k1 and sd@g12 measured there
+    ("one drafted step a cycle pays above a step acceptance alpha1 of", "0.118",
+     lambda: f"{break_evens('cpu-bf16')['ar']:.3f}"),
+    ("keeping 0.40 of its steps", "0.40", lambda: f"{alpha1_pooled('auto-bf16-cpu.jsonl', 'lr@k1'):.2f}"),
+    ("keeping 0.40 of its steps", "1.11x", lambda: f"{speedup('auto-bf16-cpu.jsonl', 'lr@k1'):.2f}x"),
+    ("But token SD ran at", "2.45x", lambda: f"{speedup('auto-bf16-cpu.jsonl', 'sd@g12'):.2f}x"),
+    ("best token-SD plan a drafted step pays only above", "0.73", lambda: f"{break_evens('cpu-bf16')['best']:.2f}"),
+    # plain sd against auto on GSM8K train 200-229: the median over problems of each run's speed over ar's
+    ("Plain `sd` can beat `auto` too", "2.18x", lambda: _median_over_ar("fidelity30-fp32-cpu.jsonl", "sd")),
+    ("Plain `sd` can beat `auto` too", "2.10x", lambda: _median_over_ar("fidelity30-fp32-cpu.jsonl", "auto")),
+    ("Plain `sd` can beat `auto` too", "2.15x", lambda: _median_over_ar("fidelity30-exact-fp32-cpu.jsonl", "auto")),
     # the GPU paragraph: the H100's files
     *[("On one H100", value, fn) for value, fn in (
         ("24.2", lambda: f"{gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-coder-0.5b']['eager_ar_ms']:.1f}"),
@@ -165,9 +184,9 @@ SOURCES: list[Source] = [
         ("68.1", lambda: f"{gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-32b']['eager_ar_ms']:.1f}"),
         ("35.6", lambda: f"{gpu('gpu-compiled-h100.json')['shapes']['qwen2.5-32b']['compiled_ar_ms']:.1f}"),
         ("19.1", lambda: f"{weight_ms('qwen2.5-32b'):.1f}"),
-        ("1.21", lambda: f"{max(_points(n)[r][t] / _points(n)[1][t] for n in _H100 for r in (2, 3, 4) for t in _points(n)[r] if t <= 13):.2f}"),
-        ("0.80", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-coder-1.5b')[1][1]:.2f}"),
-        ("0.13", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-32b')[1][1]:.2f}"),
+        ("1.30", lambda: f"{max(_points(n)[r][t] / _points(n)[1][t] for n in _H100 for r in (2, 3, 4) for t in _points(n)[r] if t <= 13):.2f}"),
+        ("0.90", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-coder-1.5b')[1][1]:.2f}"),
+        ("0.15", lambda: f"{_points('qwen2.5-coder-0.5b')[1][1] / _points('qwen2.5-32b')[1][1]:.2f}"),
         ("0.93", lambda: f"{pair_rates()[0]:.2f}"),
         ("41", lambda: f"{pair_rates()[1]:.0f}"),  # tokens a step
         ("0.82", lambda: _pays_above("qwen2.5-7b", "points")),
