@@ -76,7 +76,7 @@ def sentinels():
     for cls in (process.ServerProcess, llamacpp.LlamaServer, vllm.VLLMServer):
         mp.set(cls, "prepare", _stop("server"))
     mp.set(process.ServerProcess, "start", _stop("server"))
-    mp.set(generator, "generate_cycles", _stop("loop"))
+    mp.set(generator, "prepare", _stop("loop"))
     mp.set(generator.LookaheadGenerator, "planning", _stop("loop"))
     try:
         import lm_eval.__main__ as harness_main

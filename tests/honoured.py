@@ -1,7 +1,7 @@
 """Where each option of every entry shows that it was honoured, for the bad-input generator: a predicate per
 option name (``HONOURED``), given the value the entry received and what the case resolved to at its sentinel
 (:class:`bad_inputs.View`), and the plans the loop would run for it (:func:`plans`, from the library's own
-``fixed_policy`` and ``engine_policy``). An option without a predicate fails the generator when it is accepted:
+``mode_plan``). An option without a predicate fails the generator when it is accepted:
 a new option is held to the promise the day it is added.
 
 Options read only after the models load (the trace's output, the run's seed, its budget) are seen in the parsed
@@ -18,8 +18,7 @@ from typing import Any, Callable
 from bad_inputs import View
 
 from lookahead_reasoning.bench.datasets import load_jsonl
-from lookahead_reasoning.decoding.driver import FIXED_MODES, fixed_policy
-from lookahead_reasoning.engine_runtime import engine_policy
+from lookahead_reasoning.decoding.driver import FIXED_MODES, mode_plan
 from lookahead_reasoning.options import DRAFT_PRECISION
 from lookahead_reasoning.planning import PlannerConfig
 from lookahead_reasoning.planning.auto import auto_token_sd
@@ -42,7 +41,7 @@ class Plan:
 def plans(view: View) -> list[Plan]:
     """The plans a case would run: the generator's mode (a benchmark: each of its modes), or the loop's own
     arguments where the case reached the loop."""
-    if view.what == "loop":  # generate_cycles(pair, ids, verifier, settings, policy, ...), or auto's planning
+    if view.what == "loop":  # prepare(pair, ids, verifier, settings, policy, ...), or auto's planning
         args = view.reached.detail[0]
         if len(args) >= 5:
             return [Plan(args[4].mode, args[3], args[4], False)]
@@ -50,7 +49,7 @@ def plans(view: View) -> list[Plan]:
     runtime = view.local("settings", "generate")
     if view.what == "request" and isinstance(runtime, Settings):  # generate() over an engine: its call
         mode = view.local("mode", "generate")
-        return [Plan(mode, runtime, engine_policy(mode, runtime, view.local("k", "generate")), True)]
+        return [Plan(mode, runtime, engine_plan(mode, runtime, view.local("k", "generate")), True)]
     gen, engine = view.gen, view.what == "request"
     settings = gen.settings if gen is not None else view.find(Settings)
     config = view.local("config", "run_bench") or view.local("bench", "run_bench_over_engine")
@@ -60,11 +59,15 @@ def plans(view: View) -> list[Plan]:
                     engine) for mode in modes]
 
 
+def engine_plan(mode: str, settings: Settings, k: int | None) -> Any:
+    return mode_plan(mode, settings.with_overrides(k=k), engine=True)[1]
+
+
 def plan_of(mode: str, settings: Settings, k: int | None, engine: bool) -> Plan:
     if engine:
-        return Plan(mode, settings, engine_policy(mode, settings, k), True)
+        return Plan(mode, settings, engine_plan(mode, settings, k), True)
     if mode in FIXED_MODES:
-        resolved, policy = fixed_policy(mode, settings)
+        resolved, policy = mode_plan(mode, settings)
         return Plan(mode, resolved, policy, False)
     if mode == "auto":
         return Plan(mode, replace(settings, token_sd=auto_token_sd(settings.token_sd, PlannerConfig())), None, False)

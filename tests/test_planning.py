@@ -458,7 +458,7 @@ def test_auto_refuses_what_its_planner_cannot_price_by_name_before_loading(tmp_p
 
     with pytest.raises(ConfigError, match="token_sd target 'ngram': mode auto"):
         LookaheadGenerator(target="no-such-model", mode="auto", token_sd=TokenSD(target="ngram"))
-    with pytest.raises(ConfigError, match="width > 1 is not supported by mode auto"):
+    with pytest.raises(ConfigError, match="width 2: mode auto prices one draft per position"):
         LookaheadGenerator(target="no-such-model", mode="auto", width=2)
     with pytest.raises(ConfigError, match="width 2: mode auto prices one draft per position"):
         generate_auto(model_pair(TARGET), [1, 2, 3], exact(), Settings(width=2))

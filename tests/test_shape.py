@@ -297,3 +297,74 @@ def test_the_architecture_floors_are_the_code_s():
     upward = [f"{unit} ({floors[level[unit]][0]}) imports {dep} ({floors[level[dep]][0]})"
               for unit, deps in _unit_imports().items() if unit in level for dep in deps if level[dep] > level[unit]]
     assert not upward, "\n".join(upward)
+
+
+# One home per decision: mode -> plan is decoding.driver.mode_plan, for every entry and both runtimes; the
+# width rule of mode auto is decoding.driver.check_auto_width; nothing else builds a mode's fixed policy.
+PLAN_HOME = ("decoding/driver.py", "mode_plan")
+WIDTH_HOME = ("decoding/driver.py", "check_auto_width")
+# The fixed policies built elsewhere are no mode: a window of plain decoding timed by the engine benchmark, and
+# the step-model runtime's default for its teaching entry.
+OTHER_FIXED_POLICIES = {("engine_runtime.py", "ar_windows"), ("decoding/stepwise.py", "generate_stepwise")}
+
+
+def _calls_by_function(name_test) -> set[tuple[str, str]]:
+    """(file, enclosing function) of every call or comparison ``name_test(node)`` accepts."""
+    found = set()
+    for path, tree in _modules():
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if name_test(node):
+                        found.add((path.relative_to(SRC).as_posix(), fn.name))
+    return found
+
+
+def _builds_fixed_policy(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "FixedPolicy"
+
+
+def _compares_width_to_one(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "width"
+            and any(isinstance(c, ast.Constant) and c.value == 1 for c in node.comparators)
+            and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops))
+
+
+def _requires_width_one(node: ast.AST) -> bool:
+    """A rule (``require(...)``) whose condition compares a width with 1."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "require" and node.args
+            and any(_compares_width_to_one(n) for n in ast.walk(node.args[0])))
+
+
+def test_mode_to_plan_has_one_home():
+    builders = _calls_by_function(_builds_fixed_policy)
+    assert builders == {PLAN_HOME} | OTHER_FIXED_POLICIES, (
+        "a mode's fixed policy is built by decoding.driver.mode_plan alone; call it instead of building one: "
+        f"{sorted(builders - {PLAN_HOME} - OTHER_FIXED_POLICIES)}")
+
+
+def test_autos_width_rule_has_one_home():
+    rules = _calls_by_function(_requires_width_one)
+    assert rules == {WIDTH_HOME}, f"auto's width rule lives in check_auto_width alone; found it in {sorted(rules)}"
+
+
+def test_the_home_finders_find_planted_copies():
+    tree = ast.parse("def f(settings):\n    require(settings.width == 1)\n    return FixedPolicy(0, mode='ar')\n")
+    assert [n for n in ast.walk(tree) if _requires_width_one(n)] and [n for n in ast.walk(tree) if _builds_fixed_policy(n)]
+
+
+def test_gamma_has_one_meaning_in_every_plan_a_mode_makes():
+    """gamma is the drafted tokens per SD iteration of a plan that runs token SD, and 0 in a plan that runs none:
+    never None ("someone else's"), in every fixed mode's plans, at a step boundary and mid-step, on both runtimes."""
+    from lookahead_reasoning.decoding.driver import ENGINE_FIXED_MODES, FIXED_MODES, Position, mode_plan
+    from lookahead_reasoning.settings import Settings
+
+    cases = [(mode, False) for mode in FIXED_MODES] + [(mode, True) for mode in ENGINE_FIXED_MODES]
+    for mode, engine in cases:
+        settings, policy = mode_plan(mode, Settings(), engine=engine)
+        runs_sd = not engine and settings.token_sd is not None
+        assert policy.gamma == (settings.token_sd.gamma if runs_sd else 0), (mode, engine, policy.gamma)
+        for at_boundary in (True, False):
+            plan = policy.plan(Position(0, 64, at_boundary, 10))
+            assert isinstance(plan.gamma, int) and plan.gamma == policy.gamma, (mode, engine, at_boundary, plan)
+            assert plan.label.startswith(("sd@", "lr-sd@")) == runs_sd, plan.label

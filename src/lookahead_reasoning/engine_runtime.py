@@ -33,14 +33,14 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
-from .decoding.driver import CyclePolicy, FixedPolicy
+from .decoding.driver import CyclePolicy, FixedPolicy, mode_plan
 from .decoding.results import GenerationResult
 from .decoding.stepwise import agenerate_stepwise
 from .errors import ConfigError, EngineError, require
 from .planning.endpoints import ameasured_planner
 from .planning.planner import Planner
 from .planning.policy import AutoPolicy
-from .presets import DEFAULT_MAX_NEW_TOKENS, check_max_k, mode_k
+from .presets import DEFAULT_MAX_NEW_TOKENS, check_max_k
 from .prompts import math_messages
 from .runtime.engine.pair import EnginePair, Messages
 from .settings import Settings
@@ -113,9 +113,8 @@ class EngineRuntime:
         loop); mode ``auto``'s runs then fork one planner, measured by the first to ask."""
         self.check(mode, settings)
         self.pair.use(settings)
-        policy = engine_policy(mode, settings, k)
+        settings, policy = mode_plan(mode, settings.with_overrides(k=k), engine=True)
         if policy is None:
-            require(settings.width == 1, "width > 1 is not supported by mode auto; use mode lr")
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
         return await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
 
@@ -151,16 +150,6 @@ class EngineRuntime:
         self.pair.close()
 
 
-def engine_policy(mode: str, settings: Settings, k: int | None = None) -> FixedPolicy | None:
-    """Mode ``ar`` or ``lr`` over engines as the fixed plan the loop runs (``k``: lr's drafted steps, None: its
-    preset); None for ``auto``, whose every cycle the planner prices."""
-    if mode == "ar":
-        return FixedPolicy(0, mode="engine-ar", gamma=0)
-    if mode == "lr":
-        return FixedPolicy(mode_k("lr", k), mode="engine-lr", width=settings.width, schedule=settings.schedule)
-    return None
-
-
 def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
     """Plain decoding by the target's engine, for synchronous callers: the ``ar`` plan of the one loop (one
     completion request, no stop string)."""
@@ -193,7 +182,7 @@ async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | 
     """The one loop over the engines, for asyncio: cycles of ``policy``'s plans (default: sync LR with mode
     lr's k); the result reports the policy's mode. The caller that runs the event loop closes the pair's
     connections on it (other runs may share them). Only a policy that drafts needs a draft endpoint."""
-    policy = policy or FixedPolicy(mode_k("lr"), mode="engine-lr")
+    policy = policy or mode_plan("lr", Settings(), engine=True)[1]
     require(pair.draft is not None or policy.k == 0,
             "Lookahead Reasoning over engines needs a draft endpoint or draft model", EngineError)
     ids = pair.prompt_ids(prompt)
@@ -221,5 +210,5 @@ def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
                           f"target loads its own (set them where the engine starts)")
 
 
-__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "check_scheme", "engine_policy", "engine_verifier", "is_url",
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "check_scheme", "engine_verifier", "is_url",
            "refuse_local_options"]

@@ -9,7 +9,7 @@
 One object holds the target, the draft, the verifier and the settings, and runs every mode on the
 same loaded models so that their speeds can be compared in one process. It only loads, checks and
 hands each prompt to the one loop (:func:`lookahead_reasoning.decoding.generate_cycles`) with its mode's policy: a
-fixed plan (``ar``, ``sd``, ``sd-ngram``, ``lr``, ``lr-sd``: :func:`~lookahead_reasoning.decoding.fixed_policy`)
+fixed plan (``ar``, ``sd``, ``sd-ngram``, ``lr``, ``lr-sd``: :func:`~lookahead_reasoning.decoding.driver.mode_plan`)
 or mode ``auto``'s planner (:mod:`lookahead_reasoning.planning`); the modes and their defaults live in
 :mod:`lookahead_reasoning.presets`, the knobs in one :class:`~lookahead_reasoning.settings.Settings`.
 """
@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
-from .decoding.driver import drive, fixed_policy, prepare
+from .decoding.driver import check_auto_width, drive, mode_plan, prepare
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
@@ -185,8 +185,8 @@ class LookaheadGenerator:
         """Every check that needs no model: what the mode would not read (:func:`~.settings.refuse_unread`: a keyword
         setting, a verifier, a planner), a URL of another scheme than http(s) and a draft "none" where the mode
         drafts are refused by name. Returns the draft to load (None for "none")."""
-        require(self.mode != "auto" or self.settings.width == 1, "width > 1 is not supported by mode auto (its planner "
-                "prices one draft per position); use mode lr or lr-sd for several drafts per position")
+        if self.mode == "auto":
+            check_auto_width(self.settings)
         if self.mode in STEP_MODES:
             mode_k(self.mode, self.settings.k)  # k=0 is a cap for auto only
         if self.mode == "auto":
@@ -308,13 +308,12 @@ class LookaheadGenerator:
             refuse_local_settings(overrides)
             return self.engine.generate(prompt, mode, settings, k=self.settings.k if k is None else k,
                                         learn=learn, raw=raw, on_text=on_text)
-        settings = local_settings(settings)
-        if mode == "auto":
-            return self._generate_auto(prompt, raw, settings, on_text, self.settings.k if k is None else k, learn)
+        settings, policy = mode_plan(mode, local_settings(settings).with_overrides(k=self.settings.k if k is None else k))
+        if policy is None:
+            return self._generate_auto(prompt, raw, settings, on_text, settings.k, learn)
         target_ids, draft_ids = self._prompts(prompt, raw)
         if mode == "sd" and not self.same_vocab:
             check_same_tokenizer(self.draft, self.target)  # raises with the explanation
-        settings, policy = fixed_policy(mode, settings.with_overrides(k=self.settings.k if k is None else k))
         cycles, policy = prepare(self.pair, target_ids, self.verifier, settings, policy, on_text=on_text,
                                  draft_ids=draft_ids)
         drive(cycles, policy, cycles.stats, cycles.streamed)  # the one loop: plan, run_cycle, learn
@@ -324,7 +323,6 @@ class LookaheadGenerator:
                        learn: bool) -> GenerationResult:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
-        require(settings.width == 1, "width > 1 is not supported by mode auto; use lr or lr-sd")
         auto_token_sd(settings.token_sd, self.planner or PlannerConfig())  # refused before any cost table is measured
         check_max_k(max_k)
         config, planning = self.planner or PlannerConfig(), self.planning()

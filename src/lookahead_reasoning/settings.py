@@ -191,13 +191,12 @@ class CyclePlan:
 
     @property
     def label(self) -> str:
-        """A short name: "ar", "ar@c256", "sd@g8s0.4", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async", "lr@k1r1" (:meth:`parse`
+        """A short name: "ar", "ar@c256", "sd@g8s0.4", "sd@g8c64", "lr@k2", "lr-sd@k1g8", "lr@k2w2-async", "lr@k1r1" (:meth:`parse`
         reads it)."""
         stop = f"s{self.draft_stop_below:g}" if self.draft_stop_below is not None else ""
         if self.k == 0:
-            if self.chunk:
-                return f"ar@c{self.chunk}"
-            return f"sd@g{self.gamma}{stop}" if self.gamma else "ar"
+            chunk = f"c{self.chunk}" if self.chunk else ""
+            return f"sd@g{self.gamma}{stop}{chunk}" if self.gamma else f"ar@{chunk}" if chunk else "ar"
         head = f"lr-sd@k{self.k}g{self.gamma}{stop}" if self.gamma else f"lr@k{self.k}"
         return (head + (f"w{self.width}" if self.width > 1 else "") + (f"r{self.rows}" if self.rows is not None else "")
                 + ("-async" if self.schedule == "async" else ""))

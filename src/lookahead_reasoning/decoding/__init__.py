@@ -3,12 +3,12 @@ plain loops it is tested against: autoregressive (``generate``), token-level spe
 and the paper's Algorithm 1 (``generate_lr_reference``)."""
 
 from .autoregressive import decode_rows, generate
-from .driver import CyclePolicy, FixedPolicy, fixed_policy, generate_cycles, run_cycles
+from .driver import CyclePolicy, FixedPolicy, generate_cycles, mode_plan, run_cycles
 from .lookahead import run_cycle
 from .reference import generate_lr_reference
 from .results import GenerationResult, SDStats
 from .speculative import decode_rows_sd, generate_sd
 
 __all__ = ["CyclePolicy", "FixedPolicy", "GenerationResult", "SDStats", "decode_rows", "decode_rows_sd",
-           "fixed_policy", "generate", "generate_cycles", "generate_lr_reference", "generate_sd", "run_cycle",
+           "mode_plan", "generate", "generate_cycles", "generate_lr_reference", "generate_sd", "run_cycle",
            "run_cycles"]

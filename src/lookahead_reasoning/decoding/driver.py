@@ -20,7 +20,7 @@ models they run in a thread of their own while the requests run on the caller's 
 A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
 that writes the whole answer (``chunk``: no step ends); ``lr`` and ``lr-sd`` draft k steps a cycle
-(:func:`fixed_policy` builds each mode's). Mode ``auto``
+(:func:`mode_plan` builds each mode's). Mode ``auto``
 (:class:`lookahead_reasoning.planning.policy.AutoPolicy`, here and over engines: one planner, pricing
 forwards or requests) prices every plan before each cycle and learns from each. :func:`generate_cycles` is the
 one front door of this process's runtime, for every mode; EOS, the budget and the stop reason are the
@@ -124,7 +124,7 @@ class FixedPolicy(CyclePolicy):
             return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below,
                              chunk=max(1, min(self.chunk or position.remaining, position.remaining)))
         if not position.at_boundary:
-            return CyclePlan(0, draft_stop_below=self.draft_stop_below)
+            return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below)
         return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)
 
 
@@ -244,13 +244,37 @@ def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[
 
 
 FIXED_MODES = ("ar", "sd", "sd-ngram", "lr", "lr-sd")
+ENGINE_FIXED_MODES = ("ar", "lr")  # over an engine; its token SD is the engine's own, run by mode ar
 
 
-def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
-    """Mode ``mode`` as a fixed plan: the settings its runtime reads (``token_sd`` as the mode drafts
-    tokens: none for ``ar`` and ``lr``, the draft model for ``sd``, prompt lookup for ``sd-ngram``, the
-    given one for ``lr-sd``, each at the mode's gamma) and the policy. ``settings.k`` and ``gamma`` None
-    take the mode's presets (:func:`~..presets.mode_k`, :func:`~..presets.mode_gamma`)."""
+def check_auto_width(settings: Settings) -> None:
+    """Mode ``auto``'s one rule on width: its plans draft one step per position (the planner prices no
+    alternatives), on every runtime."""
+    require(settings.width == 1, f"width {settings.width}: mode auto prices one draft per position (width 1); "
+            "use mode lr (or lr-sd in this process) for several drafts per position")
+
+
+def mode_plan(mode: str, settings: Settings, *, engine: bool = False) -> tuple[Settings, FixedPolicy | None]:
+    """The one home of "mode -> plan", for every entry and both runtimes: the settings the runtime reads and
+    the fixed policy of ``mode``, or None for ``auto`` (whose planner prices every cycle; its width rule checked
+    here, :func:`check_auto_width`).
+
+    In this process (``engine=False``): ``token_sd`` as the mode drafts tokens (none for ``ar`` and ``lr``, the
+    draft model for ``sd``, prompt lookup for ``sd-ngram``, the given one for ``lr-sd``), each at the mode's
+    gamma; ``settings.k`` and ``gamma`` None take the mode's presets (:func:`~..presets.mode_k`,
+    :func:`~..presets.mode_gamma`). Over an engine (``engine=True``): ``ar`` (one request) or ``lr`` on the
+    settings' schedule, reported as ``engine-ar`` and ``engine-lr``. gamma means one thing everywhere: the
+    drafted tokens per SD iteration of a plan that runs token SD; a plan without token SD has gamma 0."""
+    if mode == "auto":
+        check_auto_width(settings)
+        return settings, None
+    if engine:
+        require(mode in ENGINE_FIXED_MODES, f"mode {mode!r} is not a plan over an engine; there: auto, "
+                f"{', '.join(ENGINE_FIXED_MODES)}")
+        if mode == "ar":
+            return settings, FixedPolicy(0, mode="engine-ar", gamma=0)
+        return settings, FixedPolicy(mode_k("lr", settings.k), mode="engine-lr", width=settings.width,
+                                     schedule=settings.schedule, gamma=0)
     require(mode in FIXED_MODES, f"mode {mode!r} is not a fixed plan; fixed plans: {', '.join(FIXED_MODES)}")
     stop = settings.draft_stop_below
     if mode == "ar":
@@ -264,10 +288,11 @@ def fixed_policy(mode: str, settings: Settings) -> tuple[Settings, FixedPolicy]:
                 FixedPolicy(0, stop if mode == "sd" else None, mode, gamma=gamma))
     k = mode_k(mode, settings.k)
     if mode == "lr":
-        return settings.with_overrides(token_sd=None, k=k), FixedPolicy(k, stop, "lr", width=settings.width)
+        return settings.with_overrides(token_sd=None, k=k), FixedPolicy(k, stop, "lr", width=settings.width, gamma=0)
     given = settings.token_sd or TokenSD(**LR_SD_TOKEN_SD)
-    token_sd = replace(given, gamma=mode_gamma(mode, settings.gamma, given.target))
-    return settings.with_overrides(token_sd=token_sd, k=k), FixedPolicy(k, stop, "lr-sd", width=settings.width)
+    gamma = mode_gamma(mode, settings.gamma, given.target)
+    return (settings.with_overrides(token_sd=replace(given, gamma=gamma), k=k),
+            FixedPolicy(k, stop, "lr-sd", width=settings.width, gamma=gamma))
 
 
 def prepare(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, settings: Settings | None = None,
@@ -278,7 +303,7 @@ def prepare(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier, sett
     settings = local_settings(settings)
     if policy is None or isinstance(policy, str):
         mode = policy or ("lr-sd" if settings.token_sd is not None else "lr")
-        settings, policy = fixed_policy(mode, settings)
+        settings, policy = mode_plan(mode, settings)
     if policy.mode == "sd":
         require(pair.same_vocab, "mode sd drafts tokens with the draft model, which needs the target's tokenizer: "
                 "use sd-ngram, or a draft of the target's family")
@@ -297,7 +322,7 @@ def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifi
     one vocabulary. ``settings`` (:class:`~..settings.Settings`, default ``Settings()``; its k, width, steps,
     sampling, ``token_sd``, ``draft_stop_below``, budget and seed; change fields with
     ``settings.with_overrides(k=3, ...)``). ``policy``: a mode name (a :class:`FixedPolicy` from
-    :func:`fixed_policy`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
+    :func:`mode_plan`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
     (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
     tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. The policy's ``pads``
     (target's, draft's) are the n each model runs a forward of n new tokens at (:class:`TorchCycles`):
@@ -309,4 +334,4 @@ def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifi
 
 
 __all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "drive", "generate_cycles",
-           "fixed_policy", "prepare", "run_cycles", "start_state"]
+           "ENGINE_FIXED_MODES", "check_auto_width", "mode_plan", "prepare", "run_cycles", "start_state"]

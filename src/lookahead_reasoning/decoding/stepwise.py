@@ -23,11 +23,10 @@ text is the target's greedy text whatever k, width and schedule.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Iterator, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence
 
 from ..errors import require
 from ..settings import CyclePlan
@@ -35,13 +34,11 @@ from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..steps import Step, StepModel, StepRequest, closing
 from ..verifiers.base import Verifier
 from ..verifiers.likelihood import TokenScores, uses_scores
+from .bridge import Bridge, OnLoop, in_thread
 from .driver import CyclePolicy, FixedPolicy, Position, drive
 from .lookahead import Judge, TargetPass, row_contexts, run_cycle
 from .results import CycleTrace, GenerationResult, CycleStats, PlanNote
 from .progress import OnText, stream_for
-
-
-T = TypeVar("T")
 
 
 def _check_scorer(target: StepModel, verifier: Verifier) -> None:
@@ -50,84 +47,6 @@ def _check_scorer(target: StepModel, verifier: Verifier) -> None:
             f"probabilities of their tokens, which {getattr(target, 'name', 'this target')} cannot give "
             "(its runtime has no scoring request; over an engine that scores no prompt, such as llama.cpp's "
             "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
-
-
-class Bridge:
-    """The driver's thread's way to the caller's event loop: :meth:`run` a coroutine there, :meth:`call` a
-    function there, and wait for it; once the caller gives up (:meth:`stop`: its task was cancelled), the
-    next wait raises :class:`asyncio.CancelledError` in the driver's thread, which then ends."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop, self.stopped = loop, threading.Event()
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        while True:
-            try:
-                return future.result(timeout=0.05)  # returns as soon as it is done; the timeout bounds a stop
-            except TimeoutError:
-                if self.stopped.is_set():
-                    future.cancel()
-                    raise asyncio.CancelledError("the caller stopped waiting for this generation") from None
-
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
-        async def on_loop() -> T:
-            return fn(*args)
-        return self.run(on_loop())
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-
-class OnLoop(CyclePolicy):
-    """A policy whose every call runs on the caller's event loop (where a planner reads its endpoints'
-    load and other runs' policies run), for a driver in a thread of its own."""
-
-    def __init__(self, policy: CyclePolicy, bridge: Bridge):
-        self.policy, self.bridge = policy, bridge
-        self.mode, self.k, self.pads = policy.mode, policy.k, policy.pads
-
-    def plan(self, position: Position) -> CyclePlan:
-        return self.bridge.call(self.policy.plan, position)
-
-    def rows(self, plan: CyclePlan, drafted_tokens: list[int], agreements: list[float]) -> int:
-        return self.bridge.call(self.policy.rows, plan, drafted_tokens, agreements)
-
-    def learn(self, trace: CycleTrace) -> None:
-        self.bridge.call(self.policy.learn, trace)
-
-    def finish(self, completed: bool) -> None:
-        if self.bridge.stopped.is_set():  # the loop no longer waits for this run: nothing is kept of it
-            return
-        self.bridge.call(self.policy.finish, completed)
-
-
-async def in_thread(work: Callable[[Bridge], T]) -> T:
-    """``work(bridge)`` in a thread of its own while this event loop runs what it sends through the bridge;
-    cancelling the caller stops the thread at its next wait."""
-    loop = asyncio.get_running_loop()
-    bridge, done = Bridge(loop), loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if not done.done():
-            done.set_result(value) if error is None else done.set_exception(error)
-
-    def body() -> None:
-        value, failed = None, None
-        try:
-            value = work(bridge)
-        except BaseException as error:  # noqa: BLE001 (handed to the awaiting task)
-            failed = error
-        try:
-            loop.call_soon_threadsafe(settle, value, failed)
-        except RuntimeError:  # the loop is closed: nobody waits
-            pass
-
-    threading.Thread(target=body, name="lookahead-driver", daemon=True).start()
-    try:
-        return await done
-    finally:
-        bridge.stop()
 
 
 class StepRows:
@@ -382,5 +301,4 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["Bridge", "OnLoop", "StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over",
-           "generate_stepwise", "in_thread"]
+__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..decoding.driver import generate_cycles
+from ..decoding.driver import check_auto_width, generate_cycles
 from ..decoding.results import GenerationResult
 from ..errors import require
 from ..models import cache_root, hardware
@@ -232,8 +232,7 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     planner's (``PlannerConfig.gammas``).
     """
     settings = local_settings(settings or Settings.preset())
-    require(settings.width == 1, f"width {settings.width}: mode auto prices one draft per position (width 1); "
-            "use mode lr or lr-sd for several drafts per position")
+    check_auto_width(settings)
     planning = planning or Planning.load(pair, getattr(verifier, "name", type(verifier).__name__))
     config = planning.config
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
