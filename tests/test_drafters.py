@@ -14,14 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_reasoning.decoding.autoregressive import generate
-from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.decoding.drafters import (DraftOutcome, ModelDrafter, NGramDrafter, Proposal, RowOutcome)
-from lookahead_reasoning.decoding.driver import FixedPolicy, run_cycles, start_state
-from lookahead_reasoning.decoding.results import CycleStats, SDStats
+from lookahead_reasoning.decoding.driver import FixedPolicy, drive, prepare
+from lookahead_reasoning.decoding.results import SDStats
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.settings import Settings, TokenSD
 from lookahead_reasoning.decoding.speculative import TokenSDRun, decode_rows_sd, generate_sd
-from lookahead_reasoning.sampling import SamplingConfig, make_generator
+from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.stopping import StopChecker, StopCondition
 from lookahead_reasoning.verifiers import ExactMatchVerifier
 from lookahead_reasoning.runtime.pair import model_pair
@@ -113,10 +112,11 @@ def test_each_lr_trace_carries_its_cycle_s_token_outcomes_in_row_order():
     and its timed forwards of each model."""
     target, draft, prompt = tiny_lm("qwen2"), tiny_lm("qwen2", seed=1), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=40, token_sd=TokenSD(target="draft", gamma=4))
-    stats = CycleStats(k=2)
-    pair = model_pair(target, draft)
-    tools = make_tools(pair, ExactMatchVerifier(), settings, generator=make_generator(0), stats=stats)
-    result = run_cycles(start_state(pair, prompt, None, settings.max_new_tokens), tools, FixedPolicy(2), stats)
+    policy = FixedPolicy(2)
+    cycles, _ = prepare(model_pair(target, draft), prompt, ExactMatchVerifier(), settings, policy)
+    stats = cycles.stats
+    drive(cycles, policy, stats)
+    result = cycles.result(policy)
     cycles = result.stats.cycles
     assert [o for c in cycles for o in c.token_outcomes] == stats.target_sd.log
     assert len(stats.target_sd.log) > len(cycles) and all(c.sd_iterations == len(c.token_outcomes) for c in cycles)

@@ -20,6 +20,7 @@ from conftest import USER_CACHE, unavailable
 
 from lookahead_reasoning.bench.datasets import load_dataset
 from lookahead_reasoning.decoding.driver import FixedPolicy
+from lookahead_reasoning import LookaheadGenerator
 from lookahead_reasoning import engine_runtime as runs
 from lookahead_reasoning.steps import closing
 from lookahead_reasoning.errors import EngineError
@@ -234,11 +235,11 @@ def test_a_pair_of_the_bank_is_continued_to_an_answer_on_both_branches(pair):
     chosen = next(p for p in pairs if (p["problem_id"], p["mode"]) == ("train-312", "step-5"))
     assert not chosen["same_numbers"] and chosen["draft_end"] != "eos" and chosen["target_end"] != "eos"
     budget = chosen["prefix_tokens"] + len(chosen["target_ids"]) + 400
-    runtime = runs.EngineRuntime(pair.target.client.endpoint.url, None, pair.settings, None, {})  # as `flips` runs it
+    gen = LookaheadGenerator(target=pair.target.client.endpoint.url, settings=pair.settings, mode="ar")  # as `flips`
     try:
-        record = Flipper(engine_finish(runtime, budget), pair.target.name).flip(chosen, problems["train-312"])
+        record = Flipper(engine_finish(gen, budget), pair.target.name).flip(chosen, problems["train-312"])
     finally:
-        runtime.close()
+        gen.close()
     assert not record["target_reused"]
     for branch in ("draft", "target"):
         head = chosen["prefix"] + chosen[branch]

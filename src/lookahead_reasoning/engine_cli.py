@@ -18,7 +18,7 @@ import argparse
 from .bench.engine import EngineBench, parse_engine_mode, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
 from .bench.pairs import KeepNone, PairRecorder, run_pairs
-from .engine_runtime import ENGINE_MODES, EngineRuntime, check_scheme, is_url
+from .engine_runtime import ENGINE_MODES, check_scheme, is_url
 from .errors import ConfigError, require
 from .generator import LookaheadGenerator
 from .options import OPTION_READS, check_max_new_tokens, named_check, refuse_unread_options
@@ -178,27 +178,24 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def target_runtime(args: argparse.Namespace, settings: Settings) -> EngineRuntime:
-    """The target's engine alone (no draft, no verifier), as ``LookaheadGenerator`` runs a URL target:
-    plain decoding for ``generate`` and ``flips``."""
-    return EngineRuntime(args.target_url, None, settings, None,
-                         {"target_model": args.target_model, "template": args.template})
+def target_generator(args: argparse.Namespace, settings: Settings):
+    """The target's engine alone, through the front door (a :class:`~lookahead_reasoning.LookaheadGenerator` in
+    mode ``ar``, no draft, with its checks): plain decoding for ``generate`` and ``flips``."""
+    return LookaheadGenerator(target=args.target_url, settings=settings, mode="ar", target_model=args.target_model,
+                              template=args.template)
 
 
 def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
-    """``generate --target-url``: plain decoding by the engine (one completion request, through
-    :class:`.generator.EngineRuntime` as ``LookaheadGenerator`` runs it), printed with the local
-    command's summary line."""
+    """``generate --target-url``: plain decoding by the engine (one completion request, through the generator
+    as for any URL target), printed with the local command's summary line."""
 
-    settings = engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens)
-    runtime = target_runtime(args, settings)
+    gen = target_generator(args, engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens))
     try:
-        result = runtime.generate(prompt, "ar", settings, raw=True,
-                                  on_text=lambda text: print(text, end="", flush=True))
+        result = gen.generate(prompt, raw=True, on_text=lambda text: print(text, end="", flush=True))
     finally:
-        runtime.close()
+        gen.close()
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
-          f"engine {runtime.pair.target.client.endpoint.url}, stop: {result.stop_reason}]")
+          f"engine {args.target_url}, stop: {result.stop_reason}]")
     return 0
 
 
@@ -246,13 +243,13 @@ def cmd_flips(args: argparse.Namespace) -> int:
     require(args.sample is not None or args.seed == 0, f"--seed {args.seed} draws the pairs of --sample, which is not "
             "given (every non-exact pair is continued): give --sample N, or leave --seed out")
     read_bank(args.pairs)  # a bad option or file fails before any connection
-    runtime = target_runtime(args, engine_settings(args))
+    gen = target_generator(args, engine_settings(args))
     try:
-        finish = engine_finish(runtime, args.max_new_tokens)
-        path = run_flips(args.pairs, args.out, Flipper(finish, runtime.pair.target.client.model_name()),
+        finish = engine_finish(gen, args.max_new_tokens)
+        path = run_flips(args.pairs, args.out, Flipper(finish, gen.engine.pair.target.client.model_name()),
                          sample=args.sample, seed=args.seed, max_new_tokens=args.max_new_tokens)
     finally:
-        runtime.close()
+        gen.close()
     print(f"flips: {path} (`lookahead-reasoning verifiers {' '.join(args.pairs)} --flips {path}` adds each verifier's "
           "flip rate to the ablation)")
     return 0
@@ -261,4 +258,4 @@ def cmd_flips(args: argparse.Namespace) -> int:
 __all__ = ["add_flips_command", "add_url_options", "cmd_flips", "engine_settings",
            "OVER_ENGINE", "engine_generator", "read_by_note", "refuse_engine_options", "refuse_local_only_options", "run_bench_over_engine",
            "run_generate_over_engine",
-           "run_pairs_over_engine", "target_runtime"]
+           "run_pairs_over_engine", "target_generator"]

@@ -111,19 +111,18 @@ def sample_pairs(pairs: Sequence[dict[str, Any]], n: int | None, seed: int) -> l
 Finish = Callable[[str, str], tuple[str, int]]  # (question, text so far) -> (the continuation, its tokens)
 
 
-def engine_finish(runtime: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
-    """Continue a text greedily with the target of ``runtime`` (what ``LookaheadGenerator`` runs over an
-    engine URL, :class:`~lookahead_reasoning.engine_runtime.EngineRuntime`) to EOS or ``max_new_tokens``
-    in all (the text so far counts): one completion request."""
-    pair = runtime.pair
+def engine_finish(gen: Any, max_new_tokens: int = FLIP_MAX_NEW_TOKENS) -> Finish:
+    """Continue a text greedily with the target of ``gen`` (a :class:`~lookahead_reasoning.LookaheadGenerator` over
+    an engine URL) to EOS or ``max_new_tokens`` in all (the text so far counts): one completion request, mode ``ar``."""
+    engine = gen.engine
 
     def finish(question: str, head: str) -> tuple[str, int]:
-        ids = pair.prompt_ids(math_messages(question))
-        written = pair.target.encode(head) if head else []
+        ids = engine.prompt_ids(math_messages(question))
+        written = engine.pair.target.encode(head) if head else []
         budget = max_new_tokens - len(written)
         if budget <= 0:
             return "", 0
-        done = runtime.generate(ids + written, "ar", pair.settings.with_overrides(max_new_tokens=budget))
+        done = gen.generate(ids + written, mode="ar", max_new_tokens=budget)
         return done.text, len(done.token_ids)
 
     return finish

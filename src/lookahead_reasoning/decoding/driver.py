@@ -220,15 +220,6 @@ class TorchCycles:
                                 stats=stats.target_sd if plain else stats)
 
 
-def run_cycles(state: CycleState, tools: CycleTools, policy: CyclePolicy, stats: CycleStats,
-               on_text: OnText | None = None) -> GenerationResult:
-    """:func:`drive` over :class:`TorchCycles` from ``state`` (its forwards padded by ``policy.pads``); the
-    accepted text goes to ``on_text`` as it grows."""
-    cycles = TorchCycles(state, tools, stats, on_text)
-    drive(cycles, policy, stats, cycles.streamed)
-    return cycles.result(policy)
-
-
 def start_state(pair: ModelPair, prompt_ids: Sequence[int], draft_ids: Sequence[int] | None,
                 max_new_tokens: int) -> CycleState:
     """Both sessions at the prompt. ``draft_ids``: the prompt in the draft's tokenizer; None: ``prompt_ids``
@@ -334,4 +325,4 @@ def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifi
 
 
 __all__ = ["CyclePolicy", "Cycles", "FIXED_MODES", "FixedPolicy", "Position", "TorchCycles", "drive", "generate_cycles",
-           "ENGINE_FIXED_MODES", "check_auto_width", "mode_plan", "prepare", "run_cycles", "start_state"]
+           "ENGINE_FIXED_MODES", "check_auto_width", "mode_plan", "prepare", "start_state"]

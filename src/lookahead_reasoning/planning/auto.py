@@ -5,7 +5,7 @@ The loop (the one every mode runs, :func:`lookahead_reasoning.decoding.driver.ge
   1. choose   the planner prices every plan (k drafted steps, gamma drafted tokens per SD iteration,
               the draft's confidence stop ``draft_stop_below``) with the cost table at the current context length and
               the rates learned so far (the first cycle also pays for feeding the prompt);
-  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.run_cycles` runs it):
+  2. run      one cycle of that plan (:func:`~lookahead_reasoning.decoding.driver.drive` runs it):
               k = 0 is the target writing the next step alone (with SD at gamma, or plainly), and an
               SD iteration may run past the step's end (nothing is wasted); k >= 1 is an LR cycle
               whose rows the step gate may cut after the scoring pass;
