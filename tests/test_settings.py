@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from lookahead_reasoning import ConfigError, LookaheadGenerator, Settings, TokenSD
-from lookahead_reasoning.decoding import FixedPolicy, generate, generate_cycles, run_cycles
+from lookahead_reasoning.decoding import FixedPolicy, drive, generate, generate_cycles
 from lookahead_reasoning.decoding.tools import make_tools
 from lookahead_reasoning.settings import CyclePlan
-from lookahead_reasoning.decoding.driver import start_state
+from lookahead_reasoning.decoding.driver import TorchCycles, start_state
 from lookahead_reasoning.decoding.results import CycleStats
 from lookahead_reasoning.presets import DEFAULT_MAX_NEW_TOKENS, DRAFT_STOP_BELOW
 from lookahead_reasoning.sampling import make_generator
@@ -51,14 +51,16 @@ def test_k_has_one_rule_checked_before_any_model_loads():
         LookaheadGenerator(target="./no-such-model-dir", mode="auto", k=0)
 
 
-def test_run_cycles_with_a_fixed_plan_is_generate_cycles():
+def test_drive_over_a_hand_built_state_with_a_fixed_plan_is_generate_cycles():
     pair, prompt = model_pair(tiny_lm("qwen2", 0), tiny_lm("qwen2", 1)), [5, 6, 7, 8]
     settings = Settings(k=2, max_new_tokens=24)
     expected = generate_cycles(pair, prompt, exact(), settings)
     stats = CycleStats(k=2)
     tools = make_tools(pair, exact(), settings, generator=make_generator(0), stats=stats)
     state = start_state(pair, prompt, None, settings.max_new_tokens)
-    result = run_cycles(state, tools, FixedPolicy(2), stats)
+    cycles, policy = TorchCycles(state, tools, stats), FixedPolicy(2)
+    drive(cycles, policy, stats)
+    result = cycles.result(policy)
     assert result.token_ids == expected.token_ids and result.mode == "lr"
     assert len(result.stats.cycles) == len(expected.stats.cycles)
 
