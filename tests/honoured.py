@@ -90,7 +90,7 @@ def _gamma(p: Plan, v: Any) -> bool:
 
 def _stop(p: Plan, v: Any) -> bool:
     drafts_rows = p.mode == "sd" or (p.mode in ("lr-sd", "auto") and p.settings.token_sd.target == "draft")
-    given = p.policy.draft_stop_below if p.policy is not None else p.settings.draft_stop_below
+    given = p.policy.every.draft_stop_below if p.policy is not None else p.settings.draft_stop_below
     if v in (None, 0):  # off: honoured where nothing stops the draft
         return not drafts_rows or given in (None, 0)
     return drafts_rows and given == v
@@ -165,13 +165,13 @@ HONOURED: dict[str, Callable[[Any, View], bool]] = {
     "mode": lambda value, view: plans(view)[0].mode == value,
     "k": any_plan(_k),
     "gamma": any_plan(_gamma),
-    "width": any_plan(lambda p, v: p.policy is not None and p.policy.width == v),
+    "width": any_plan(lambda p, v: p.policy is not None and p.policy.every.width == v),
     "draft_stop_below": any_plan(_stop),
     "token_sd_target": any_plan(_token_sd("target")),
     "token_sd_draft": any_plan(_token_sd("draft")),
     "delimiter": any_plan(_steps("delimiters")),
     "max_step_tokens": any_plan(_steps("max_step_tokens")),
-    "schedule": any_plan(lambda p, v: p.policy is not None and p.policy.schedule == v),
+    "schedule": any_plan(lambda p, v: p.policy is not None and p.policy.every.schedule == v),
     "temperature": _sampling("temperature"),
     "top_k": _sampling("top_k"),
     "top_p": _sampling("top_p"),

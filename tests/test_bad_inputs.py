@@ -213,9 +213,9 @@ def test_an_option_the_run_would_not_read_is_refused_by_name(argv, named, files)
 def test_what_the_mode_reads_is_honoured_where_the_loop_reads_it(files):
     view = reached(["lr", "--mode", "lr-sd", "-k", "3", "--gamma", "5", "--width", "2", "--no-warmup"])
     [plan] = plans(view)
-    assert (plan.policy.k, plan.policy.width, plan.settings.token_sd.gamma) == (3, 2, 5)
+    assert (plan.policy.k, plan.policy.every.width, plan.settings.token_sd.gamma) == (3, 2, 5)
     view = reached(["lr", "--mode", "sd", "--gamma", "7", "--draft-stop-below", "0.2"])
-    assert (plans(view)[0].policy.gamma, plans(view)[0].policy.draft_stop_below) == (7, 0.2)
+    assert (plans(view)[0].policy.gamma, plans(view)[0].policy.every.draft_stop_below) == (7, 0.2)
 
 
 def test_none_as_a_draft_means_no_draft_model_in_every_entry(files):

@@ -107,25 +107,29 @@ class Cycles(Protocol):
 
 
 class FixedPolicy(CyclePolicy):
-    """Every cycle runs the same plan: ``k`` drafted steps (``width`` drafts per position, on the
-    ``schedule``), the target's rows drafting ``gamma`` tokens an SD iteration (None: the writers' own; 0:
-    none) with the draft's confidence stop ``draft_stop_below``. Mid-step the target first writes to the
-    next boundary alone. With k = 0 the target writes ``chunk`` tokens a cycle with no step ends (None: the
-    rest of the answer in one cycle: ``ar``, ``sd``). Every row runs; nothing is learned."""
+    """Every cycle runs the same plan, ``every`` (a :class:`~lookahead_reasoning.settings.CyclePlan` of ``k`` drafted
+    steps, ``width`` drafts per position, on the ``schedule``, the target's rows drafting ``gamma`` tokens an SD
+    iteration (0: none) with the draft's confidence stop ``draft_stop_below``). Mid-step the target first writes
+    to the next boundary alone, at the same gamma. With k = 0 the target writes ``chunk`` tokens a cycle with no
+    step ends (None: the rest of the answer in one cycle: ``ar``, ``sd``). Every row runs; nothing is learned.
+    A mode's fixed policy comes from :func:`mode_plan`."""
 
     def __init__(self, k: int, draft_stop_below: float | None = None, mode: str = "lr", *, width: int = 1,
                  schedule: str = "sync", gamma: int | None = None, chunk: int | None = None):
-        self.k, self.draft_stop_below, self.mode = k, draft_stop_below, mode
-        self.width, self.schedule, self.gamma, self.chunk = width, schedule, gamma, chunk
-        CyclePlan(k, width, schedule, gamma, chunk=chunk or 0)  # checks the numbers
+        self.k, self.mode = k, mode
+        self.every = CyclePlan(k, width, schedule, gamma, draft_stop_below, chunk=chunk or 0)  # checks the numbers
+
+    @property
+    def gamma(self) -> int | None:
+        return self.every.gamma
 
     def plan(self, position: Position) -> CyclePlan:
-        if self.k == 0:
-            return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below,
-                             chunk=max(1, min(self.chunk or position.remaining, position.remaining)))
+        every = self.every
+        if every.k == 0:
+            return replace(every, chunk=max(1, min(every.chunk or position.remaining, position.remaining)))
         if not position.at_boundary:
-            return CyclePlan(0, gamma=self.gamma, draft_stop_below=self.draft_stop_below)
-        return CyclePlan(self.k, self.width, self.schedule, self.gamma, draft_stop_below=self.draft_stop_below)
+            return CyclePlan(0, gamma=every.gamma, draft_stop_below=every.draft_stop_below)
+        return every
 
 
 def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
