@@ -1,5 +1,5 @@
 """This process's PyTorch runtime for the one LR cycle (:func:`.lookahead.run_cycle`): its verbs on KV
-sessions, each a function below, gathered by :class:`TorchRows`.
+sessions, gathered by :class:`TorchRows` (step 2 is its method, the others functions below).
 
   1. :func:`draft`      the draft continues its own session, one step after another;
      :func:`draft_alternatives`  the W - 1 alternatives per position in one batched draft pass;
