@@ -30,7 +30,7 @@ from bench_log import (
 from figure_check import Source
 from transformers import GenerationConfig
 
-from lookahead_reasoning.bench.report import accepted_per_drafted, markdown_table, summarize
+from lookahead_reasoning.bench.report import markdown_table, summarize
 from lookahead_reasoning.planning.costs import PAD_GAIN
 from lookahead_reasoning.planning.estimates import AGREEMENT_BANDS
 from lookahead_reasoning.theory import predict
@@ -404,9 +404,19 @@ def _follow_up_rows(name: str, label: str, modes: list[str], noted: str = "") ->
     return [cells(first if i == 0 else "", *row(m)).replace("|  |", "| |") for i, m in enumerate(modes)]
 
 
+def _accepted_per_drafted(record: dict[str, object]) -> object:
+    """A record's share of drafted tokens kept (accepted / drafted, as engines report it), whichever
+    year wrote it: ``accepted_per_drafted``, or the older ``acceptance_rate``, or in the oldest files
+    ``alpha`` (which meant this there, not the theory's alpha)."""
+    for name in ("accepted_per_drafted", "acceptance_rate"):
+        if name in record:
+            return record[name]
+    return record.get("alpha")
+
+
 def _kept_share(name: str, mode: str) -> float:
     """Median share of drafted tokens kept (accepted / drafted, what the oldest tables printed as alpha)."""
-    return median([accepted_per_drafted(r) for r in records(name) if r["mode"] == mode])
+    return median([_accepted_per_drafted(r) for r in records(name) if r["mode"] == mode])
 
 
 def _predicted_from_kept(name: str, mode: str, gamma: int) -> float:

@@ -173,12 +173,12 @@ def test_skip_mode_warns_and_reports(tmp_path):
     messages = [str(w.message) for w in caught]
     assert any("line 2" in m for m in messages) and any("line 4" in m for m in messages)
     assert [p.index for p in problems] == [0, 2, 4]
-    assert problems.skipped_lines == [2, 4]
+    assert [s.line for s in problems.skipped] == [2, 4]
     assert "missing 'answer'" in problems.skipped[1].reason
     # the report covers the whole file, not only the selected slice
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert load_jsonl(path, on_error="skip", limit=1).skipped_lines == [2, 4]
+        assert [s.line for s in load_jsonl(path, on_error="skip", limit=1).skipped] == [2, 4]
 
 
 def test_missing_file_and_directory(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookahead_reasoning.bench import Grade, extract_answer, extract_boxed, grade, is_correct
+from lookahead_reasoning.bench import Grade, extract_answer, extract_boxed, grade
 from lookahead_reasoning.bench.grading import answers_match, normalize_answer
 
 
@@ -91,7 +91,7 @@ def test_normalize_answer(raw, expected):
     (r"\boxed{1} no wait, \boxed{2}", "2"),
 ])
 def test_correct(text, gold):
-    assert is_correct(text, gold), (text, gold, extract_answer(text))
+    assert grade(text, gold).correct, (text, gold, extract_answer(text))
 
 
 @pytest.mark.parametrize("text, gold", [
@@ -108,7 +108,7 @@ def test_correct(text, gold):
     (r"\boxed{\text{three}}", "3"),
 ])
 def test_incorrect(text, gold):
-    assert not is_correct(text, gold)
+    assert not grade(text, gold).correct
 
 
 def test_grade_record():
@@ -123,17 +123,17 @@ def test_grade_record():
     r"\boxed{" + "1+" * 2000 + "1}", r"\boxed{\begin{pmatrix}1\end{pmatrix}}", "\\boxed{\x00}",
 ])
 def test_odd_input_is_incorrect_not_an_error(text):
-    assert is_correct(text, "72") is False
+    assert grade(text, "72").correct is False
     assert answers_match(None, "72") is False
-    assert is_correct(None, "72") is False  # type: ignore[arg-type]
+    assert grade(None, "72").correct is False  # type: ignore[arg-type]
 
 
 def test_huge_numbers_are_not_evaluated():
     start = time.perf_counter()
-    assert not is_correct(r"\boxed{9^{9^{9^{9}}}}", "72")
-    assert not is_correct(r"\boxed{2^{10^{10}}}", "72")
-    assert not is_correct(r"\boxed{(10^{10})!}", "72")
-    assert is_correct(r"\boxed{2^{10}}", "1024")
+    assert not grade(r"\boxed{9^{9^{9^{9}}}}", "72").correct
+    assert not grade(r"\boxed{2^{10^{10}}}", "72").correct
+    assert not grade(r"\boxed{(10^{10})!}", "72").correct
+    assert grade(r"\boxed{2^{10}}", "1024").correct
     assert time.perf_counter() - start < 5
 
 
@@ -145,7 +145,7 @@ def test_grading_works_in_worker_threads():
 
     def work(i, text, gold):
         try:
-            results[i] = is_correct(text, gold)
+            results[i] = grade(text, gold).correct
         except BaseException as e:  # noqa: BLE001 - the test reports it
             errors.append(e)
 
@@ -160,7 +160,7 @@ def test_grading_works_in_worker_threads():
 
 def test_main_thread_alarm_handler_restored():
     before = signal.getsignal(signal.SIGALRM)
-    assert is_correct(r"\boxed{\frac{6}{8}}", "0.75")
+    assert grade(r"\boxed{\frac{6}{8}}", "0.75").correct
     assert signal.getsignal(signal.SIGALRM) == before
     assert signal.alarm(0) == 0  # no alarm left pending
 

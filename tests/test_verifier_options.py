@@ -148,7 +148,7 @@ def test_base_types_import_without_heavy_packages():
         sys.modules["lookahead_reasoning"] = package
         from lookahead_reasoning.verifiers.base import Verdict, Verifier, BaseVerifier
         from lookahead_reasoning.verifiers import Verdict as Same, ExactMatchVerifier, step_numbers
-        assert Same is Verdict and ExactMatchVerifier().verify_one("A b", "ab").accepted
+        assert Same is Verdict and ExactMatchVerifier().verify([("A b", "ab")])[0].accepted
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "sentence_transformers")
                        or m in ("urllib.request", "http.client"))
         print("heavy:", heavy)

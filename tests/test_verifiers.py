@@ -43,7 +43,7 @@ def test_exact_normalisation_ignores_case_and_every_kind_of_whitespace():
     assert [g.score for g in got] == [1.0, 1.0, 1.0, 0.0, 0.0]
     assert all(g.verifier == "exact" and g.latency_s >= 0 for g in got)
     assert normalize_step(" A b\n\nC\t") == "abc"
-    assert v.verify_one("", "  \n").accepted
+    assert v.verify([("", "  \n")])[0].accepted
     assert v.verify([]) == []
 
 
@@ -86,9 +86,9 @@ def test_embedding_threshold_logic_with_a_stub_model():
     assert [g.score for g in got] == pytest.approx([0.5, 1.0, 0.0, -1.0, math.sqrt(0.5)], abs=1e-7)
     # one encode call for all 2n texts: drafts first, then targets
     assert stub.calls == [(["a"] * 5 + ["b", "a", "c", "d", "e"], True, True)]
-    just_above = EmbeddingVerifier(model=stub, threshold=0.5 + 1e-6).verify_one("a", "b")
+    just_above = EmbeddingVerifier(model=stub, threshold=0.5 + 1e-6).verify([("a", "b")])[0]
     assert not just_above.accepted and "<" in just_above.reason
-    assert EmbeddingVerifier(model=stub, threshold=-1.0).verify_one("a", "d").accepted
+    assert EmbeddingVerifier(model=stub, threshold=-1.0).verify([("a", "d")])[0].accepted
 
 
 @pytest.mark.parametrize("text, numbers", [
@@ -155,7 +155,7 @@ def test_embedding_unloadable_model_path_raises_on_first_use(tmp_path):
     v = EmbeddingVerifier(model=str(tmp_path / "no-such-model"))  # lazy: nothing loaded yet
     assert not v.loaded
     with pytest.raises(VerifierError, match="cannot load the embedding model"):
-        v.verify_one("a", "b")
+        v.verify([("a", "b")])[0]
 
 
 def test_embedding_encode_failure_rejects_instead_of_raising(caplog):
@@ -199,9 +199,9 @@ def test_minilm_threshold_moves_the_decision_and_batching_does_not_change_scores
     batched = minilm.similarities(PARAPHRASES + [UNRELATED])
     alone = minilm.similarities([pair])[0]
     assert alone == pytest.approx(batched[1], abs=1e-5)
-    assert EmbeddingVerifier(model=minilm.load(), threshold=0.3).verify_one(*pair).accepted
-    assert not EmbeddingVerifier(model=minilm.load(), threshold=0.999).verify_one(*pair).accepted
-    assert minilm.verify_one("x = 12", "x = 12").score == pytest.approx(1.0, abs=1e-5)
+    assert EmbeddingVerifier(model=minilm.load(), threshold=0.3).verify([pair])[0].accepted
+    assert not EmbeddingVerifier(model=minilm.load(), threshold=0.999).verify([pair])[0].accepted
+    assert minilm.verify([("x = 12", "x = 12")])[0].score == pytest.approx(1.0, abs=1e-5)
 
 
 # ------------------------------------------------------------------------------------------ local LLM judge
@@ -322,7 +322,7 @@ def test_judge_on_a_real_tiny_model_batched_equals_one_by_one():
     pairs = [("apples cost 3 dollars", "total 12"), ("MATCH", "apples"),
              ("3 dollars", "3 dollars total cost 12 apples")]
     batched = [(v.score, v.accepted) for v in judge.verify(pairs)]
-    alone = [(judge.verify_one(*p).score, judge.verify_one(*p).accepted) for p in pairs]
+    alone = [(judge.verify([p])[0].score, judge.verify([p])[0].accepted) for p in pairs]
     assert [b[0] for b in batched] == pytest.approx([a[0] for a in alone], abs=1e-5)
     assert [b[1] for b in batched] == [a[1] for a in alone]
     assert all(0.0 <= s <= 1.0 for s, _ in batched)
@@ -416,7 +416,7 @@ def free_port() -> int:
 def test_openai_judge_parses_a_completions_answer(judge_server):
     url, server = judge_server(completions)
     judge = OpenAIJudgeVerifier(url, "judge-7b", api_key="sk-test")
-    assert judge.check_connection() == ["judge-7b"]
+    assert judge.served_models() == ["judge-7b"]
     got = judge.verify([("MATCH x = 3", "x is 3"), ("x = 4", "x = 5"), ("a", "MATCH b")])
     assert [g.accepted for g in got] == [True, False, True]
     assert [g.score for g in got] == pytest.approx([0.9, 0.2, 0.9], abs=1e-9)
@@ -472,12 +472,9 @@ def test_openai_judge_http_error_and_timeout_are_rejections(judge_server):
 def test_openai_judge_unreachable_endpoint(judge_server):
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(VerifierError, match="judge endpoint unreachable"):
-        OpenAIJudgeVerifier(url, "m").check_connection()
+        OpenAIJudgeVerifier(url, "m").served_models()
     [got] = OpenAIJudgeVerifier(url, "m", timeout=2.0).verify([("a", "b")])  # verify() never raises
     assert not got.accepted and "connection failed" in got.reason and got.error == "connection"
-    served, _ = judge_server(completions)
-    with pytest.raises(VerifierError, match="does not serve model 'other'.*judge-7b"):
-        OpenAIJudgeVerifier(served, "other").check_connection()
 
 
 def test_openai_judge_bad_config():

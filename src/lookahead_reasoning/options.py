@@ -39,7 +39,6 @@ from .presets import (
     STEP_MODES,
     check_k,
     no_model,
-    read_by,
 )
 from .runtime.compiled import FAST_PATH_CHOICES
 from .sampling import SamplingConfig

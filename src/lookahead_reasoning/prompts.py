@@ -5,9 +5,6 @@ from __future__ import annotations
 INSTRUCTION = ("Solve the problem step by step. Separate the steps with a blank line, "
                "and put the final answer in \\boxed{}.")
 
-EXAMPLE_QUESTION = ("A bakery sells muffins for $3 each and cookies for $2 each. On Monday it sold 14 muffins "
-                    "and twice as many cookies as muffins. How much money did the bakery make on Monday?")
-
 
 def math_messages(question: str) -> list[dict[str, str]]:
     """Chat messages for one problem: the question, then the answer-format instruction."""

@@ -36,7 +36,6 @@ from .runtime.graphs import RehearsedGraph
 from .runtime.lm import LM
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
 
 # Merges in priority order, as plain text; each merges its two parts into one token.
 MERGES = (("\n", "\n"), (".", "\n\n"), ("t", "h"), ("th", "e"), (" ", "the"), ("i", "n"), ("e", "r"),

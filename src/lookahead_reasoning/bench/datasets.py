@@ -79,11 +79,6 @@ class ProblemList(list):
         self.source = source
         self.skipped: list[SkippedLine] = list(skipped)
 
-    @property
-    def skipped_lines(self) -> list[int]:
-        """The 1-based numbers of the skipped lines."""
-        return [s.line for s in self.skipped]
-
 
 class _BadRecord(Exception):
     """Internal: one record is malformed (the message says why)."""

@@ -237,16 +237,11 @@ def _verify(gold_parsed: tuple, pred_parsed: tuple, timeout: int | None) -> bool
         raise
 
 
-def is_correct(prediction_text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> bool:
-    """Whether the final answer of ``prediction_text`` (see :func:`extract_answer`) equals ``gold``."""
-    return answers_match(extract_answer(prediction_text), gold, timeout=timeout)
-
-
 def grade(text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grade:
     """Extract the answer of ``text`` and compare it with ``gold``."""
     predicted = extract_answer(text)
     return Grade(predicted, str(gold), answers_match(predicted, gold, timeout=timeout))
 
 
-__all__ = ["Grade", "answers_match", "extract_answer", "extract_boxed", "grade", "is_correct",
+__all__ = ["Grade", "answers_match", "extract_answer", "extract_boxed", "grade",
            "normalize_answer", "same_answer"]

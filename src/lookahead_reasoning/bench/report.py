@@ -183,14 +183,6 @@ def theory_alpha(record: dict[str, Any]) -> float | None:
     return record.get("alpha") if "acceptance_rate" in record else judged_alpha(record)
 
 
-def accepted_per_drafted(record: dict[str, Any]) -> float | None:
-    """A record's share of drafted tokens kept (accepted / drafted, as engines report it), whichever
-    year wrote it: ``accepted_per_drafted``, or the older ``acceptance_rate``, or in the oldest files
-    ``alpha`` (which meant this there, not the theory's alpha)."""
-    for name in ("accepted_per_drafted", "acceptance_rate"):
-        if name in record:
-            return record[name]
-    return record.get("alpha")
 
 
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:

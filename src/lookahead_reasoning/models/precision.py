@@ -295,20 +295,6 @@ _APPLY = {"float32": _apply_float32, "bf16": _apply_bf16,
           "int8-dynamic": _apply_int8_dynamic}
 
 
-def precision_of(model: torch.nn.Module) -> str:
-    """The precision a model is in now: "w8a8" when it has per-token int8 layers, "int8" when it has int8
-    weight-only layers, "int8-dynamic"
-    for torch's dynamic int8 linears, else its first parameter's dtype ("float32", "bf16", "float16")."""
-    modules = list(model.modules())
-    if any(isinstance(m, Int8PerTokenLinear) for m in modules):
-        return "w8a8"
-    if any(isinstance(m, Int8WeightOnlyLinear) for m in modules):
-        return "int8"
-    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in modules):
-        return "int8-dynamic"
-    _model_device(model)  # a model without parameters has no precision
-    dtype = next(model.parameters()).dtype
-    return {torch.float32: "float32", torch.bfloat16: "bf16", torch.float16: "float16"}.get(dtype, str(dtype))
 
 
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")  # what precision={"draft": ...} may name
@@ -330,6 +316,6 @@ def split_precision(precision: Any) -> tuple[str | None, str | None]:
 
 
 __all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
-           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_of", "precision_warning",
+           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_warning",
            "quantize_activations_int8", "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear",
            "reference_w8a8_linear", "resolve_precision", "split_precision", "w8a8_kernel_available", "weight_bytes"]

@@ -21,7 +21,7 @@ Derivations: ``theory/README.md``; numerical checks: ``python theory/check.py``.
 """
 
 from .budget import (
-    BudgetSplit, Optimum, Regime, best_lr_only, best_sd_only, best_split, feasible, hybrid_conditions,
+    BudgetSplit, Optimum, Regime, best_split, hybrid_conditions,
     paper_hybrid_box, regime, speedup_grid,
 )
 from .formulas import (
@@ -45,9 +45,9 @@ __all__ = [
     "expected_accepted", "f_sync_costed", "iteration_seconds", "kept_pmf", "lr_cycle", "request_cycle", "sd_rate", "simulate_costed_lr",
     "simulate_costed_sd", "step_cycle", "tokens_per_iteration",
     "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
-    "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma", "best_lr_only",
-    "best_sd_only", "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
-    "f_sync", "f_sync_batched", "feasible", "g_token", "h_combined", "h_joint", "judged_alpha", "hybrid_conditions", "lookahead_pays",
+    "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma",
+    "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
+    "f_sync", "f_sync_batched", "g_token", "h_combined", "h_joint", "judged_alpha", "hybrid_conditions", "lookahead_pays",
     "paper_hybrid_box",
     "parallel_degree", "predict", "regime", "sample_run_lengths", "sd_ceiling", "sd_speedup",
     "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid",

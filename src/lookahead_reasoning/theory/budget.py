@@ -29,7 +29,7 @@ from .formulas import (
 )
 
 __all__ = [
-    "BudgetSplit", "Optimum", "Regime", "best_lr_only", "best_sd_only", "best_split", "feasible",
+    "BudgetSplit", "Optimum", "Regime", "best_split",
     "hybrid_conditions", "paper_hybrid_box", "regime", "speedup_grid",
 ]
 
@@ -90,11 +90,6 @@ def _check(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: str
     return a1, k1c, a2, k2c, m
 
 
-def feasible(k1: int, k2: int, c1: float, M: int, mode: Mode = "async") -> bool:
-    """Whether ``(k1, k2)`` fits the budget: ``PD_f(k1) * k2 <= M``."""
-    check_count(k2, "k2")
-    check_count(M, "M")
-    return parallel_degree(k1, c1, mode) * k2 <= M
 
 
 def _table(a1: float, c1: float, a2: float, c2: float, m: int, mode: Mode) -> tuple[np.ndarray, ...]:
@@ -132,22 +127,8 @@ def best_split(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode:
     )
 
 
-def best_sd_only(alpha2: float, c2: float, M: int) -> Optimum:
-    """Token SD alone: ``max g(k2)`` over ``1 <= k2 <= M`` (k1 = 1)."""
-    a2, k2c, m = float(check_rate(alpha2, "alpha2")), float(check_cost(c2, "c2")), int(check_count(M, "M"))
-    k2 = np.arange(1, m + 1)
-    return _pick(np.ones_like(k2), k2, np.asarray(g_token(k2, a2, k2c), dtype=float), k2)
 
 
-def best_lr_only(alpha1: float, c1: float, M: int, mode: Mode = "async") -> Optimum:
-    """LR alone: ``max f(k1)`` over ``PD_f(k1) <= M`` (k2 = 1)."""
-    check_mode(mode)
-    a1 = float(check_rate(alpha1, "alpha1"))
-    k1c = float(check_cost(c1, "c1", upper=1.0 if mode == "async" else None))
-    m = int(check_count(M, "M"))
-    top = m if mode == "sync" else int(min(m, async_depth(k1c)))
-    k1 = np.arange(1, top + 1)
-    return _pick(k1, np.ones_like(k1), np.asarray(f_step(k1, a1, k1c, mode), dtype=float), k1)
 
 
 def regime(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> Regime:

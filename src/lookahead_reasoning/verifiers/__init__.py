@@ -65,7 +65,7 @@ _LAZY = {
     "LikelihoodVerifier": "likelihood", "NumbersLikelihoodVerifier": "likelihood", "TokenScores": "likelihood",
     "verify_pairs": "likelihood",
     "CascadeVerifier": "combine", "RandomVerifier": "combine",
-    "KNOWN_VERIFIERS": "registry", "VERIFIER_NAMES": "registry", "make_verifier": "registry",
+    "KNOWN_VERIFIERS": "registry", "make_verifier": "registry",
     "check_verifier_spec": "registry", "paper_judge": "registry",
     "VerifierSettings": "options", "add_verifier_args": "options", "add_judge_args": "options",
     "build_verifier": "options",

@@ -58,7 +58,7 @@ class Verifier(Protocol):
 
 
 class BaseVerifier:
-    """Shared helpers: ``verify_one``, the ``failures`` counter and the failed-verdict constructor.
+    """Shared helpers: the ``failures`` counter and the failed-verdict constructor.
 
     ``failures`` counts the pairs this verifier rejected because a judgement failed (a timeout, an
     HTTP error, an unreadable or unclear answer, an exception); ``Verdict.error`` says which.
@@ -69,10 +69,6 @@ class BaseVerifier:
 
     def verify(self, pairs: Sequence[Pair]) -> list[Verdict]:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def verify_one(self, draft: str, target: str) -> Verdict:
-        """Judge a single pair: ``verify([(draft, target)])[0]``."""
-        return self.verify([(draft, target)])[0]
 
     def failed(self, kind: str, reason: str) -> Verdict:
         """A rejection because the judgement failed; counted in ``failures``."""

@@ -50,9 +50,8 @@ class OpenAIJudgeVerifier(BaseVerifier):
             (``lambda q: lm.chat_prompt(q)``); default: the plain question followed by "\\nAnswer:".
         top_logprobs: how many alternatives the server returns for the answer token.
 
-    To check the server before the first ``verify``, call :meth:`check_connection` (GET
-    ``{base_url}/models``; VerifierError if it cannot be reached, refuses the key, or does not list
-    ``model``).
+    To see what the server serves before the first ``verify``, call :meth:`served_models` (GET
+    ``{base_url}/models``; VerifierError if it cannot be reached or refuses the key).
     """
 
     name = "openai-judge"
@@ -107,14 +106,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
             raise VerifierError(f"judge endpoint unreachable: {where} did not answer JSON ({e})") from e
         listed = answer.get("data", []) if isinstance(answer, dict) else []
         return [m.get("id") for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
-
-    def check_connection(self) -> list[str]:
-        """The served model ids; VerifierError if the server cannot be reached or does not serve ``model``."""
-        served = self.served_models()
-        if served and self.model not in served:
-            raise VerifierError(f"judge endpoint {self.base_url} does not serve model {self.model!r}; "
-                                f"it serves {served}")
-        return served
 
     def _only_served_model(self) -> str:
         served = self.served_models()

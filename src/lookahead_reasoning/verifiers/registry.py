@@ -66,7 +66,6 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
             "numbers": "embedding-numbers", "score": "target-score",
             "logprob": "likelihood"}
-VERIFIER_NAMES = tuple(_FACTORIES)
 KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)",
                    "openai-judge (or openai)", "paper-judge", "target-score (or score)", "likelihood (or logprob)",
                    "likelihood-numbers", "random",
@@ -162,5 +161,5 @@ def _build(key: str, kw: dict[str, Any]) -> Verifier:
     return factory(**kw)
 
 
-__all__ = ["KNOWN_VERIFIERS", "VERIFIER_NAMES", "canonical_name", "check_verifier_spec", "make_verifier", "paper_judge",
+__all__ = ["KNOWN_VERIFIERS", "canonical_name", "check_verifier_spec", "make_verifier", "paper_judge",
            "stage_names"]
