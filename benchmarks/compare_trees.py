@@ -5,9 +5,10 @@ timed in turn, so a change to the loops can be held to "no slower than before".
     .venv/bin/python benchmarks/compare_trees.py --before /tmp/before --after . --modes ar,sd@g12 --offset 200
 
 Each checkout runs in a worker process of its own (its ``src`` first on the path) that loads the offline pair
-once; the workers take turns, problem by problem and mode by mode, the first to go alternating, so neither
-runs while the other does and both see the same machine. The script prints, per mode, each checkout's
-median tokens a second, the ratio after / before, and whether every answer's tokens are the same. Run it on
+once; the workers take turns, problem by problem and mode by mode, each mode's first runner alternating from
+problem to problem (give an even --limit), so neither runs while the other does and both see the same machine.
+The script prints, per mode, each checkout's median tokens a second, their ratio after / before, the median and
+range of the per-problem ratios, and whether every answer's tokens are the same. Run it on
 a quiet machine: it is a timing.
 """
 
@@ -75,11 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     workers = {"before": start(args.before, args.dtype), "after": start(args.after, args.dtype)}
     rates: dict[tuple[str, str], list[float]] = {}
     same = {m: True for m, _ in modes}
-    turn = 0
-    for question in questions:
-        for mode, gamma in modes:
-            order = ("before", "after") if turn % 2 == 0 else ("after", "before")
-            turn += 1
+    for i, question in enumerate(questions):
+        for mode, gamma in modes:  # each mode's first runner alternates from problem to problem
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
             got = {name: ask(workers[name], question, mode, gamma, args.max_new_tokens) for name in order}
             for name, reply in got.items():
                 rates.setdefault((mode, name), []).append(len(reply["ids"]) / reply["seconds"])
@@ -92,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         before = statistics.median(rates[(mode, "before")])
         after = statistics.median(rates[(mode, "after")])
         label = mode + (f"@g{gamma}" if gamma else "")
+        ratios = [a / b for a, b in zip(rates[(mode, "after")], rates[(mode, "before")])]
         print(f"{label:10s} before {before:6.2f} tok/s   after {after:6.2f} tok/s   after/before {after / before:.3f}"
+              f"   per problem: median {statistics.median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f}"
               f"   same tokens: {same[mode]}")
     return 0
 
