@@ -195,7 +195,7 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
     finally:
         gen.close()
     print(f"\n\n[{result.num_tokens} tokens, {result.wall_time_s:.1f} s, {result.tokens_per_s:.2f} tok/s, "
-          f"engine {args.target_url}, stop: {result.stop_reason}]")
+          f"engine {gen.engine.pair.target.client.endpoint.url}, stop: {result.stop_reason}]")
     return 0
 
 

@@ -167,8 +167,8 @@ class TorchCycles:
         self.streamer = stream_for(on_text, state.target.lm.decode)
         state.on_tokens = self.streamed if self.streamer else None
         self.lms = (state.target.lm, state.draft.lm)
-        self.before = [lm.stats.copy() for lm in self.lms]  # the whole run's, then each cycle's
-        self.run_before = list(self.before)
+        self.run_before = [lm.stats.copy() for lm in self.lms]  # the whole run's counters at its start
+        self.before = self.run_before  # the current cycle's (set as each cycle starts)
         self.timed: tuple[list[ForwardTiming], list[ForwardTiming]] = ([], [])
         self.logged = 0
         self.start = time.perf_counter()
@@ -209,7 +209,7 @@ class TorchCycles:
     def result(self, policy: CyclePolicy) -> GenerationResult:
         """The run's result, reporting ``policy``'s mode: a fixed plan that drafts no step reports the token
         loop's own statistics, if any (mode ``sd``), else none (``ar``)."""
-        state, stats, (target_lm, draft_lm) = self.state, self.stats, self.lms
+        state, stats, target_lm = self.state, self.stats, self.lms[0]
         state.done = state.done or "budget"
         t_used, d_used = (lm.stats.since(b) for lm, b in zip(self.lms, self.run_before))
         if stats.target_sd is not None:
