@@ -185,12 +185,8 @@ async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | 
     policy = policy or mode_plan("lr", Settings(), engine=True)[1]
     require(pair.draft is not None or policy.k == 0,
             "Lookahead Reasoning over engines needs a draft endpoint or draft model", EngineError)
-    ids = pair.prompt_ids(prompt)
-    result = await agenerate_stepwise(pair.target, pair.draft, ids, verifier, policy, max_new_tokens, on_cycle)
-    result.text = "".join(s.text for c in result.stats.cycles for s in c.kept_steps)
-    if policy.k == 0:
-        result.stats = None  # no step drafted: a plain run's result, as in this process
-    return result
+    return await agenerate_stepwise(pair.target, pair.draft, pair.prompt_ids(prompt), verifier, policy,
+                                    max_new_tokens, on_cycle)
 
 
 def refuse_local_settings(given: dict[str, Any]) -> None:

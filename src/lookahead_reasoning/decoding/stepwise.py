@@ -268,7 +268,8 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
                              on_cycle: Callable[[CycleTrace, StepwiseRun], None] | None = None) -> GenerationResult:
     """The one driver (:func:`~.driver.drive`) over :class:`StepCycles` until EOS or ``max_new_tokens``, in a
     thread of its own (:func:`in_thread`); ``policy`` plans each cycle and learns from it, on this event loop
-    (:class:`OnLoop`), as ``on_cycle`` hears each; the result reports its mode. The models' connections stay
+    (:class:`OnLoop`), as ``on_cycle`` hears each; the result reports its mode, and step statistics where the
+    policy drafts steps (k > 0). The models' connections stay
     open: other runs on the same event loop may share them, so whoever runs the loop closes them
     (:func:`generate_stepwise` does)."""
     require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
@@ -282,8 +283,9 @@ async def agenerate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Se
 
     await in_thread(driven)
     wall = time.perf_counter() - start
-    return GenerationResult(run.new, target.decode(run.new), list(prompt_ids), run.done, 0, wall,
-                            mode=policy.mode, stats=stats)
+    text = "".join(step.text for trace in stats.cycles for step in trace.kept_steps)  # as the models wrote it
+    return GenerationResult(run.new, text, list(prompt_ids), run.done, 0, wall, mode=policy.mode,
+                            stats=stats if policy.k else None)  # k = 0: no step drafted, a plain run's result
 
 
 def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[int], verifier: Verifier, *,
