@@ -341,7 +341,7 @@ def test_every_committed_record_over_llama_cpp_says_whether_its_prompt_cache_was
 def test_one_label_grammar_reads_every_mode_and_prints_every_plan():
     """Modes as a user types them (benchmark sweeps, engine modes) and plans as mode auto names them are one
     grammar: CyclePlan.parse reads what CyclePlan.label prints."""
-    from lookahead_reasoning.settings import CyclePlan, Label
+    from lookahead_reasoning.settings import CyclePlan, parse_label
 
     plans = [CyclePlan(0, gamma=0), CyclePlan(0, gamma=0, chunk=256), CyclePlan(0, gamma=8, draft_stop_below=0.4),
              CyclePlan(2), CyclePlan(1, gamma=8), CyclePlan(2, 2, "async"), CyclePlan(1, rows=1), CyclePlan(2, 2, rows=2)]
@@ -350,6 +350,7 @@ def test_one_label_grammar_reads_every_mode_and_prints_every_plan():
     for bad in (dict(k=0, rows=1), dict(k=1, rows=0), dict(k=2, schedule="async", rows=1)):
         with pytest.raises(ConfigError, match="rows"):
             CyclePlan(**bad)
-    assert Label.parse("lr-sd@k2g3") == Label("lr-sd", k=2, gamma=3) and Label.parse("lr@k2-async").schedule == "async"
+    assert parse_label("lr-sd@k2g3") == ("lr-sd", {"k": 2, "gamma": 3})
+    assert parse_label("lr@k2w2-async") == ("lr", {"k": 2, "width": 2, "schedule": "async"})
     with pytest.raises(ConfigError, match="write base"):
-        Label.parse("lr@g3k2")  # the knobs in their order
+        parse_label("lr@g3k2")  # the knobs in their order

@@ -1,7 +1,7 @@
 """What a generation runs with, in one frozen object: :class:`Settings` (and :class:`TokenSD`, token-level
 SD inside steps); and what one cycle of it runs: :class:`CyclePlan`, the one contract between every policy
 (each mode's fixed plan, mode ``auto`` in this process or over an engine) and every runtime that runs
-cycles; a mode or a plan as a user types it is a :class:`Label`. Symbols as in the paper: k drafted steps
+cycles; a mode or a plan as a user types it is read by :func:`parse_label`. Symbols as in the paper: k drafted steps
 (k1), W drafts per position (``width``), gamma drafted tokens per token-SD iteration inside the target's rows.
 
 The generator, the step-level driver, :func:`~.decoding.tools.make_tools` and the token-level loops all
@@ -182,12 +182,12 @@ class CyclePlan:
 
     @classmethod
     def parse(cls, text: str) -> "CyclePlan":
-        """The plan :attr:`label` printed as ``text`` (:class:`Label`'s grammar); ConfigError otherwise."""
-        label = Label.parse(text)
-        require(label.base in ("ar", "sd", "lr", "lr-sd"), f"{text!r} names no plan: a plan is ar, sd, lr or lr-sd")
-        gamma = label.gamma if label.base in ("sd", "lr-sd") else (0 if label.base == "ar" else None)
-        return cls(label.k or 0, label.width or 1, label.schedule, gamma, label.draft_stop_below, chunk=label.chunk or 0,
-                   rows=label.rows)
+        """The plan :attr:`label` printed as ``text`` (:func:`parse_label`'s grammar); ConfigError otherwise."""
+        base, knobs = parse_label(text)
+        require(base in ("ar", "sd", "lr", "lr-sd"), f"{text!r} names no plan: a plan is ar, sd, lr or lr-sd")
+        gamma = knobs.get("gamma") if base in ("sd", "lr-sd") else (0 if base == "ar" else None)
+        return cls(knobs.get("k", 0), knobs.get("width", 1), knobs.get("schedule", SCHEDULE), gamma,
+                   knobs.get("draft_stop_below"), chunk=knobs.get("chunk", 0), rows=knobs.get("rows"))
 
     @property
     def label(self) -> str:
@@ -207,42 +207,25 @@ _KNOB = re.compile(r"([kgswrc])([0-9.]+)")
 KNOB_NAMES = {"k": "k", "g": "gamma", "s": "draft_stop_below", "w": "width", "r": "rows", "c": "chunk"}
 
 
-@dataclass(frozen=True)
-class Label:
-    """A mode or a plan as a user types it and as :attr:`CyclePlan.label` prints it: ``base[@knobs][-async]``,
-    the knobs ``kN`` (drafted steps), ``gN`` (gamma), ``sX`` (the draft's confidence stop), ``wN`` (width),
-    ``rN`` (the most target rows) and ``cN`` (chunk) in that order, e.g. ``lr-sd@k2g3``, ``sd@g8s0.4``,
-    ``lr@k2w2-async``, ``lr@k1r1``, ``ar@c256``."""
-
-    base: str
-    k: int | None = None
-    gamma: int | None = None
-    draft_stop_below: float | None = None
-    width: int | None = None
-    rows: int | None = None
-    chunk: int | None = None
-    schedule: str = SCHEDULE
-
-    @classmethod
-    def parse(cls, text: str) -> "Label":
-        """The label ``text`` names; ConfigError saying the grammar for anything else."""
-        match = _LABEL.match(text.strip()) if isinstance(text, str) else None
-        knobs = _KNOB.findall(match.group("knobs") or "") if match else []
-        letters = "".join(letter for letter, _ in knobs)
-        require(match is not None and letters == "".join(c for c in "kgswrc" if c in letters),
-                f"bad mode {text!r}: write base[@kN][gN][sX][wN][rN][cN][-async] (e.g. lr-sd@k2g3, sd@g8s0.4, lr@k2-async)")
-        values: dict[str, Any] = {}
-        for letter, number in knobs:
-            try:
-                values[KNOB_NAMES[letter]] = float(number) if letter == "s" else int(number)
-            except ValueError:
-                raise ConfigError(f"bad mode {text!r}: {letter}{number} is not a number of the right kind") from None
-        return cls(match.group("base"), schedule="async" if match.group("asyn") else SCHEDULE, **values)
-
-    def given(self) -> set[str]:
-        """The knobs the label sets (``schedule`` when async)."""
-        return {name for name in KNOB_NAMES.values() if getattr(self, name) is not None} | \
-            ({"schedule"} if self.schedule != SCHEDULE else set())
+def parse_label(text: str) -> tuple[str, dict[str, Any]]:
+    """A mode or a plan as a user types it and as :attr:`CyclePlan.label` prints it, ``base[@knobs][-async]``:
+    its base and the knobs it gives (``schedule`` "async" when it ends in ``-async``). The knobs are ``kN``
+    (drafted steps), ``gN`` (gamma), ``sX`` (the draft's confidence stop), ``wN`` (width), ``rN`` (the most
+    target rows) and ``cN`` (chunk), in that order: ``lr-sd@k2g3`` -> ("lr-sd", {"k": 2, "gamma": 3}),
+    ``lr@k2w2-async`` -> ("lr", {"k": 2, "width": 2, "schedule": "async"}). ConfigError saying the grammar
+    for anything else."""
+    match = _LABEL.match(text.strip()) if isinstance(text, str) else None
+    knobs = _KNOB.findall(match.group("knobs") or "") if match else []
+    letters = "".join(letter for letter, _ in knobs)
+    require(match is not None and letters == "".join(c for c in "kgswrc" if c in letters),
+            f"bad mode {text!r}: write base[@kN][gN][sX][wN][rN][cN][-async] (e.g. lr-sd@k2g3, sd@g8s0.4, lr@k2-async)")
+    values: dict[str, Any] = {"schedule": "async"} if match.group("asyn") else {}
+    for letter, number in knobs:
+        try:
+            values[KNOB_NAMES[letter]] = float(number) if letter == "s" else int(number)
+        except ValueError:
+            raise ConfigError(f"bad mode {text!r}: {letter}{number} is not a number of the right kind") from None
+    return match.group("base"), values
 
 
 def local_settings(settings: Settings | None) -> Settings:
@@ -301,5 +284,5 @@ def refuse_unread(modes: str | Sequence[str], settings: Settings, given: Mapping
                                   for label, reason in unread.items()) + ": leave it out or pick a mode that reads it")
 
 
-__all__ = ["KNOBS", "CyclePlan", "Label", "Settings", "TokenSD", "check_draft_stop_below", "given_settings", "local_settings",
-           "refuse_unread"]
+__all__ = ["KNOBS", "CyclePlan", "Settings", "TokenSD", "check_draft_stop_below", "given_settings", "local_settings",
+           "parse_label", "refuse_unread"]

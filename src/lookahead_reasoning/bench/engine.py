@@ -32,7 +32,7 @@ from ..generator import LookaheadGenerator
 from ..errors import ConfigError, require
 from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
 from ..prompts import math_messages
-from ..settings import Label, Settings
+from ..settings import Settings, parse_label
 from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
 from .grading import grade
@@ -43,20 +43,20 @@ ENGINE_BENCH_MODES = ("ar", "sd", "ngram", "auto", "lr", "lr-sd")
 
 
 def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
-    """(base, k, schedule) of an engine mode name, in :class:`~..settings.Label`'s grammar: ``ar``, ``sd`` and
+    """(base, k, schedule) of an engine mode name, in :func:`~..settings.parse_label`'s grammar: ``ar``, ``sd`` and
     ``ngram`` (the engine's own SD), ``auto``, ``lr@kN`` and ``lr-sd@kN``, an lr mode with ``-async``;
     ConfigError naming the valid forms."""
     forms = ("use ar, sd, ngram, auto, lr@kN, lr-sd@kN (append -async to an lr mode for the async schedule)")
     try:
-        label = Label.parse(mode)
+        base, knobs = parse_label(mode)
     except ConfigError:
         raise ConfigError(f"--modes: unknown engine mode {mode!r}: {forms}") from None
-    require(label.base in ENGINE_BENCH_MODES and not label.given() - {"k", "schedule"},
+    require(base in ENGINE_BENCH_MODES and not set(knobs) - {"k", "schedule"},
             f"--modes: unknown engine mode {mode!r}: {forms}")
-    lr = label.base.startswith("lr")
-    require(label.k is None or lr, f"--modes: engine mode {mode!r}: only lr modes take @kN")
-    require(label.schedule == "sync" or lr, f"--modes: engine mode {mode!r}: only lr modes take -async")
-    return label.base, label.k if label.k else (mode_k("lr") if lr else None), label.schedule
+    lr = base.startswith("lr")
+    require("k" not in knobs or lr, f"--modes: engine mode {mode!r}: only lr modes take @kN")
+    require("schedule" not in knobs or lr, f"--modes: engine mode {mode!r}: only lr modes take -async")
+    return base, knobs.get("k") or (mode_k("lr") if lr else None), knobs.get("schedule", "sync")
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from ..errors import ConfigError, require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
 from ..presets import DEFAULT_MAX_NEW_TOKENS, MODES, NGRAM_GAMMA, STEP_MODES
-from ..settings import Label
+from ..settings import parse_label
 from ..prompts import math_messages
 from ..verifiers.base import verifier_fields
 from ..verifiers.options import VerifierSettings
@@ -90,24 +90,23 @@ def parse_modes(modes: str | Iterable[str]) -> tuple[str, ...]:
 def parse_mode(mode: str) -> tuple[str, int | None, int | None]:
     """``"sd@g6"`` -> ("sd", k=None, gamma=6); ``"lr-sd@k2g3"`` -> ("lr-sd", 2, 3); ``"ar"`` -> ("ar", None, None).
 
-    The grammar is :class:`~..settings.Label`'s, the one every mode and plan label is written in; a benchmark
+    The grammar is :func:`~..settings.parse_label`'s, the one every mode and plan label is written in; a benchmark
     of this process takes ``@kN`` (k; for ``auto`` the most a plan may use) and ``@gN`` (gamma), so that one
     run can sweep them with the models loaded once; each variant is its own row in the report.
     """
     try:
-        label = Label.parse(mode)
+        base, knobs = parse_label(mode)
     except ConfigError as exc:
         raise ConfigError(f"--modes: {exc}") from None
-    require(label.base in ALL_MODES, f"--modes: unknown mode {label.base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
-    extra = sorted(label.given() - {"k", "gamma"})
+    require(base in ALL_MODES, f"--modes: unknown mode {base!r} in {mode!r}; choose from {', '.join(ALL_MODES)}")
+    extra = sorted(set(knobs) - {"k", "gamma"})
     require(not extra, f"--modes {mode!r}: a benchmark of this process takes @kN and @gN, not {', '.join(extra)}")
-    k, gamma = label.k, label.gamma
+    k, gamma = knobs.get("k"), knobs.get("gamma")
     require((k is None or k >= 1) and (gamma is None or gamma >= 1), f"--modes: k and gamma must be >= 1 in {mode!r}")
-    require(k is None or label.base in STEP_MODES,
-            f"--modes: @k only applies to lr, lr-sd and auto, not {label.base!r} ({mode!r})")
-    require(gamma is None or label.base not in ("ar", "hf-generate", "lr", "auto"),
-            f"--modes: @g does not apply to {label.base!r} ({mode!r})")
-    return label.base, k, gamma
+    require(k is None or base in STEP_MODES, f"--modes: @k only applies to lr, lr-sd and auto, not {base!r} ({mode!r})")
+    require(gamma is None or base not in ("ar", "hf-generate", "lr", "auto"),
+            f"--modes: @g does not apply to {base!r} ({mode!r})")
+    return base, k, gamma
 
 
 class ModeRunner:
