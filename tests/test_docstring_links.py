@@ -94,5 +94,5 @@ def test_every_all_names_something_the_module_has():
 def test_a_reference_to_a_moved_name_is_caught():
     assert resolves("~..settings.Settings", "lookahead_reasoning.decoding.driver", False, None)
     assert not resolves("~.settings.Settings", "lookahead_reasoning.decoding.driver", False, None)
-    assert resolves("close", "lookahead_reasoning.decoding.stepwise", False, "StepRows")
-    assert not resolves("arun", "lookahead_reasoning.decoding.stepwise", False, "StepRows")
+    assert resolves("close", "lookahead_reasoning.decoding.stepwise", False, "StepVerbs")
+    assert not resolves("arun", "lookahead_reasoning.decoding.stepwise", False, "StepVerbs")

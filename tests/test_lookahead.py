@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lookahead_reasoning import ConfigError, LookaheadGenerator, TokenizerMismatchError, SamplingConfig, StepConfig, TokenSD
 from lookahead_reasoning.decoding import generate
 from lookahead_reasoning.decoding.tools import CycleTools, CycleState, StepWriter, Translator
-from lookahead_reasoning.decoding.torch_rows import TorchRows
+from lookahead_reasoning.decoding.torch_verbs import TorchVerbs
 from lookahead_reasoning.runtime.session import Session
 from lookahead_reasoning.steps import Step
 from lookahead_reasoning.render import render_html, render_terminal
@@ -141,7 +141,7 @@ def test_branches_equal_each_branch_alone():
     writer = StepWriter(TARGET, steps, SamplingConfig(), make_generator(0))
     never = ScriptedVerifier(lambda d, t: True)
     tools = CycleTools(writer, writer, never, Translator(TARGET, TARGET, True))
-    written = TorchRows(state, tools).rows(draft_steps, tools.plan(len(draft_steps)))
+    written = TorchVerbs(state, tools).rows(draft_steps, tools.plan(len(draft_steps)))
     assert [len(r) for r in written.rows] == [4, 4 + 26, 4 + 26 + 3]
     for row, step in zip(written.rows, written.steps):
         alone = generate(TARGET, row, max_new_tokens=30, stop_strings=(delim,))

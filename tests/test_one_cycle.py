@@ -15,7 +15,7 @@ from lookahead_reasoning.decoding.driver import start_state
 from lookahead_reasoning.decoding.reference import LocalSteps
 from lookahead_reasoning.decoding.results import CycleStats
 from lookahead_reasoning.decoding.stepwise import generate_stepwise
-from lookahead_reasoning.decoding.torch_rows import torch_cycle
+from lookahead_reasoning.decoding.torch_verbs import torch_cycle
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.settings import CyclePlan
 from lookahead_reasoning.sampling import make_generator

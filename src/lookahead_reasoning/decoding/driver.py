@@ -3,16 +3,16 @@ the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :cl
 
   1. plan    ``policy.plan(position)``: what the next cycle runs (:class:`~lookahead_reasoning.settings.CyclePlan`),
              from where the generation stands (:class:`Position`);
-  2. run     ``run_cycle(rows, plan)`` on the verbs the runtime gives for this cycle (``cycles.verbs``); a
+  2. run     ``run_cycle(verbs, plan)`` on the verbs the runtime gives for this cycle (``cycles.verbs``); a
              runtime that scores the drafted tokens before its rows start asks ``policy.rows(...)`` how
              many rows to run; ``cycles.keep(trace)`` adds what the runtime measured;
   3. learn   ``policy.learn(trace)``: the finished cycle's :class:`~.results.CycleTrace` carries all a
              policy learns from (steps, verdicts, timings, forward seconds, SD iterations).
 
 Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.lookahead.run_cycle`:
-:class:`TorchCycles` (this process's PyTorch models, :class:`~.torch_rows.TorchRows`: KV forks, rows
+:class:`TorchCycles` (this process's PyTorch models, :class:`~.torch_verbs.TorchVerbs`: KV forks, rows
 batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
-:class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepRows`:
+:class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepVerbs`:
 rows as concurrent requests, sync or async). The driver and the cycle are plain functions; over step
 models they run in a thread of their own while the requests run on the caller's event loop
 (:func:`~.stepwise.agenerate_stepwise`).
@@ -42,8 +42,8 @@ from ..presets import LR_SD_TOKEN_SD, mode_gamma, mode_k
 from ..settings import CyclePlan, Settings, TokenSD, local_settings
 from ..verifiers.base import Verifier
 from .tools import CycleTools, CycleState, make_tools
-from .lookahead import CycleRows, run_cycle
-from .torch_rows import TorchRows
+from .lookahead import CycleVerbs, run_cycle
+from .torch_verbs import TorchVerbs
 from .results import CycleTrace, GenerationResult, CycleStats
 from .progress import OnText, stream_for
 
@@ -96,8 +96,8 @@ class Cycles(Protocol):
 
     def position(self) -> Position: ...
 
-    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> ContextManager[CycleRows]:
-        """The verbs of one cycle from the accepted prefix (:class:`~.lookahead.CycleRows`); on leaving, the
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> ContextManager[CycleVerbs]:
+        """The verbs of one cycle from the accepted prefix (:class:`~.lookahead.CycleVerbs`); on leaving, the
         runtime stops what the cycle did not wait for."""
         ...
 
@@ -140,8 +140,8 @@ def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
     try:
         while cycles.done is None:
             plan = policy.plan(cycles.position())
-            with cycles.verbs(plan, policy) as rows:
-                trace = run_cycle(rows, plan)
+            with cycles.verbs(plan, policy) as verbs:
+                trace = run_cycle(verbs, plan)
             cycles.keep(trace)
             policy.learn(trace)
             stats.cycles.append(trace)
@@ -154,7 +154,7 @@ def drive(cycles: Cycles, policy: CyclePolicy, stats: CycleStats,
 
 class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
-    ``state``'s sessions with ``tools`` (:class:`~.torch_rows.TorchRows`). Each trace also carries what
+    ``state``'s sessions with ``tools`` (:class:`~.torch_verbs.TorchVerbs`). Each trace also carries what
     the cycle measured: the forward seconds of both models, every timed forward, and the SD iterations
     of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). The policy's ``pads``
     (target's, draft's): the n each model runs a forward of n new tokens per row at
@@ -184,7 +184,7 @@ class TorchCycles:
                         unread)
 
     @contextmanager
-    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[TorchRows]:
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[TorchVerbs]:
         lms = self.lms
         self.before = [lm.stats.copy() for lm in lms]
         self.logged = len(self.stats.target_sd.log) if self.stats.target_sd is not None else 0
@@ -192,7 +192,7 @@ class TorchCycles:
         with ExitStack() as stack:
             for role in ((1, 0) if lms[0] is not lms[1] else (0,)):  # the target's padding innermost
                 stack.enter_context(lms[role].metered(self.timed[role].append, policy.pads[role]))
-            yield TorchRows(self.state, self.tools, lambda tokens, agreements: policy.rows(plan, tokens, agreements))
+            yield TorchVerbs(self.state, self.tools, lambda tokens, agreements: policy.rows(plan, tokens, agreements))
 
     def keep(self, trace: CycleTrace) -> None:
         """The cycle's forward seconds, timed forwards and SD iterations (the sessions hold its text already)."""

@@ -20,10 +20,10 @@ which is drafted further; one may stand in for the target's correction where the
 rejected, and the cycle ends there. With greedy decoding and the exact verifier the kept text is the
 target's greedy text whatever k and W (an alternative is kept only where it equals the target's step).
 
-What runs the models is a runtime, :class:`CycleRows`, with the verbs above: this process's PyTorch
-runtime (:class:`~.torch_rows.TorchRows`: KV forks of x, rows batched in one forward, a head start from
+What runs the models is a runtime, :class:`CycleVerbs`, with the verbs above: this process's PyTorch
+runtime (:class:`~.torch_verbs.TorchVerbs`: KV forks of x, rows batched in one forward, a head start from
 one scoring forward, token SD inside rows) and any pair of step models
-(:class:`~.stepwise.StepRows`: a serving engine's concurrent requests, or :class:`~.reference.LocalSteps`).
+(:class:`~.stepwise.StepVerbs`: a serving engine's concurrent requests, or :class:`~.reference.LocalSteps`).
 A runtime's schedule changes only the order of work: over step models ``async`` sends a row as soon
 as its prefix exists. The paper's Algorithm 1, written plainly, is :mod:`.reference` (the slow oracle).
 EOS or the token budget inside an accepted step ends generation exactly there.
@@ -57,7 +57,7 @@ class TargetPass:
     held: Any = None
 
 
-class CycleRows(Protocol):
+class CycleVerbs(Protocol):
     """A runtime's side of one cycle (module docstring), from the accepted prefix it holds."""
 
     verifier: Verifier
@@ -86,11 +86,11 @@ class CycleRows(Protocol):
         ...
 
 
-def run_cycle(rows: CycleRows, plan: CyclePlan) -> CycleTrace:
+def run_cycle(verbs: CycleVerbs, plan: CyclePlan) -> CycleTrace:
     """One LR cycle of ``plan`` (k, width, the rows' gamma and stop) on a runtime; its trace. A stage with
     nothing to do for the plan is not entered: with k = 0 (``ar``, ``sd``) the cycle is the target's row
     and its acceptance; alternatives only with width > 1; no verdicts without a drafted step."""
-    laps, before = Laps(), rows.generated
+    laps, before = Laps(), verbs.generated
     drafted: list[Step] = []
     alternatives: list[list[Step]] = []
     verdicts: list[Verdict] = []
@@ -99,21 +99,21 @@ def run_cycle(rows: CycleRows, plan: CyclePlan) -> CycleTrace:
     with laps:  # the whole span, bookkeeping included (wall_s)
         if plan.k > 0:
             with laps("draft"):
-                drafted = rows.draft(plan)
+                drafted = verbs.draft(plan)
                 if plan.width > 1:
-                    alternatives = rows.alternatives(drafted, plan.width)
+                    alternatives = verbs.alternatives(drafted, plan.width)
         with laps("target"):
-            written = rows.rows(drafted, plan)
+            written = verbs.rows(drafted, plan)
         if drafted:
             with laps("verify"):
                 verdicts, m = verify(written)
                 if alternatives:
-                    alt_verdicts, rescued = rescue(alternatives, verdicts, m, written, rows)
-        m, appended = rows.accept(written, m, rescued)
+                    alt_verdicts, rescued = rescue(alternatives, verdicts, m, written, verbs)
+        m, appended = verbs.accept(written, m, rescued)
     laps.move("target", "verify", written.judge_s)  # the early verdicts were given during step 2
     return CycleTrace(drafted if rescued is None else drafted[:m - 1] + [rescued], written.steps, verdicts, m,
                       appended, laps["draft"], laps["target"], laps["verify"], len(written.rows),
-                      alternatives=alternatives, alt_verdicts=alt_verdicts, tokens=rows.generated - before,
+                      alternatives=alternatives, alt_verdicts=alt_verdicts, tokens=verbs.generated - before,
                       wall_s=laps.total(), agreements=written.agreements)
 
 
@@ -177,7 +177,7 @@ def verify(written: TargetPass) -> tuple[list[Verdict], int]:
 
 
 def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, written: TargetPass,
-                 rows: CycleRows) -> tuple[list[Verdict], Step | None]:
+                 verbs: CycleVerbs) -> tuple[list[Verdict], Step | None]:
     """With width > 1: judge the alternatives at position m (the first rejected draft); the first one
     the verifier accepts stands in for the target's correction there. Nothing happens when no
     drafted step was rejected (row m is then a bonus row, not a correction)."""
@@ -188,9 +188,9 @@ def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, writ
     if not candidates:
         return [], None
     pairs = [(a.text, written.steps[m].text) for a in candidates]
-    scores = rows.scores(written, m, candidates) if uses_scores(rows.verifier) else None
-    verdicts = verify_pairs(rows.verifier, pairs, scores)
+    scores = verbs.scores(written, m, candidates) if uses_scores(verbs.verifier) else None
+    verdicts = verify_pairs(verbs.verifier, pairs, scores)
     return verdicts, next((a for a, v in zip(candidates, verdicts) if v.accepted), None)
 
 
-__all__ = ["CycleRows", "Judge", "TargetPass", "rescue", "row_contexts", "run_cycle", "verify"]
+__all__ = ["CycleVerbs", "Judge", "TargetPass", "rescue", "row_contexts", "run_cycle", "verify"]

@@ -21,7 +21,7 @@ on one (what follows would not start a step); a drafted step cut at the step cap
 (the target rewrites it); a row is only written on a context that ends on a delimiter and leaves
 budget.
 
-What ``run_cycle`` adds on this process's runtime (:mod:`.torch_rows`), and why none of it changes the
+What ``run_cycle`` adds on this process's runtime (:mod:`.torch_verbs`), and why none of it changes the
 text (greedy decoding, one vocabulary):
 
 * *one shared KV cache*: its rows start from copies of x's cache instead of prefilling x again.

@@ -7,7 +7,7 @@ OpenAI-compatible server (the prefixes go out as concurrent requests that the en
 its prefix cache) and :class:`~.reference.LocalSteps` over this library's PyTorch loops (one fresh
 session per prefix, the plain form of Algorithm 1).
 
-:class:`StepRows` gives the cycle its verbs over two step models: drafted steps one after another,
+:class:`StepVerbs` gives the cycle its verbs over two step models: drafted steps one after another,
 alternatives and rows as concurrent requests, each row judged as its reply comes back (in row order;
 a rejection cancels the requests after it). Two schedules, same text:
 
@@ -49,8 +49,8 @@ def _check_scorer(target: StepModel, verifier: Verifier) -> None:
             "server, name a scorer: --scorer or scorer=, the target's model loaded in this process)")
 
 
-class StepRows:
-    """One cycle's verbs (:class:`~.lookahead.CycleRows`) over two step models from the accepted prefix
+class StepVerbs:
+    """One cycle's verbs (:class:`~.lookahead.CycleVerbs`) over two step models from the accepted prefix
     ``x`` with ``budget`` tokens left (``at_boundary``: x ends on a step delimiter, so steps may be
     drafted). Rows, scores and alternatives are asyncio tasks on the caller's event loop, reached through
     ``bridge`` (the verbs are called from the driver's thread, :func:`in_thread`); whatever the cycle did not
@@ -187,11 +187,11 @@ async def cycle_over(target: StepModel, draft: StepModel, verifier: Verifier, pl
     """One cycle (:func:`~.lookahead.run_cycle`) over two step models from the accepted prefix ``x``
     with ``budget`` tokens left, for asyncio."""
     def one(bridge: Bridge) -> CycleTrace:
-        rows = StepRows(target, draft, verifier, x, budget, at_boundary, bridge=bridge)
+        verbs = StepVerbs(target, draft, verifier, x, budget, at_boundary, bridge=bridge)
         try:
-            return run_cycle(rows, plan)
+            return run_cycle(verbs, plan)
         finally:
-            rows.close()
+            verbs.close()
     return await in_thread(one)
 
 
@@ -226,7 +226,7 @@ class StepwiseRun:
 
 class StepCycles:
     """The driver's runtime over two step models (:class:`~.driver.Cycles`): each cycle's verbs are a
-    :class:`StepRows` from the text so far; its kept steps extend the run. It honours a plan's k, width,
+    :class:`StepVerbs` from the text so far; its kept steps extend the run. It honours a plan's k, width,
     schedule, chunk and rows, and refuses token SD inside the rows (gamma > 0; without it a draft stop and
     overshoot mean nothing). Rows run as the step models run them (concurrent requests for an engine), so
     the driver's ``policy.rows`` is not asked."""
@@ -245,18 +245,18 @@ class StepCycles:
         return Position(len(run.new), run.remaining, run.at_boundary, len(run.prompt) + len(run.new))
 
     @contextmanager
-    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[StepRows]:
+    def verbs(self, plan: CyclePlan, policy: CyclePolicy) -> Iterator[StepVerbs]:
         require(not plan.gamma, f"plan {plan.label}: token SD inside the rows (gamma > 0) runs in this "
                 "process's runtime; over step models each row is one request (an engine started with SD drafts "
                 "its own tokens)")
         run, self.plan = self.run, plan
         self.stats.k = max(self.stats.k, plan.k)
-        rows = StepRows(self.target, self.draft, self.verifier, run.prompt + tuple(run.new), run.remaining,
-                        run.at_boundary, bridge=self.bridge)
+        verbs = StepVerbs(self.target, self.draft, self.verifier, run.prompt + tuple(run.new), run.remaining,
+                          run.at_boundary, bridge=self.bridge)
         try:
-            yield rows
+            yield verbs
         finally:
-            rows.close()
+            verbs.close()
 
     def keep(self, trace: CycleTrace) -> None:
         trace.plan = trace.plan or PlanNote(self.plan.label, float("nan"), trace.target_rows)
@@ -303,4 +303,4 @@ def generate_stepwise(target: StepModel, draft: StepModel, prompt_ids: Sequence[
     return result
 
 
-__all__ = ["StepCycles", "StepRows", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]
+__all__ = ["StepCycles", "StepVerbs", "StepwiseRun", "agenerate_stepwise", "cycle_over", "generate_stepwise"]

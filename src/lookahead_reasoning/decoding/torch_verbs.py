@@ -1,9 +1,9 @@
 """This process's PyTorch runtime for the one LR cycle (:func:`.lookahead.run_cycle`): its verbs on KV
-sessions, gathered by :class:`TorchRows` (step 2 is its method, the others functions below).
+sessions, gathered by :class:`TorchVerbs` (step 2 is its method, the others functions below).
 
   1. :func:`draft`      the draft continues its own session, one step after another;
      :func:`draft_alternatives`  the W - 1 alternatives per position in one batched draft pass;
-  2. :meth:`TorchRows.rows`  ONE batched generation over the R rows, which start from copies of x's KV cache
+  2. :meth:`TorchVerbs.rows`  ONE batched generation over the R rows, which start from copies of x's KV cache
                         (nothing of x is recomputed); each stops at its own step end and is judged as
                         it finishes, a rejection stopping the rows after it;
   4. :func:`accept`     the target keeps the cache of the row it took, the draft crops its cache back to
@@ -34,8 +34,8 @@ from .speculative import greedy_accept, speculative_accept
 from .results import CycleTrace
 
 
-class TorchRows:
-    """The cycle's verbs (:class:`~.lookahead.CycleRows`) over ``state``'s sessions with ``tools``;
+class TorchVerbs:
+    """The cycle's verbs (:class:`~.lookahead.CycleVerbs`) over ``state``'s sessions with ``tools``;
     ``gate`` may drop rows after the scoring pass."""
 
     def __init__(self, state: CycleState, tools: CycleTools, gate: Gate | None = None):
@@ -98,7 +98,7 @@ def torch_cycle(state: CycleState, plan: CyclePlan | int, tools: CycleTools, gat
     """One cycle (:func:`~.lookahead.run_cycle`) on this process's runtime; ``plan`` may be just k
     (``tools.plan(k)``). Updates ``state`` in place."""
     plan = tools.plan(plan) if isinstance(plan, int) else plan
-    return run_cycle(TorchRows(state, tools, gate), plan)
+    return run_cycle(TorchVerbs(state, tools, gate), plan)
 
 
 # ---------------------------------------------------------------------------------------- 1. draft
@@ -258,5 +258,5 @@ def accept(state: CycleState, drafted: list[Step], written: TargetPass, m: int, 
     return m, appended
 
 
-__all__ = ["EarlyJudge", "TorchRows", "accept", "draft", "draft_alternatives", "score_alternatives", "score_chain",
+__all__ = ["EarlyJudge", "TorchVerbs", "accept", "draft", "draft_alternatives", "score_alternatives", "score_chain",
            "target_rows", "torch_cycle"]
