@@ -273,9 +273,12 @@ def test_a_dataset_broken_halfway_names_its_line_and_keeps_what_was_written(file
 
 def test_the_options_page_is_the_code_s():
     """OPTIONS.md is what the parsers and the table the refusals use say (scripts/write_options_page.py)."""
+    import importlib.util
     from pathlib import Path
 
-    from lookahead_reasoning.cli import options_page
-
-    page = Path(__file__).resolve().parents[1] / "OPTIONS.md"
-    assert page.read_text(encoding="utf-8") == options_page(), "OPTIONS.md is stale: run scripts/write_options_page.py"
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("_write_options_page", root / "scripts" / "write_options_page.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    page = root / "OPTIONS.md"
+    assert page.read_text(encoding="utf-8") == script.options_page(), "OPTIONS.md is stale: run scripts/write_options_page.py"
