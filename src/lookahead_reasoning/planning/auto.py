@@ -56,7 +56,7 @@ from ..theory.breakeven import BreakEven
 from ..verifiers.base import Verifier
 from . import costs
 from .costs import DRAFT_GRID, TARGET_GRID, CostGrid, CostTable
-from .estimates import Book, load_book, save_book, write_json
+from .estimates import Book, load_book, write_json
 from .planner import Planner, PlannerConfig
 from .policy import AutoPolicy
 
@@ -198,7 +198,7 @@ class Planning:
         write_json(self.costs.target.to_json(), self.paths[0])
         write_json(self.costs.draft.to_json(), self.paths[1])
         for path in self.paths[2:]:
-            save_book(self.book, path)
+            write_json(self.book.to_json(), path)
 
 
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:

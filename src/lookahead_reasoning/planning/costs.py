@@ -126,13 +126,12 @@ class CostGrid:
         curve = self.points[rows]
         ns = sorted(curve)
         i = bisect_left(ns, timing.n)
-        near = [ns[min(i, len(ns) - 1)]] if i in (0, len(ns)) or ns[i] == timing.n else [ns[i - 1], ns[i]]
-        if len(near) == 2:
-            lo, hi = near
+        if i in (0, len(ns)) or ns[i] == timing.n:
+            shares = {ns[min(i, len(ns) - 1)]: 1.0}
+        else:
+            lo, hi = ns[i - 1], ns[i]
             share_hi = (timing.n - lo) / (hi - lo)
             shares = {lo: 1 - share_hi, hi: share_hi}
-        else:
-            shares = {near[0]: 1.0}
         for n, share in shares.items():
             curve[n] *= ratio ** (weight * share)
 

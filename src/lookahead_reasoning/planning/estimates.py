@@ -334,9 +334,5 @@ def write_json(data: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_book(book: Book, path: Path) -> None:
-    write_json(book.to_json(), path)
-
-
-__all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
-           "save_book", "write_json"]
+__all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook",
+           "TokenBook", "load_book", "plan_kind", "write_json"]

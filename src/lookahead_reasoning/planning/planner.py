@@ -155,20 +155,17 @@ class Planner:
         """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
         memo, costs = self._memo, self.costs
 
-        def target(r: int, n: int) -> float:
-            key = ("t", r, n, context)
-            if key not in memo:
-                memo[key] = costs.target(r, n, context)
-            return memo[key]
-
-        def draft(r: int, n: int) -> float:  # no draft's table (an engine measured alone): drafts are free
-            if costs.draft is None:
-                return 0.0
-            key = ("d", r, n, context)
-            if key not in memo:
-                memo[key] = costs.draft(r, n, context)
-            return memo[key]
-        return target, draft
+        def priced(which: str):
+            def cost(r: int, n: int) -> float:
+                grid = costs.target if which == "t" else costs.draft
+                if grid is None:  # no draft's table (an engine measured alone): drafts are free
+                    return 0.0
+                key = (which, r, n, context)
+                if key not in memo:
+                    memo[key] = grid(r, n, context)
+                return memo[key]
+            return cost
+        return priced("t"), priced("d")
 
     def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()
