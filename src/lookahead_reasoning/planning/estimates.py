@@ -57,8 +57,8 @@ class Beta:
         self.a += yes
         self.b += no
 
-    def capped(self, limit: float = MAX_SAVED_WEIGHT) -> "Beta":
-        scale = min(1.0, limit / self.weight)
+    def capped(self) -> "Beta":
+        scale = min(1.0, MAX_SAVED_WEIGHT / self.weight)
         return Beta(self.a * scale, self.b * scale)
 
 
@@ -73,8 +73,8 @@ class Mean:
         self.value = (self.value * self.weight + x * n) / (self.weight + n)
         self.weight += n
 
-    def capped(self, limit: float = MAX_SAVED_WEIGHT) -> "Mean":
-        return Mean(self.value, min(self.weight, limit))
+    def capped(self) -> "Mean":
+        return Mean(self.value, min(self.weight, MAX_SAVED_WEIGHT))
 
 
 CONFIDENCE_BINS = 20  # bin i holds drafted tokens whose draft top probability is in [i/20, (i+1)/20)
@@ -273,12 +273,8 @@ class Book:
         def dump(obj: Any) -> Any:
             if isinstance(obj, (int, float)):
                 return obj
-            if isinstance(obj, TokenBook):
+            if isinstance(obj, (TokenBook, Beta, Mean)):
                 obj = obj.capped()
-            if isinstance(obj, Beta):
-                return {"a": obj.capped().a, "b": obj.capped().b}
-            if isinstance(obj, Mean):
-                return {"value": obj.value, "weight": obj.capped().weight}
             if isinstance(obj, list):
                 return [dump(x) for x in obj]
             if isinstance(obj, dict):
@@ -295,17 +291,12 @@ class Book:
         def load(template: Any, raw: Any) -> Any:
             if isinstance(template, (int, float)):
                 return float(raw)
-            if isinstance(template, Beta):
-                return Beta(float(raw["a"]), float(raw["b"]))
-            if isinstance(template, Mean):
-                return Mean(float(raw["value"]), float(raw["weight"]))
             if isinstance(template, list):
                 if len(raw) != len(template):
                     raise ValueError("wrong number of bands")
                 return [load(t, r) for t, r in zip(template, raw)]
             return type(template)(**{name: load(value, raw[name]) for name, value in vars(template).items()})
-        calibration = {str(kind): Mean(float(raw["value"]), float(raw["weight"]))
-                       for kind, raw in data.get("calibration", {}).items()}
+        calibration = {str(kind): load(Mean(1.0), raw) for kind, raw in data.get("calibration", {}).items()}
         if data.get("calibrated_by") != CALIBRATED_BY:  # factors of another weighting: learn them again
             log.info("book calibrated by %s, this version by %s: its calibration starts again",
                      data.get("calibrated_by", "tokens"), CALIBRATED_BY)
