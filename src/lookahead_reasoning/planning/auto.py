@@ -71,7 +71,8 @@ def cost_key(lm: LM) -> dict[str, Any]:
         "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
         "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
         "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, **_instruction_caps(), **_fast_path(lm),
+        "torch": torch.__version__, **{name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)},
+        **_fast_path(lm),
     }
 
 
@@ -84,13 +85,9 @@ def _fast_path(lm: LM) -> dict[str, Any]:
                          f"length {config.length}"}
 
 
+# The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use: where set,
+# the same CPU has other costs (absent from the key when unset, so ordinary keys stay as they were).
 _ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def _instruction_caps() -> dict[str, str]:
-    """The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use,
-    where set: the same CPU then has other costs (absent when unset, so ordinary keys stay as they were)."""
-    return {name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)}
 
 
 def _cpu_identity() -> str:

@@ -81,18 +81,9 @@ CONFIDENCE_BINS = 20  # bin i holds drafted tokens whose draft top probability i
 MAX_SAVED_TOKENS = 400.0  # drafted (and judged) tokens a saved token book keeps, at most
 
 
-def _bin(confidence: float) -> int:
-    return min(CONFIDENCE_BINS - 1, max(0, int(confidence * CONFIDENCE_BINS)))
-
-
 def _edge(draft_stop_below: float) -> int:
     """The first bin of the tokens a draft stop keeps drafting after (confidence >= draft_stop_below)."""
     return min(CONFIDENCE_BINS, max(0, round(draft_stop_below * CONFIDENCE_BINS)))
-
-
-def _prior_seen() -> list[float]:
-    # about 70% of drafted tokens at or above 0.4, as this project's pairs drafted
-    return [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)]
 
 
 def _mids() -> list[float]:
@@ -113,7 +104,8 @@ class TokenBook:
     the draft's confidence, 70% of tokens at or above 0.4.
     """
 
-    seen: list[float] = field(default_factory=_prior_seen)
+    # about 70% of drafted tokens at or above 0.4, as this project's pairs drafted
+    seen: list[float] = field(default_factory=lambda: [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)])
     accepted: list[float] = field(default_factory=_mids)
     rejected: list[float] = field(default_factory=lambda: [1.0 - m for m in _mids()])
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
@@ -140,7 +132,7 @@ class TokenBook:
         draft was sure of it), and how many the target accepted (the leading ones)."""
         for j in range(drafted):
             if confidence is not None:
-                b = _bin(confidence[j])
+                b = min(CONFIDENCE_BINS - 1, max(0, int(confidence[j] * CONFIDENCE_BINS)))
             else:
                 b = CONFIDENCE_BINS - 1 if sure is None or sure[j] else 0
             self.seen[b] += 1

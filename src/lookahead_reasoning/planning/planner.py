@@ -182,26 +182,18 @@ class Planner:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
-        if self.per_request:
-            return self._request_estimate(plan, target, draft)
         token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
+        if self.per_request:  # over an engine, at the load of this choice (the prompt is in its prefix cache already)
+            if plan.k == 0:
+                return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
+            return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
         if plan.k == 0:
-            overhead = self.book.token.iteration_overhead.value
-            cycle = step_cycle(plan.gamma, step, token, target, draft, overhead)
+            cycle = step_cycle(plan.gamma, step, token, target, draft, self.book.token.iteration_overhead.value)
         else:
             cycle = lr_cycle(plan.k, plan.gamma, step, token, target, draft, self.book.step.cycle_overhead.value)
         if any(prefill):
             cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
         return cycle
-
-    def _request_estimate(self, plan: CyclePlan, target, draft) -> CycleEstimate:
-        """A cycle over an engine at the load of this choice: one request of a chunk (or of one step),
-        or an LR cycle of requests (``request_cycle``). The prompt is in the engine's prefix cache
-        before the first cycle, so there is no prefill to price."""
-        step = self.book.step.model()
-        if plan.k == 0:
-            return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
-        return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
 
     def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts

@@ -129,11 +129,6 @@ def speedup_grid(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mod
     return grid
 
 
-def _step_helps(a1: float, c1: float, mode: Mode) -> bool:
-    """f(k1) > 1 for some k1 (then already for k1 = 2). Sync: alpha1 > c1. Async: alpha1 > 0, c1 < 1."""
-    return a1 > c1 if mode == "sync" else (a1 > 0 and c1 < 1)
-
-
 def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int,
                       mode: Mode = "async") -> Regime | None:
     """The regime that closed-form sufficient conditions guarantee, or None when they do not decide.
@@ -155,7 +150,8 @@ def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int
     :func:`regime`. Proofs in theory/README.md.
     """
     a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
-    step, token = _step_helps(a1, k1c, mode), a2 > k2c
+    step = a1 > k1c if mode == "sync" else (a1 > 0 and k1c < 1)  # f(k1) > 1 for some k1 (then for k1 = 2)
+    token = a2 > k2c
     if m < 2 or not (step or token):
         return Regime.NEITHER
     if token and not step:
