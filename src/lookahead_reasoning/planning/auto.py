@@ -67,22 +67,16 @@ def cost_key(lm: LM) -> dict[str, Any]:
     """Everything that changes how long ``lm``'s forward takes here (the cache key of its table)."""
     param = next(lm.model.parameters())
     kinds = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
-    return {
+    key = {
         "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
         "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
         "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
         "torch": torch.__version__, **{name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)},
-        **_fast_path(lm),
     }
-
-
-def _fast_path(lm: LM) -> dict[str, Any]:
-    """The compiled path's shapes, where it is on (absent when off, so the eager keys stay as they were)."""
-    if lm.fast is None:
-        return {}
-    config = lm.fast.config
-    return {"fast_path": f"{config.backend} rows {list(config.row_buckets)} tokens {list(config.token_buckets)} "
-                         f"length {config.length}"}
+    if lm.fast is not None:  # the compiled path's shapes (absent when off, so the eager keys stay as they were)
+        c = lm.fast.config
+        key["fast_path"] = f"{c.backend} rows {list(c.row_buckets)} tokens {list(c.token_buckets)} length {c.length}"
+    return key
 
 
 # The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use: where set,

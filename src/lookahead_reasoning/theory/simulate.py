@@ -111,8 +111,6 @@ class AsyncSchedule:
     ``settled[j-1]``: both step j versions exist, so the verifier can judge it (``max(end, drafted)``).
     """
 
-    k1: int
-    c1: float
     drafted: np.ndarray
     start: np.ndarray
     end: np.ndarray
@@ -136,7 +134,7 @@ def async_schedule(k1: int, c1: float, rows: int) -> AsyncSchedule:
         slot_free = end[j - k] if j >= k else 0.0
         start[j] = max(prefix_ready, slot_free)
         end[j] = start[j] + 1.0
-    return AsyncSchedule(k, cost, drafted, start, end, np.maximum(end, drafted))
+    return AsyncSchedule(drafted, start, end, np.maximum(end, drafted))
 
 
 def simulate_lr_async(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
