@@ -228,8 +228,7 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     config = planning.config
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
     can_sd = settings.token_sd.target == "draft" and pair.same_vocab  # the draft model drafts the rows' tokens
-    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=can_sd,
-                      draft_stop_below=settings.draft_stop_below)
+    planner = Planner(planning.costs, planning.book, config, can_sd=can_sd, draft_stop_below=settings.draft_stop_below)
     grids = (planning.costs.target, planning.costs.draft)
     for grid in grids:
         grid.padding = config.pad

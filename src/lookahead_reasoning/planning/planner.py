@@ -128,11 +128,9 @@ class Planner:
     when ``draft_stop_below`` is None. ``load`` (over an engine): the requests of other runs in
     flight at the target now (module docstring; None: nothing else runs)."""
 
-    def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
-                 can_sd: bool = True, draft_stop_below: float | None = None,
-                 load: Callable[[], int] | None = None):
-        self.costs, self.book, self.config = costs, book, config
-        self.can_draft, self.can_sd, self.load = can_draft, can_sd, load
+    def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_sd: bool = True,
+                 draft_stop_below: float | None = None, load: Callable[[], int] | None = None):
+        self.costs, self.book, self.config, self.can_sd, self.load = costs, book, config, can_sd, load
         self.draft_stop_below = draft_stop_below
         choices = sorted({draft_stop_below, *config.draft_stop_below_choices}) if draft_stop_below is not None else []
         self.draft_stop_below_choices: tuple[float | None, ...] = tuple(choices) or (None,)
@@ -143,8 +141,7 @@ class Planner:
     def fork(self) -> "Planner":
         """A planner for one more run at the same time: the same cost table and book (every run learns
         for all, and each prices its plans at the load the others make), its own current plan."""
-        return Planner(self.costs, self.book, self.config, self.can_draft, self.can_sd, self.draft_stop_below,
-                       self.load)
+        return Planner(self.costs, self.book, self.config, self.can_sd, self.draft_stop_below, self.load)
 
     @property
     def per_request(self) -> bool:
@@ -172,10 +169,9 @@ class Planner:
         choices = self.draft_stop_below_choices
         plans = [CyclePlan(0, gamma=0, chunk=self.config.chunk)]
         plans += [CyclePlan(0, gamma=g, draft_stop_below=s) for g in gammas for s in choices]
-        if self.can_draft:
-            row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
-            plans += [CyclePlan(k, gamma=g, draft_stop_below=s, schedule=schedule) for k in range(1, self.config.max_k + 1)
-                      for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
+        row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
+        plans += [CyclePlan(k, gamma=g, draft_stop_below=s, schedule=schedule) for k in range(1, self.config.max_k + 1)
+                  for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
         return plans
 
     def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = (0, 0)) -> CycleEstimate:
