@@ -33,7 +33,7 @@ plan without drafted steps would give.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import require
@@ -115,11 +115,10 @@ class PlannerConfig:
 
 @dataclass
 class Choice:
-    """The plan picked for a cycle, its predicted speed, and every candidate's (for the trace)."""
+    """The plan picked for a cycle and its predicted speed."""
 
     plan: CyclePlan
     rate: float
-    rates: dict[str, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -214,7 +213,7 @@ class Planner:
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
             best = self.current
         self.current = best
-        return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
+        return Choice(best, rates[best])
 
     def break_even(self, context: int, ks: tuple[int, ...] = (1, 2)) -> BreakEven:
         """The step acceptance above which k drafted steps a cycle beat the best plan without them, priced

@@ -62,10 +62,8 @@ class Optimum:
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """The best split of budget ``M`` and the two single-layer optima it is compared with."""
+    """The best split of a budget and the two single-layer optima it is compared with."""
 
-    mode: Mode
-    M: int
     best: Optimum
     sd_only: Optimum  # best with k1 = 1
     lr_only: Optimum  # best with k2 = 1
@@ -104,11 +102,8 @@ def best_split(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode:
     ok = k1 * k2 <= m
     k1, k2, speedup = k1[ok], k2[ok], grid[:top][ok]
     parallel, sd, lr = k1 * k2, k1 == 1, k2 == 1
-    return BudgetSplit(
-        mode=mode, M=m, best=_pick(k1, k2, speedup, parallel),
-        sd_only=_pick(k1[sd], k2[sd], speedup[sd], parallel[sd]),
-        lr_only=_pick(k1[lr], k2[lr], speedup[lr], parallel[lr]),
-    )
+    return BudgetSplit(best=_pick(k1, k2, speedup, parallel), sd_only=_pick(k1[sd], k2[sd], speedup[sd], parallel[sd]),
+                       lr_only=_pick(k1[lr], k2[lr], speedup[lr], parallel[lr]))
 
 
 def regime(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> Regime:
