@@ -104,7 +104,6 @@ class TokenBook:
     the draft's confidence, 70% of tokens at or above 0.4.
     """
 
-    # about 70% of drafted tokens at or above 0.4, as this project's pairs drafted
     seen: list[float] = field(default_factory=lambda: [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)])
     accepted: list[float] = field(default_factory=_mids)
     rejected: list[float] = field(default_factory=lambda: [1.0 - m for m in _mids()])
