@@ -42,8 +42,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------
-# results
+# ------------------------------------------------------------------------------------------ results
 
 
 def _out(x: np.ndarray) -> float | np.ndarray:
@@ -52,8 +51,7 @@ def _out(x: np.ndarray) -> float | np.ndarray:
     return float(x) if x.ndim == 0 else x
 
 
-# ----------------------------------------------------------------------------------------------------
-# token level
+# -------------------------------------------------------------------------------------- token level
 
 
 def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> float | np.ndarray:
@@ -143,8 +141,7 @@ def g_token(k2: ArrayLike, alpha2: ArrayLike, c2: ArrayLike) -> float | np.ndarr
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
 
 
-# ----------------------------------------------------------------------------------------------------
-# step level
+# --------------------------------------------------------------------------------------- step level
 
 
 def f_sync(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarray:
