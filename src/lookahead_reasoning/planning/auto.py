@@ -56,7 +56,7 @@ from ..theory.breakeven import BreakEven
 from ..verifiers.base import Verifier
 from . import costs
 from .costs import DRAFT_GRID, TARGET_GRID, CostGrid, CostTable
-from .estimates import Book, load_book, save_book, write_json
+from .estimates import Book, load_book, write_json
 from .planner import Planner, PlannerConfig
 from .policy import AutoPolicy
 
@@ -67,30 +67,21 @@ def cost_key(lm: LM) -> dict[str, Any]:
     """Everything that changes how long ``lm``'s forward takes here (the cache key of its table)."""
     param = next(lm.model.parameters())
     kinds = sorted({type(m).__name__ for m in lm.model.modules() if "Linear" in type(m).__name__})
-    return {
+    key = {
         "model": lm.name, "parameters": sum(p.numel() for p in lm.model.parameters()),
         "dtype": str(param.dtype), "device": str(param.device), "onednn": uses_onednn_linear(lm.model),
         "linear_kinds": kinds, "cpu": _cpu_identity(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, **_instruction_caps(), **_fast_path(lm),
+        "torch": torch.__version__, **{name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)},
     }
+    if lm.fast is not None:  # the compiled path's shapes (absent when off, so the eager keys stay as they were)
+        c = lm.fast.config
+        key["fast_path"] = f"{c.backend} rows {list(c.row_buckets)} tokens {list(c.token_buckets)} length {c.length}"
+    return key
 
 
-def _fast_path(lm: LM) -> dict[str, Any]:
-    """The compiled path's shapes, where it is on (absent when off, so the eager keys stay as they were)."""
-    if lm.fast is None:
-        return {}
-    config = lm.fast.config
-    return {"fast_path": f"{config.backend} rows {list(config.row_buckets)} tokens {list(config.token_buckets)} "
-                         f"length {config.length}"}
-
-
+# The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use: where set,
+# the same CPU has other costs (absent from the key when unset, so ordinary keys stay as they were).
 _ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def _instruction_caps() -> dict[str, str]:
-    """The environment variables that restrict which instructions torch's, oneDNN's and MKL's kernels use,
-    where set: the same CPU then has other costs (absent when unset, so ordinary keys stay as they were)."""
-    return {name: os.environ[name] for name in _ISA_CAPS if os.environ.get(name)}
 
 
 def _cpu_identity() -> str:
@@ -198,7 +189,7 @@ class Planning:
         write_json(self.costs.target.to_json(), self.paths[0])
         write_json(self.costs.draft.to_json(), self.paths[1])
         for path in self.paths[2:]:
-            save_book(self.book, path)
+            write_json(self.book.to_json(), path)
 
 
 def auto_token_sd(given: TokenSD | None, config: PlannerConfig) -> TokenSD:
@@ -237,8 +228,7 @@ def generate_auto(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifier
     config = planning.config
     settings = settings.with_overrides(token_sd=auto_token_sd(settings.token_sd, config))
     can_sd = settings.token_sd.target == "draft" and pair.same_vocab  # the draft model drafts the rows' tokens
-    planner = Planner(planning.costs, planning.book, config, can_draft=True, can_sd=can_sd,
-                      draft_stop_below=settings.draft_stop_below)
+    planner = Planner(planning.costs, planning.book, config, can_sd=can_sd, draft_stop_below=settings.draft_stop_below)
     grids = (planning.costs.target, planning.costs.draft)
     for grid in grids:
         grid.padding = config.pad

@@ -9,10 +9,7 @@ order (:func:`out_of_order`), :class:`CostGrid` interpolates between grid points
 :meth:`CostGrid.observe` moves the table toward what the run's own timed forwards measure (mode
 ``auto``'s policy reads them off each cycle's trace).
 
-Tables are cached on disk (:func:`~.auto.load_or_profile`), keyed by everything that changes a forward's time:
-the model, its dtype, device and kernels (oneDNN linears, int8 layers), the CPU (model name and
-instruction-set flags), the thread count and the torch version. A changed key means a new profile;
-a corrupt file is measured again with a warning.
+Tables are cached on disk, keyed by everything that changes a forward's time (:func:`~.auto.load_or_profile`).
 """
 
 from __future__ import annotations
@@ -126,13 +123,12 @@ class CostGrid:
         curve = self.points[rows]
         ns = sorted(curve)
         i = bisect_left(ns, timing.n)
-        near = [ns[min(i, len(ns) - 1)]] if i in (0, len(ns)) or ns[i] == timing.n else [ns[i - 1], ns[i]]
-        if len(near) == 2:
-            lo, hi = near
+        if i in (0, len(ns)) or ns[i] == timing.n:
+            shares = {ns[min(i, len(ns) - 1)]: 1.0}
+        else:
+            lo, hi = ns[i - 1], ns[i]
             share_hi = (timing.n - lo) / (hi - lo)
             shares = {lo: 1 - share_hi, hi: share_hi}
-        else:
-            shares = {near[0]: 1.0}
         for n, share in shares.items():
             curve[n] *= ratio ** (weight * share)
 

@@ -57,8 +57,8 @@ class Beta:
         self.a += yes
         self.b += no
 
-    def capped(self, limit: float = MAX_SAVED_WEIGHT) -> "Beta":
-        scale = min(1.0, limit / self.weight)
+    def capped(self) -> "Beta":
+        scale = min(1.0, MAX_SAVED_WEIGHT / self.weight)
         return Beta(self.a * scale, self.b * scale)
 
 
@@ -73,26 +73,17 @@ class Mean:
         self.value = (self.value * self.weight + x * n) / (self.weight + n)
         self.weight += n
 
-    def capped(self, limit: float = MAX_SAVED_WEIGHT) -> "Mean":
-        return Mean(self.value, min(self.weight, limit))
+    def capped(self) -> "Mean":
+        return Mean(self.value, min(self.weight, MAX_SAVED_WEIGHT))
 
 
 CONFIDENCE_BINS = 20  # bin i holds drafted tokens whose draft top probability is in [i/20, (i+1)/20)
 MAX_SAVED_TOKENS = 400.0  # drafted (and judged) tokens a saved token book keeps, at most
 
 
-def _bin(confidence: float) -> int:
-    return min(CONFIDENCE_BINS - 1, max(0, int(confidence * CONFIDENCE_BINS)))
-
-
 def _edge(draft_stop_below: float) -> int:
     """The first bin of the tokens a draft stop keeps drafting after (confidence >= draft_stop_below)."""
     return min(CONFIDENCE_BINS, max(0, round(draft_stop_below * CONFIDENCE_BINS)))
-
-
-def _prior_seen() -> list[float]:
-    # about 70% of drafted tokens at or above 0.4, as this project's pairs drafted
-    return [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)]
 
 
 def _mids() -> list[float]:
@@ -113,7 +104,7 @@ class TokenBook:
     the draft's confidence, 70% of tokens at or above 0.4.
     """
 
-    seen: list[float] = field(default_factory=_prior_seen)
+    seen: list[float] = field(default_factory=lambda: [3.0 / 8 if i < 8 else 7.0 / 12 for i in range(CONFIDENCE_BINS)])
     accepted: list[float] = field(default_factory=_mids)
     rejected: list[float] = field(default_factory=lambda: [1.0 - m for m in _mids()])
     iteration_overhead: Mean = field(default_factory=lambda: Mean(0.003))
@@ -140,7 +131,7 @@ class TokenBook:
         draft was sure of it), and how many the target accepted (the leading ones)."""
         for j in range(drafted):
             if confidence is not None:
-                b = _bin(confidence[j])
+                b = min(CONFIDENCE_BINS - 1, max(0, int(confidence[j] * CONFIDENCE_BINS)))
             else:
                 b = CONFIDENCE_BINS - 1 if sure is None or sure[j] else 0
             self.seen[b] += 1
@@ -273,12 +264,8 @@ class Book:
         def dump(obj: Any) -> Any:
             if isinstance(obj, (int, float)):
                 return obj
-            if isinstance(obj, TokenBook):
+            if isinstance(obj, (TokenBook, Beta, Mean)):
                 obj = obj.capped()
-            if isinstance(obj, Beta):
-                return {"a": obj.capped().a, "b": obj.capped().b}
-            if isinstance(obj, Mean):
-                return {"value": obj.value, "weight": obj.capped().weight}
             if isinstance(obj, list):
                 return [dump(x) for x in obj]
             if isinstance(obj, dict):
@@ -295,17 +282,12 @@ class Book:
         def load(template: Any, raw: Any) -> Any:
             if isinstance(template, (int, float)):
                 return float(raw)
-            if isinstance(template, Beta):
-                return Beta(float(raw["a"]), float(raw["b"]))
-            if isinstance(template, Mean):
-                return Mean(float(raw["value"]), float(raw["weight"]))
             if isinstance(template, list):
                 if len(raw) != len(template):
                     raise ValueError("wrong number of bands")
                 return [load(t, r) for t, r in zip(template, raw)]
             return type(template)(**{name: load(value, raw[name]) for name, value in vars(template).items()})
-        calibration = {str(kind): Mean(float(raw["value"]), float(raw["weight"]))
-                       for kind, raw in data.get("calibration", {}).items()}
+        calibration = {str(kind): load(Mean(1.0), raw) for kind, raw in data.get("calibration", {}).items()}
         if data.get("calibrated_by") != CALIBRATED_BY:  # factors of another weighting: learn them again
             log.info("book calibrated by %s, this version by %s: its calibration starts again",
                      data.get("calibrated_by", "tokens"), CALIBRATED_BY)
@@ -334,9 +316,5 @@ def write_json(data: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_book(book: Book, path: Path) -> None:
-    write_json(book.to_json(), path)
-
-
-__all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook", "TokenBook", "load_book", "plan_kind",
-           "save_book", "write_json"]
+__all__ = ["AGREEMENT_BANDS", "BOOK_FORMAT", "CONFIDENCE_BINS", "Beta", "Book", "Mean", "PLAN_KINDS", "StepBook",
+           "TokenBook", "load_book", "plan_kind", "write_json"]

@@ -33,7 +33,7 @@ plan without drafted steps would give.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import require
@@ -115,11 +115,10 @@ class PlannerConfig:
 
 @dataclass
 class Choice:
-    """The plan picked for a cycle, its predicted speed, and every candidate's (for the trace)."""
+    """The plan picked for a cycle and its predicted speed."""
 
     plan: CyclePlan
     rate: float
-    rates: dict[str, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -128,11 +127,9 @@ class Planner:
     when ``draft_stop_below`` is None. ``load`` (over an engine): the requests of other runs in
     flight at the target now (module docstring; None: nothing else runs)."""
 
-    def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_draft: bool = True,
-                 can_sd: bool = True, draft_stop_below: float | None = None,
-                 load: Callable[[], int] | None = None):
-        self.costs, self.book, self.config = costs, book, config
-        self.can_draft, self.can_sd, self.load = can_draft, can_sd, load
+    def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_sd: bool = True,
+                 draft_stop_below: float | None = None, load: Callable[[], int] | None = None):
+        self.costs, self.book, self.config, self.can_sd, self.load = costs, book, config, can_sd, load
         self.draft_stop_below = draft_stop_below
         choices = sorted({draft_stop_below, *config.draft_stop_below_choices}) if draft_stop_below is not None else []
         self.draft_stop_below_choices: tuple[float | None, ...] = tuple(choices) or (None,)
@@ -143,8 +140,7 @@ class Planner:
     def fork(self) -> "Planner":
         """A planner for one more run at the same time: the same cost table and book (every run learns
         for all, and each prices its plans at the load the others make), its own current plan."""
-        return Planner(self.costs, self.book, self.config, self.can_draft, self.can_sd, self.draft_stop_below,
-                       self.load)
+        return Planner(self.costs, self.book, self.config, self.can_sd, self.draft_stop_below, self.load)
 
     @property
     def per_request(self) -> bool:
@@ -155,56 +151,44 @@ class Planner:
         """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
         memo, costs = self._memo, self.costs
 
-        def target(r: int, n: int) -> float:
-            key = ("t", r, n, context)
-            if key not in memo:
-                memo[key] = costs.target(r, n, context)
-            return memo[key]
-
-        def draft(r: int, n: int) -> float:  # no draft's table (an engine measured alone): drafts are free
-            if costs.draft is None:
-                return 0.0
-            key = ("d", r, n, context)
-            if key not in memo:
-                memo[key] = costs.draft(r, n, context)
-            return memo[key]
-        return target, draft
+        def priced(which: str):
+            def cost(r: int, n: int) -> float:
+                grid = costs.target if which == "t" else costs.draft
+                if grid is None:  # no draft's table (an engine measured alone): drafts are free
+                    return 0.0
+                key = (which, r, n, context)
+                if key not in memo:
+                    memo[key] = grid(r, n, context)
+                return memo[key]
+            return cost
+        return priced("t"), priced("d")
 
     def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()
         choices = self.draft_stop_below_choices
         plans = [CyclePlan(0, gamma=0, chunk=self.config.chunk)]
         plans += [CyclePlan(0, gamma=g, draft_stop_below=s) for g in gammas for s in choices]
-        if self.can_draft:
-            row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
-            plans += [CyclePlan(k, gamma=g, draft_stop_below=s, schedule=schedule) for k in range(1, self.config.max_k + 1)
-                      for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
+        row_gammas = [g for g in self.config.row_gammas if g == 0 or self.can_sd]
+        plans += [CyclePlan(k, gamma=g, draft_stop_below=s, schedule=schedule) for k in range(1, self.config.max_k + 1)
+                  for schedule in self.config.schedules for g in row_gammas for s in (choices if g else (None,))]
         return plans
 
     def estimate(self, plan: CyclePlan, context: int, prefill: Prefill = (0, 0)) -> CycleEstimate:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
-        if self.per_request:
-            return self._request_estimate(plan, target, draft)
         token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
+        if self.per_request:  # over an engine, at the load of this choice (the prompt is in its prefix cache already)
+            if plan.k == 0:
+                return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
+            return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
         if plan.k == 0:
-            overhead = self.book.token.iteration_overhead.value
-            cycle = step_cycle(plan.gamma, step, token, target, draft, overhead)
+            cycle = step_cycle(plan.gamma, step, token, target, draft, self.book.token.iteration_overhead.value)
         else:
             cycle = lr_cycle(plan.k, plan.gamma, step, token, target, draft, self.book.step.cycle_overhead.value)
         if any(prefill):
             cycle = CycleEstimate(cycle.tokens, cycle.seconds + self.prefill_seconds(plan, prefill))
         return cycle
-
-    def _request_estimate(self, plan: CyclePlan, target, draft) -> CycleEstimate:
-        """A cycle over an engine at the load of this choice: one request of a chunk (or of one step),
-        or an LR cycle of requests (``request_cycle``). The prompt is in the engine's prefix cache
-        before the first cycle, so there is no prefill to price."""
-        step = self.book.step.model()
-        if plan.k == 0:
-            return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
-        return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
 
     def prefill_seconds(self, plan: CyclePlan, prefill: Prefill) -> float:
         """What feeding ``prefill`` costs ``plan``: the target's tokens always, the draft's when it drafts
@@ -229,7 +213,7 @@ class Planner:
         if self.current in rates and rates[self.current] * (1 + self.config.margin) >= rates[best]:
             best = self.current
         self.current = best
-        return Choice(best, rates[best], {p.label: round(r, 3) for p, r in rates.items()})
+        return Choice(best, rates[best])
 
     def break_even(self, context: int, ks: tuple[int, ...] = (1, 2)) -> BreakEven:
         """The step acceptance above which k drafted steps a cycle beat the best plan without them, priced

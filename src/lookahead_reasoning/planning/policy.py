@@ -65,10 +65,14 @@ class AutoPolicy(CyclePolicy):
         if not chosen.chunk:
             learn_steps(book, trace, self.delimiters)
         if not planner.per_request:
-            learn_tokens(book, trace)
+            for sure, drafted, accepted, confidence in trace.token_outcomes:  # every SD iteration, in order
+                book.token.record(sure, drafted, accepted, confidence)
             learn_overheads(book, trace, chosen)
-            if planner.config.refine:
-                observe_forwards(planner, trace)
+            if planner.config.refine:  # each model's cost grid toward the forwards it timed
+                for grid, timings in ((planner.costs.target, trace.target_forwards),
+                                      (planner.costs.draft, trace.draft_forwards)):
+                    for timing in timings:
+                        grid.observe(timing)
         elif position.generated == 0:
             return
         book.record_cycle(chosen.label, trace.tokens, trace.wall_s, rate / book.factor(chosen.label))
@@ -104,19 +108,6 @@ def learn_steps(book: Book, trace: CycleTrace, delimiters: Sequence[str]) -> Non
                 step.target_tokens.add(len(target_step.ids) / crossed, crossed)
 
 
-def learn_tokens(book: Book, trace: CycleTrace) -> None:
-    """The token layer's rates: every SD iteration of the cycle's target rows, in the run's order."""
-    for sure, drafted, accepted, confidence in trace.token_outcomes:
-        book.token.record(sure, drafted, accepted, confidence)
-
-
-def observe_forwards(planner: Planner, trace: CycleTrace) -> None:
-    """Move each model's cost grid toward the forwards it timed in this cycle."""
-    for grid, timings in ((planner.costs.target, trace.target_forwards), (planner.costs.draft, trace.draft_forwards)):
-        for timing in timings:
-            grid.observe(timing)
-
-
 def learn_overheads(book: Book, trace: CycleTrace, plan: CyclePlan) -> None:
     """The time a cycle in this process took beyond its forwards and its verifier: per SD iteration of
     a plan without drafted steps, per cycle of an LR plan."""
@@ -135,4 +126,4 @@ def observe_rows(planner: Planner, trace: CycleTrace) -> None:
         planner.costs.target.observe(ForwardTiming(rows, max(written), 0, trace.target_s))
 
 
-__all__ = ["AutoPolicy", "learn_overheads", "learn_steps", "learn_tokens", "observe_forwards", "observe_rows"]
+__all__ = ["AutoPolicy", "learn_overheads", "learn_steps", "observe_rows"]

@@ -20,10 +20,7 @@ Pure numpy/float functions in the paper's symbols (no torch):
 Derivations: ``theory/README.md``; numerical checks: ``python theory/check.py``.
 """
 
-from .budget import (
-    BudgetSplit, Optimum, Regime, best_split, hybrid_conditions,
-    paper_hybrid_box, regime, speedup_grid,
-)
+from .budget import BudgetSplit, Optimum, Regime, best_split, hybrid_conditions, paper_hybrid_box, regime, speedup_grid
 from .formulas import (
     async_depth, async_s1, async_s2, best_gamma, expected_ceil, expected_mod, expected_tokens, f_async,
     f_step, f_sync, f_sync_batched, g_token, h_combined, lookahead_pays, parallel_degree, sd_ceiling, sd_speedup,
@@ -41,14 +38,12 @@ from .simulate import (
 from .simulate_costed import CostedPlay, simulate_costed_lr, simulate_costed_sd
 
 __all__ = [
-    "CostedPlay", "CycleEstimate", "LRSDPlay", "StepRates", "TokenRates", "chunk_cycle", "drafted_pmf",
-    "expected_accepted", "f_sync_costed", "iteration_seconds", "kept_pmf", "lr_cycle", "request_cycle", "sd_rate", "simulate_costed_lr",
-    "simulate_costed_sd", "step_cycle", "tokens_per_iteration",
-    "AsyncSchedule", "BudgetSplit", "Optimum", "Prediction", "Regime", "SimResult", "async_depth",
-    "async_event_timeline", "async_s1", "async_s2", "async_schedule", "best_gamma",
-    "best_split", "expected_ceil", "expected_mod", "expected_tokens", "f_async", "f_step",
-    "f_sync", "f_sync_batched", "g_token", "h_combined", "h_joint", "judged_alpha", "hybrid_conditions", "lookahead_pays",
-    "paper_hybrid_box",
-    "parallel_degree", "predict", "regime", "sample_run_lengths", "sd_ceiling", "sd_speedup",
-    "simulate_lr_async", "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid",
+    "AsyncSchedule", "BudgetSplit", "CostedPlay", "CycleEstimate", "LRSDPlay", "Optimum", "Prediction", "Regime",
+    "SimResult", "StepRates", "TokenRates", "async_depth", "async_event_timeline", "async_s1", "async_s2",
+    "async_schedule", "best_gamma", "best_split", "chunk_cycle", "drafted_pmf", "expected_accepted", "expected_ceil",
+    "expected_mod", "expected_tokens", "f_async", "f_step", "f_sync", "f_sync_batched", "f_sync_costed", "g_token",
+    "h_combined", "h_joint", "hybrid_conditions", "iteration_seconds", "judged_alpha", "kept_pmf", "lookahead_pays",
+    "lr_cycle", "paper_hybrid_box", "parallel_degree", "predict", "regime", "request_cycle", "sample_run_lengths",
+    "sd_ceiling", "sd_rate", "sd_speedup", "simulate_costed_lr", "simulate_costed_sd", "simulate_lr_async",
+    "simulate_lr_sd", "simulate_lr_sync", "simulate_sd", "speedup_grid", "step_cycle", "tokens_per_iteration"
 ]

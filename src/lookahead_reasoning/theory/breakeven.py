@@ -58,15 +58,14 @@ class Machine:
 
 @dataclass(frozen=True)
 class BreakEven:
-    """The best plan without drafted steps (``alone``: its gamma, 0 for plain decoding, and its tokens a
-    second) and, per k, the step acceptance above which k drafted steps a cycle beat it (None: never)."""
+    """Per k, the step acceptance above which k drafted steps a cycle beat the best plan without drafted
+    steps (None: never)."""
 
-    alone_gamma: int
-    alone_rate: float
     alpha1: dict[int, float | None]
 
 
-def best_alone(step: StepRates, token: TokenRates, machine: Machine, gammas: tuple[int, ...] = GAMMAS) -> tuple[int, float]:
+def best_alone(step: StepRates, token: TokenRates, machine: Machine,
+               gammas: tuple[int, ...] = GAMMAS) -> tuple[int, float]:
     """The fastest plan that drafts no step on ``machine``: (gamma, tokens per second), gamma 0 being plain decoding."""
     rates = {g: step_cycle(g, step, token, machine.target, machine.draft, machine.per_iteration).rate for g in gammas}
     gamma = max(rates, key=rates.get)
@@ -84,7 +83,7 @@ def break_even_k1(rate_alone: float, gamma: int, step: StepRates, token: TokenRa
     """The closed form of the module docstring for one drafted step and SD at ``gamma`` in the rows (the
     raw root: it may fall outside [0, 1], or be infinite where the plan's speed does not depend on a1)."""
     target, draft = machine.target, machine.draft
-    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    per_iteration = tokens_per_iteration(gamma, token)
     lt, ld = step.target_tokens, step.draft_tokens
     n_head = max(0.0, lt - step.head_tokens - 1) / per_iteration
     n_full = max(0.0, lt - 1) / per_iteration
@@ -103,10 +102,9 @@ def break_even(step: StepRates, token: TokenRates, machine: Machine, ks: tuple[i
     tokens a second on ``machine`` than the best plan with none (``step.alpha1`` is not read). Found on
     a grid of 0.01 and refined by bisection to ``tolerance``."""
     require(all(isinstance(k, int) and k >= 1 for k in ks), f"ks must be integers >= 1, got {ks!r}")
-    gamma, alone = best_alone(step, token, machine, gammas)
-    found = {k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, machine, gammas) - alone, tolerance)
-             for k in ks}  # alpha1 < 1: at 1 a cycle would never end
-    return BreakEven(gamma, alone, found)
+    _, alone = best_alone(step, token, machine, gammas)
+    return BreakEven({k: _search(lambda a1, k=k: lr_rate(k, a1, step, token, machine, gammas) - alone, tolerance)
+                      for k in ks})  # alpha1 < 1: at 1 a cycle would never end
 
 
 def _search(gain, tolerance: float) -> float | None:
@@ -136,7 +134,8 @@ def break_even_requests(step: StepRates, target: CostFn, draft: CostFn | None, k
         at = replace(step, alpha1=a1)
         return max(request_cycle(k, s, at, target, draft, 0, overlap).rate for s in schedules)
 
-    return BreakEven(0, alone, {k: _search(lambda a1, k=k: rate(k, a1) - alone, 1e-4) for k in ks})
+    return BreakEven({k: _search(lambda a1, k=k: rate(k, a1) - alone, 1e-4) for k in ks})
 
 
-__all__ = ["BreakEven", "GAMMAS", "Machine", "best_alone", "break_even", "break_even_k1", "break_even_requests", "lr_rate"]
+__all__ = ["BreakEven", "GAMMAS", "Machine", "best_alone", "break_even", "break_even_k1", "break_even_requests",
+           "lr_rate"]

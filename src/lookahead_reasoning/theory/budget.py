@@ -23,15 +23,10 @@ from enum import StrEnum
 
 import numpy as np
 
-from .formulas import (
-    Mode, async_depth, best_gamma, check_cost, check_count, check_mode, check_rate, f_step, g_token,
-    parallel_degree,
-)
+from .formulas import Mode, async_depth, best_gamma, check_cost, check_count, check_mode, check_rate, f_step, g_token
 
-__all__ = [
-    "BudgetSplit", "Optimum", "Regime", "best_split",
-    "hybrid_conditions", "paper_hybrid_box", "regime", "speedup_grid",
-]
+__all__ = ["BudgetSplit", "Optimum", "Regime", "best_split", "hybrid_conditions", "paper_hybrid_box", "regime",
+           "speedup_grid"]
 
 _TIE = 1e-13
 
@@ -67,10 +62,8 @@ class Optimum:
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """The best split of budget ``M`` and the two single-layer optima it is compared with."""
+    """The best split of a budget and the two single-layer optima it is compared with."""
 
-    mode: Mode
-    M: int
     best: Optimum
     sd_only: Optimum  # best with k1 = 1
     lr_only: Optimum  # best with k2 = 1
@@ -90,22 +83,6 @@ def _check(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: str
     return a1, k1c, a2, k2c, m
 
 
-
-
-def _table(a1: float, c1: float, a2: float, c2: float, m: int, mode: Mode) -> tuple[np.ndarray, ...]:
-    """Every feasible split as flat arrays (k1, k2, h, PD_f * k2)."""
-    # k1 beyond ceil(1/c1) changes nothing in async (same f, same PD_f): stop there.
-    top = m if mode == "sync" else int(min(m, async_depth(c1)))
-    k1 = np.arange(1, top + 1)  # PD_f(k1) = k1 for every k1 enumerated
-    k2 = np.arange(1, m + 1)
-    fk = np.asarray(f_step(k1, a1, c1, mode), dtype=float)
-    gk = np.asarray(g_token(k2, a2, c2), dtype=float)
-    K1, K2 = np.meshgrid(k1, k2, indexing="ij")
-    P = K1 * K2
-    ok = P <= m
-    return K1[ok], K2[ok], (fk[:, None] * gk[None, :])[ok], P[ok]
-
-
 def _pick(k1: np.ndarray, k2: np.ndarray, speedup: np.ndarray, parallel: np.ndarray) -> Optimum:
     near = np.flatnonzero(speedup >= speedup.max() * (1 - _TIE))
     i = near[np.lexsort((k2[near], k1[near], parallel[near]))[0]]
@@ -117,18 +94,16 @@ def best_split(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode:
 
     Assumptions are those of :func:`~lookahead_reasoning.theory.formulas.h_combined`; ``c1 <= 1`` in async.
     """
-    a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
-    k1, k2, speedup, parallel = _table(a1, k1c, a2, k2c, m, mode)
-    sd, lr = k1 == 1, k2 == 1
-    return BudgetSplit(
-        mode=mode, M=m, best=_pick(k1, k2, speedup, parallel),
-        sd_only=_pick(k1[sd], k2[sd], speedup[sd], parallel[sd]),
-        lr_only=_pick(k1[lr], k2[lr], speedup[lr], parallel[lr]),
-    )
-
-
-
-
+    grid = speedup_grid(alpha1, c1, alpha2, c2, M, mode)
+    m = grid.shape[0]
+    # k1 beyond ceil(1/c1) changes nothing in async (same f, same PD_f): stop there, so PD_f(k1) = k1 below.
+    top = m if mode == "sync" else int(min(m, async_depth(c1)))
+    k1, k2 = np.indices((top, m)) + 1
+    ok = k1 * k2 <= m
+    k1, k2, speedup = k1[ok], k2[ok], grid[:top][ok]
+    parallel, sd, lr = k1 * k2, k1 == 1, k2 == 1
+    return BudgetSplit(best=_pick(k1, k2, speedup, parallel), sd_only=_pick(k1[sd], k2[sd], speedup[sd], parallel[sd]),
+                       lr_only=_pick(k1[lr], k2[lr], speedup[lr], parallel[lr]))
 
 
 def regime(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> Regime:
@@ -138,20 +113,15 @@ def regime(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mod
 
 def speedup_grid(alpha1: float, c1: float, alpha2: float, c2: float, M: int, mode: Mode = "async") -> np.ndarray:
     """``h(k1, k2)`` for ``k1, k2 = 1..M`` as an (M, M) array indexed ``[k1 - 1, k2 - 1]``; NaN where
-    ``PD_f(k1) * k2 > M``. For heatmaps."""
+    ``PD_f(k1) * k2 > M``. For heatmaps, and the table :func:`best_split` searches."""
     a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
     k1 = np.arange(1, m + 1)
     fk = np.asarray(f_step(k1, a1, k1c, mode))
     gk = np.asarray(g_token(k1, a2, k2c))
-    pd = np.array([parallel_degree(int(k), k1c, mode) for k in k1])
+    pd = k1 if mode == "sync" else np.minimum(k1, async_depth(k1c))  # PD_f(k1), as parallel_degree gives it
     grid = fk[:, None] * gk[None, :]
     grid[pd[:, None] * k1[None, :] > m] = np.nan
     return grid
-
-
-def _step_helps(a1: float, c1: float, mode: Mode) -> bool:
-    """f(k1) > 1 for some k1 (then already for k1 = 2). Sync: alpha1 > c1. Async: alpha1 > 0, c1 < 1."""
-    return a1 > c1 if mode == "sync" else (a1 > 0 and c1 < 1)
 
 
 def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int,
@@ -175,7 +145,8 @@ def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int
     :func:`regime`. Proofs in theory/README.md.
     """
     a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
-    step, token = _step_helps(a1, k1c, mode), a2 > k2c
+    step = a1 > k1c if mode == "sync" else (a1 > 0 and k1c < 1)  # f(k1) > 1 for some k1 (then for k1 = 2)
+    token = a2 > k2c
     if m < 2 or not (step or token):
         return Regime.NEITHER
     if token and not step:
@@ -183,10 +154,7 @@ def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int
     if step and not token:
         return Regime.STEP_ONLY
     k2_star = math.inf if k2c == 0 else best_gamma(a2, k2c) + 1
-    if mode == "sync":
-        pd_star = math.inf if k1c == 0 else best_gamma(a1, k1c) + 1
-    else:
-        pd_star = async_depth(k1c)
+    pd_star = async_depth(k1c) if mode == "async" else (math.inf if k1c == 0 else best_gamma(a1, k1c) + 1)
     if 2 * pd_star <= m and 2 * k2_star <= m:
         return Regime.HYBRID
     return None
@@ -198,7 +166,5 @@ def paper_hybrid_box(alpha1: float, c1: float, alpha2: float, c2: float, M: int)
     in theory/check.py). They do not carry over to sync: at ``alpha1 = 0.52, c1 = 0.333, alpha2 = 0.8,
     c2 = 0, M = 16`` the sync optimum is token-only ``(1, 16)``.
     """
-    a1, k1c, a2, k2c = (float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1")),
-                        float(check_rate(alpha2, "alpha2")), float(check_cost(c2, "c2")))
-    m = int(check_count(M, "M"))
+    a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, "sync")  # "sync": no bound on c1 to check
     return 0.52 < a1 < 0.8 and 0.52 < a2 < 0.8 and k1c < 1 / 3 and k2c < 1 / 5 and m >= 16

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import require
+from ..errors import ConfigError, require
 
 Mode = Literal["sync", "async"]
 ArrayLike = float | int | np.ndarray
@@ -20,17 +20,13 @@ def _shown(value: ArrayLike, bad: np.ndarray | None = None) -> str:
     return repr(value)
 
 
-def _fail(message: str) -> None:
-    require(False, message)
-
-
 def check_rate(value: ArrayLike, name: str) -> np.ndarray:
     """An acceptance rate: finite and in [0, 1). (At 1 every geometric series diverges.)"""
     v = np.asarray(value, dtype=float)
     bad = ~((v >= 0) & (v < 1))  # NaN fails both comparisons
     if bad.any():
-        _fail(f"{name} must lie in [0, 1) (an acceptance probability; at 1 the speedup has no finite "
-              f"limit); got {_shown(value, bad)}")
+        raise ConfigError(f"{name} must lie in [0, 1) (an acceptance probability; at 1 the speedup has no finite "
+                          f"limit); got {_shown(value, bad)}")
     return v
 
 
@@ -39,19 +35,20 @@ def check_cost(value: ArrayLike, name: str, upper: float | None = None) -> np.nd
     v = np.asarray(value, dtype=float)
     bad = ~((v >= 0) & np.isfinite(v))
     if bad.any():
-        _fail(f"{name} must be a finite number >= 0 (a draft/target cost ratio); got {_shown(value, bad)}")
+        raise ConfigError(f"{name} must be a finite number >= 0 (a draft/target cost ratio); got {_shown(value, bad)}")
     if upper is not None and (v > upper).any():
-        _fail(f"{name} must be <= {upper:g} here (a draft step no slower than a target step); "
-              f"got {_shown(value, v > upper)}")
+        raise ConfigError(f"{name} must be <= {upper:g} here (a draft step no slower than a target step); "
+                          f"got {_shown(value, v > upper)}")
     return v
 
 
-def check_batch_cost(value: ArrayLike, name: str = "beta") -> np.ndarray:
+def check_batch_cost(value: ArrayLike) -> np.ndarray:
     """A batched/one-row target step time ratio: finite and > 0."""
     v = np.asarray(value, dtype=float)
     bad = ~((v > 0) & np.isfinite(v))
     if bad.any():
-        _fail(f"{name} (batched/one-row target step time) must be a finite number > 0, got {_shown(value, bad)}")
+        raise ConfigError(f"beta (batched/one-row target step time) must be a finite number > 0, got "
+                          f"{_shown(value, bad)}")
     return v
 
 
@@ -59,9 +56,9 @@ def check_count(value: ArrayLike, name: str, minimum: int = 1) -> np.ndarray:
     """A whole number (int or integer array) >= ``minimum``."""
     v = np.asarray(value)
     if isinstance(value, (bool, np.bool_)) or v.dtype.kind not in "iu":
-        _fail(f"{name} must be an integer >= {minimum}; got {_shown(value)}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}; got {_shown(value)}")
     if (v < minimum).any():
-        _fail(f"{name} must be an integer >= {minimum}; got {_shown(value, v < minimum)}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}; got {_shown(value, v < minimum)}")
     return v.astype(np.int64)
 
 

@@ -43,8 +43,8 @@ from .formulas import check_count, check_rate, f_sync_batched
 CostFn = Callable[[int, int], float]
 
 __all__ = ["CostFn", "CycleEstimate", "ScoredChain", "StepRates", "TokenRates", "chunk_cycle", "drafted_pmf",
-           "expected_accepted", "kept_pmf", "request_cycle", "f_sync_costed", "gated_cycle", "iteration_seconds", "lr_cycle", "max_pmf", "sd_rate",
-           "step_cycle", "tokens_per_iteration"]
+           "expected_accepted", "f_sync_costed", "gated_cycle", "iteration_seconds", "kept_pmf", "lr_cycle", "max_pmf",
+           "request_cycle", "sd_rate", "step_cycle", "tokens_per_iteration"]
 
 
 @dataclass(frozen=True)
@@ -167,8 +167,7 @@ def sd_rate(gamma: int, model: TokenRates, target: CostFn, draft: CostFn, overhe
 def step_cycle(gamma: int, step: StepRates, token: TokenRates, target: CostFn, draft: CostFn,
                overhead: float = 0.0) -> CycleEstimate:
     """k = 0: the target writes one step of ``L_t`` tokens alone, with SD at ``gamma`` (0: plainly)."""
-    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
-    iterations = step.target_tokens / per_iteration
+    iterations = step.target_tokens / tokens_per_iteration(gamma, token)
     return CycleEstimate(step.target_tokens, iterations * iteration_seconds(gamma, token, target, draft, 1, overhead))
 
 
@@ -189,14 +188,13 @@ def lr_cycle(k: int, gamma: int, step: StepRates, token: TokenRates, target: Cos
     """
     k = int(check_count(k, "k"))
     a1, lt, ld = step.alpha1, step.target_tokens, step.draft_tokens
-    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    per_iteration = tokens_per_iteration(gamma, token)
     n_head = max(0.0, lt - step.head_tokens - 1) / per_iteration
     n_full = max(0.0, lt - 1) / per_iteration
     all_pass = a1 ** k
     iterations = (1 - all_pass) * n_head + all_pass * n_full
-    rows = k + 1
     seconds = (draft(1, max(1, round(lt))) + k * ld * draft(1, 1) + target(1, max(1, round(k * ld)) + 1)
-               + iterations * iteration_seconds(gamma, token, target, draft, rows)
+               + iterations * iteration_seconds(gamma, token, target, draft, k + 1)
                + step.verify_s * sum(a1 ** j for j in range(k)) + overhead)
     tokens = ld * sum(a1 ** j for j in range(1, k + 1)) + lt
     return CycleEstimate(tokens, seconds)
@@ -223,7 +221,7 @@ def gated_cycle(rows: int, gamma: int, step: StepRates, token: TokenRates, score
     ``reach_j (1 - p_j)``), else until its longest row is; an iteration costs
     ``iteration_seconds(gamma, rows=R)``; the verifier judges row j when every row before it passed.
     """
-    per_iteration = tokens_per_iteration(gamma, token) if gamma else 1.0
+    per_iteration = tokens_per_iteration(gamma, token)
     judged = rows - 1
     last = scored.need[judged] if judged < len(scored.need) else step.target_tokens
     iters = [n / per_iteration for n in scored.need[:judged]] + [last / per_iteration]

@@ -36,15 +36,13 @@ from ..errors import require
 from .checks import ArrayLike, Mode, check_batch_cost, check_cost, check_count, check_mode, check_rate  # noqa: F401
 
 __all__ = [
-    "Mode", "async_depth", "async_s1", "async_s2", "best_gamma", "expected_ceil", "expected_mod",
-    "expected_tokens", "f_async", "f_step", "f_sync", "f_sync_batched", "g_token", "h_combined", "lookahead_pays",
-    "parallel_degree",
+    "Mode", "async_depth", "async_s1", "async_s2", "best_gamma", "expected_ceil", "expected_mod", "expected_tokens",
+    "f_async", "f_step", "f_sync", "f_sync_batched", "g_token", "h_combined", "lookahead_pays", "parallel_degree",
     "sd_ceiling", "sd_speedup",
 ]
 
 
-# ----------------------------------------------------------------------------------------------------
-# results
+# ------------------------------------------------------------------------------------------ results
 
 
 def _out(x: np.ndarray) -> float | np.ndarray:
@@ -53,8 +51,7 @@ def _out(x: np.ndarray) -> float | np.ndarray:
     return float(x) if x.ndim == 0 else x
 
 
-# ----------------------------------------------------------------------------------------------------
-# token level
+# -------------------------------------------------------------------------------------- token level
 
 
 def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> float | np.ndarray:
@@ -144,8 +141,7 @@ def g_token(k2: ArrayLike, alpha2: ArrayLike, c2: ArrayLike) -> float | np.ndarr
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
 
 
-# ----------------------------------------------------------------------------------------------------
-# step level
+# --------------------------------------------------------------------------------------- step level
 
 
 def f_sync(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarray:
@@ -273,9 +269,7 @@ def f_async(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarr
     k, a, cost = np.broadcast_arrays(k, a, cost)
     levels, where = np.unique(cost, return_inverse=True)
     depth = np.array([async_depth(x) for x in levels], dtype=float)[where].reshape(cost.shape)
-    s1 = 1 / (cost + (1 - cost) * (1 - a))
-    s2 = (1 - a ** k) / ((1 - a) + cost * (a - a ** (k + 1) - k * (1 - a) * a ** k))
-    return _out(np.where(k >= depth, s1, s2))
+    return _out(np.where(k >= depth, async_s1(a, cost), async_s2(k, a, cost)))
 
 
 def parallel_degree(k1: int, c1: float, mode: Mode = "async") -> int:
@@ -295,7 +289,7 @@ def f_step(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, mode: Mode = "async"
 
 
 def h_combined(k1: ArrayLike, k2: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, alpha2: ArrayLike, c2: ArrayLike,
-      mode: Mode = "async") -> float | np.ndarray:
+               mode: Mode = "async") -> float | np.ndarray:
     """LR with token SD inside every step: ``h(k1, k2) = f(k1) g(k2)``.
 
     The layers multiply when the step timeline is measured in target steps *as written with SD*: token

@@ -89,7 +89,6 @@ def h_joint(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float
     """The sync LR x SD speedup of the joint cycle (module docstring); ``lengths``: the target steps'
     token counts (an int, a mapping length -> weight, or observed lengths)."""
     k1, k2 = int(check_count(k1, "k1")), int(check_count(k2, "k2"))
-    require(k1 >= 1 and k2 >= 1, f"k1 and k2 are at least 1, got {k1}, {k2}")
     a1, a2 = float(check_rate(alpha1, "alpha1")), float(check_rate(alpha2, "alpha2"))
     cost1, cost2 = float(check_cost(c1, "c1")), float(check_cost(c2, "c2"))
     pmf, gamma = step_length_pmf(lengths), k2 - 1
@@ -99,7 +98,7 @@ def h_joint(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2: float
               for length, p in pmf.items())  # a row's CDF, mixed over its step's length
     mean_n, mean_max = float((1 - row).sum()), float((1 - row ** k1).sum())
     iteration = 1 + gamma * cost2
-    steps = (1 - a1 ** k1) / (1 - a1) if a1 < 1 else float(k1)
+    steps = (1 - a1 ** k1) / (1 - a1)
     mean_length = sum(length * p for length, p in pmf.items())
     time = (k1 - 1) * cost1 * mean_n * iteration + mean_max * iteration
     return steps * mean_length / time

@@ -38,10 +38,7 @@ class Prediction:
 
 def _field(stats: Any, name: str) -> Any:
     """``stats[name]`` or ``stats.name``; None when absent, None or NaN."""
-    if isinstance(stats, Mapping):
-        value = stats.get(name)
-    else:
-        value = getattr(stats, name, None)
+    value = stats.get(name) if isinstance(stats, Mapping) else getattr(stats, name, None)
     if isinstance(value, float) and math.isnan(value):
         return None
     return value

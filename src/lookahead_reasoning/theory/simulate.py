@@ -57,10 +57,6 @@ def _ratio(output: np.ndarray, time: np.ndarray) -> SimResult:
     return SimResult(float(r), se, n, float(output.sum()), float(time.sum()))
 
 
-def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
 def _leading_accepts(rng: np.random.Generator, alpha: float, cycles: int, drafts: int) -> np.ndarray:
     """Per cycle: how many of ``drafts`` coin flips (heads with prob. alpha) come up heads before the first tail."""
     if drafts == 0:
@@ -73,14 +69,14 @@ def sample_run_lengths(alpha: float, n: int, seed: int = 0) -> np.ndarray:
     """``n`` i.i.d. run lengths X: accepted drafts before the first rejection, ``P(X = x) = alpha^x (1 - alpha)``."""
     a = float(check_rate(alpha, "alpha"))
     n = int(check_count(n, "n"))
-    return _rng(seed).geometric(1.0 - a, size=n).astype(np.int64) - 1
+    return np.random.default_rng(seed).geometric(1.0 - a, size=n).astype(np.int64) - 1
 
 
 def _sync_cycles(alpha: float, drafts: int, draft_cost: float, cycles: int, seed, target_cost: float = 1.0) -> SimResult:
     """One draft-then-verify cycle, repeated: ``drafts`` draft units (each ``draft_cost``), one target
     pass (``target_cost``, 1 unless the batch is not free), keep the leading accepted drafts plus the
     target's own unit."""
-    accepted = _leading_accepts(_rng(seed), alpha, cycles, drafts)
+    accepted = _leading_accepts(np.random.default_rng(seed), alpha, cycles, drafts)
     time = np.full(cycles, drafts * draft_cost + target_cost)
     return _ratio(accepted + 1, time)
 
@@ -115,8 +111,6 @@ class AsyncSchedule:
     ``settled[j-1]``: both step j versions exist, so the verifier can judge it (``max(end, drafted)``).
     """
 
-    k1: int
-    c1: float
     drafted: np.ndarray
     start: np.ndarray
     end: np.ndarray
@@ -140,7 +134,7 @@ def async_schedule(k1: int, c1: float, rows: int) -> AsyncSchedule:
         slot_free = end[j - k] if j >= k else 0.0
         start[j] = max(prefix_ready, slot_free)
         end[j] = start[j] + 1.0
-    return AsyncSchedule(k, cost, drafted, start, end, np.maximum(end, drafted))
+    return AsyncSchedule(drafted, start, end, np.maximum(end, drafted))
 
 
 def simulate_lr_async(k1: int, alpha1: float, c1: float, *, cycles: int = 100_000, seed: int = 0) -> SimResult:
@@ -249,7 +243,7 @@ def _joint_lr_sd(k1: int, k2: int, rates: tuple[float, float, float, float], cyc
     """The sync joint process of :func:`simulate_lr_sd` (plain target pass = 1, output in tokens);
     ``rates``: (alpha1, c1, alpha2, c2); each row's step length drawn from ``lengths``."""
     alpha1, c1, alpha2, c2 = rates
-    rng = _rng(seed)
+    rng = np.random.default_rng(seed)
     gamma = k2 - 1
     iteration = 1 + gamma * c2
     tokens = lengths[rng.integers(0, lengths.size, cycles * k1)] if lengths.size > 1 else np.full(cycles * k1, lengths[0])

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import require
 from .costed import CostFn, StepRates, TokenRates
 from .formulas import check_count
-from .simulate import SimResult, _ratio, _rng
+from .simulate import SimResult, _ratio
 
 __all__ = ["CostedPlay", "simulate_costed_lr", "simulate_costed_sd"]
 
@@ -50,7 +50,7 @@ def simulate_costed_sd(gamma: int, model: TokenRates, target: CostFn, draft: Cos
                        iterations: int = 50_000, seed: int = 0, overhead: float = 0.0) -> SimResult:
     """Token SD priced by ``target``/``draft``: tokens per second (``SimResult.speedup``)."""
     gamma = int(check_count(gamma, "gamma", 0))
-    rng = _rng(seed)
+    rng = np.random.default_rng(seed)
     n = int(check_count(iterations, "iterations"))
     tokens, seconds = np.empty(n), np.empty(n)
     for i in range(n):
@@ -114,7 +114,7 @@ def simulate_costed_lr(k: int, gamma: int, step: StepRates, token: TokenRates, t
     n = int(check_count(cycles, "cycles"))
     require(float(step.target_tokens).is_integer() and float(step.head_tokens).is_integer(),
             "the simulator plays whole tokens: give integer target_tokens and head_tokens")
-    rng = _rng(seed)
+    rng = np.random.default_rng(seed)
     lt, ld, a1 = step.target_tokens, step.draft_tokens, step.alpha1
     fixed = draft(1, max(1, round(lt))) + k * ld * draft(1, 1) + target(1, max(1, round(k * ld)) + 1) + overhead
     needs = [max(0.0, lt - step.head_tokens - 1)] * k + [max(0.0, lt - 1)]
