@@ -50,6 +50,23 @@ def test_records_carry_a_timeline_when_a_window_is_given(tmp_path):
         _timeline_is_sound(record)
 
 
+def test_a_windowed_plain_mode_goes_through_the_runtimes_front_door(tmp_path, monkeypatch):
+    """Plain modes decoding in windows run through EngineRuntime.agenerate as every mode does, so the runtime's
+    check of the mode and settings holds for them too (the one with the run's budget is the run's own)."""
+    checked, check = [], runs.EngineRuntime.check
+    monkeypatch.setattr(runs.EngineRuntime, "check",
+                        staticmethod(lambda mode, settings: (checked.append((mode, settings)), check(mode, settings))))
+    data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
+    with FakeEngine(text="One step") as engine:
+        run_engine_bench(EngineBench(str(data), str(out), engine.url, ngram=engine.url, modes=("ar", "ngram"),
+                                     max_new_tokens=40, window=8), progress=False)
+        asked = [r["max_tokens"] for r in engine.requests]
+    assert sorted(mode for mode, settings in checked if settings.max_new_tokens == 40) == ["ar", "ar"]
+    assert 8 in asked and 40 not in asked  # each request of at most a window
+    for record in map(json.loads, out.read_text().splitlines()):
+        _timeline_is_sound(record)
+
+
 def test_no_window_no_timeline(tmp_path):
     data, out = _problems(tmp_path, 1), tmp_path / "results.jsonl"
     with FakeEngine(text="2 \\boxed{2}") as engine:

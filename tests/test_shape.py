@@ -305,7 +305,7 @@ PLAN_HOME = ("decoding/driver.py", "mode_plan")
 WIDTH_HOME = ("decoding/driver.py", "check_auto_width")
 # The fixed policies built elsewhere are no mode: a window of plain decoding timed by the engine benchmark, and
 # the step-model runtime's default for its teaching entry.
-OTHER_FIXED_POLICIES = {("engine_runtime.py", "ar_windows"), ("decoding/stepwise.py", "generate_stepwise")}
+OTHER_FIXED_POLICIES = {("engine_runtime.py", "window_plan"), ("decoding/stepwise.py", "generate_stepwise")}
 
 
 def _calls_by_function(name_test) -> set[tuple[str, str]]:

@@ -107,13 +107,18 @@ class EngineRuntime:
         return asyncio.run(closing(self.agenerate(ids, mode, settings, k=k, learn=learn, on_cycle=each), self.pair))
 
     async def agenerate(self, ids: list[int], mode: str, settings: Settings, *, k: int | None = None,
-                        learn: bool = True, on_cycle: Callable | None = None) -> GenerationResult:
-        """:meth:`generate` for asyncio, from the prompt's token ids; ``on_cycle(trace, run)`` each cycle.
+                        learn: bool = True, on_cycle: Callable | None = None,
+                        window: int | None = None) -> GenerationResult:
+        """:meth:`generate` for asyncio, from the prompt's token ids; ``on_cycle(trace, run)`` each cycle;
+        ``window``: mode ar in requests of that many tokens (None: one request; the benchmark's timelines).
         Runs on one event loop may share the runtime (their connections are closed by whoever runs the
         loop); mode ``auto``'s runs then fork one planner, measured by the first to ask."""
         self.check(mode, settings)
+        require(window is None or mode == "ar", f"window: only mode ar decodes in windows, not {mode}")
         self.pair.use(settings)
         settings, policy = mode_plan(mode, settings.with_overrides(k=k), engine=True)
+        if window is not None:
+            policy = window_plan(window)
         if policy is None:
             policy = AutoPolicy(await self.aplanner(ids, k, learn), settings.steps.delimiters, mode="engine-auto")
         return await alr(self.pair, ids, self.verifier, policy, settings.max_new_tokens, on_cycle)
@@ -172,9 +177,15 @@ def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
     def each(trace, run) -> None:
         timeline.append((len(run.new), round(time.perf_counter() - start, 4)))
 
-    plan = FixedPolicy(0, mode="engine-ar", gamma=0, chunk=window)
-    result = asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), plan, max_new_tokens, each), pair))
+    result = asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), window_plan(window), max_new_tokens, each),
+                                 pair))
     return result, timeline
+
+
+def window_plan(window: int | None) -> FixedPolicy:
+    """Mode ar's plan in requests of ``window`` tokens (None: one request), each cycle one request: no mode of
+    its own, the plain decoding a benchmark's timeline times."""
+    return FixedPolicy(0, mode="engine-ar", gamma=0, chunk=window)
 
 
 async def alr(pair: EnginePair, prompt: Prompt, verifier, policy: CyclePolicy | None = None,

@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from ..decoding.results import GenerationResult
-from ..engine_runtime import EngineRuntime, ar_windows, engine_verifier
+from ..engine_runtime import EngineRuntime, engine_verifier
 from ..generator import LookaheadGenerator
 from ..errors import ConfigError, require
-from ..presets import DEFAULT_MAX_NEW_TOKENS, mode_k
+from ..presets import mode_k
 from ..prompts import math_messages
 from ..settings import Settings, parse_label
 from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
 from .grading import grade
 from .results import append_record, check_writable, done_pairs, read_records
-from .runner import cycle_records
+from .runner import BenchRun, cycle_records, parse_modes
 
 ENGINE_BENCH_MODES = ("ar", "sd", "ngram", "auto", "lr", "lr-sd")
 
@@ -60,18 +60,16 @@ def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
 
 
 @dataclass
-class EngineBench:
-    """What to run (see the module docstring), and on which endpoints: ``target`` the plain target,
-    ``draft`` the draft, ``sd`` and ``ngram`` the targets started with the engine's own SD (each needed by
-    the modes that use it); ``template``: the served model's tokenizer, for engines that apply no chat
-    template themselves; ``scorer``: what scores drafted tokens for the likelihood verifiers
-    (EnginePair's ``scorer``: a name, a URL, or one loaded already); ``target_model``, ``draft_model``: the
-    served models' names, where a server serves several; ``server``: how the servers were started, written into
-    every record as it is (``{"cache_prompt": False}``: llama.cpp's prompt cache off), so that a file says
-    what its engine did."""
+class EngineBench(BenchRun):
+    """What to run (see the module docstring; the problems, modes and budget are :class:`~.runner.BenchRun`'s),
+    and on which endpoints: ``target`` the plain target, ``draft`` the draft, ``sd`` and ``ngram`` the targets
+    started with the engine's own SD (each needed by the modes that use it); ``template``: the served model's
+    tokenizer, for engines that apply no chat template themselves; ``scorer``: what scores drafted tokens for
+    the likelihood verifiers (EnginePair's ``scorer``: a name, a URL, or one loaded already); ``target_model``,
+    ``draft_model``: the served models' names, where a server serves several; ``server``: how the servers were
+    started, written into every record as it is (``{"cache_prompt": False}``: llama.cpp's prompt cache off), so
+    that a file says what its engine did."""
 
-    dataset: str
-    out: str
     target: str
     draft: str | None = None
     sd: str | None = None
@@ -80,10 +78,6 @@ class EngineBench:
     scorer: Any = None
     target_model: str | None = None  # the model names the engines serve (servers of several models)
     draft_model: str | None = None
-    modes: tuple[str, ...] = ("ar", "auto")
-    limit: int | None = None
-    offset: int = 0
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 1
     verifier: Any = "exact"
     window: int = 0  # > 0: records carry a timeline; plain modes then decode in requests of this many tokens
@@ -91,10 +85,7 @@ class EngineBench:
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
-        if isinstance(self.modes, str):
-            self.modes = tuple(m.strip() for m in self.modes.split(",") if m.strip())
-        require(len(self.modes) > 0, "--modes: no mode given")
-        require(len(set(self.modes)) == len(self.modes), f"--modes: a mode is listed twice in {','.join(self.modes)}")
+        self.modes = parse_modes(self.modes, parse_engine_mode, ENGINE_BENCH_MODES)
         for mode in self.modes:
             base = parse_engine_mode(mode)[0]
             if base in ("lr", "lr-sd", "auto"):
@@ -104,9 +95,7 @@ class EngineBench:
             if base == "ngram":
                 require(self.ngram is not None,
                         f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
-        require(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1),
-                f"--limit must be >= 1 (a limit of {self.limit!r} runs nothing)")
-        require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset!r}")
+        super().__post_init__()
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
         require(isinstance(self.window, int) and self.window >= 0,
@@ -165,15 +154,13 @@ class EngineRunner:
         return Prepared(problem, mode, runtime, ids)
 
     async def run(self, ready: Prepared) -> tuple[GenerationResult, dict[str, Any]]:
-        """The timed part of one prepared (problem, mode): the result and what its record adds
-        (``plans`` of ``auto``; with a ``window``, the ``timeline`` of (tokens so far, seconds) pairs)."""
+        """The timed part of one prepared (problem, mode), through the runtime's front door
+        (:meth:`~..engine_runtime.EngineRuntime.agenerate`, its checks included): the result and what its record
+        adds (``plans`` of ``auto``; with a ``window``, the ``timeline`` of (tokens so far, seconds) pairs, the
+        plain modes decoding in requests of that many tokens)."""
         base, k, schedule = parse_engine_mode(ready.mode)
-        bench, runtime, ids = self.bench, ready.runtime, ready.ids
+        bench = self.bench
         settings = replace(bench.settings, max_new_tokens=bench.max_new_tokens, schedule=schedule)
-        if base in ("ar", "sd", "ngram") and bench.window:
-            result, timeline = await asyncio.to_thread(ar_windows, runtime.pair, ids, bench.max_new_tokens,
-                                                       bench.window)
-            return result, {"timeline": timeline}
         timeline, start = [], time.perf_counter()
 
         def each(trace, run) -> None:
@@ -181,10 +168,12 @@ class EngineRunner:
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
         mode = "ar" if base in ("ar", "sd", "ngram") else "auto" if base == "auto" else "lr"
-        result = await runtime.agenerate(ids, mode, settings, k=k, on_cycle=each)
+        window = bench.window if mode == "ar" and bench.window else None
+        result = await ready.runtime.agenerate(ready.ids, mode, settings, k=k, on_cycle=each, window=window)
+        extra: dict[str, Any] = {"timeline": timeline} if bench.window else {}
         if mode == "ar":
-            return result, {}
-        extra: dict[str, Any] = {**cycle_records(result), **({"timeline": timeline} if bench.window else {})}
+            return result, extra
+        extra = {**cycle_records(result), **extra}
         return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],

@@ -35,9 +35,7 @@ same steps again), so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import sys
 import time
 from dataclasses import replace
@@ -48,7 +46,7 @@ from ..decoding.driver import FixedPolicy, generate_cycles
 from ..decoding.results import CycleTrace
 from ..decoding.tools import Translator
 from ..engine_runtime import alr
-from ..errors import ConfigError, LookaheadError, require
+from ..errors import ConfigError, require
 from ..options import GeneratorSpec, check_max_new_tokens, decoding_settings
 from ..presets import DEFAULT_DRAFT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, MAX_STEP_TOKENS, TOKEN_GAMMA, no_model
 from ..prompts import math_messages
@@ -62,8 +60,7 @@ from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
 from .bank_scores import DIGITS, own_probabilities
 from .grading import grade
-from .results import read_records
-from .runner import append_record, check_writable, done_pairs
+from .results import append_record, check_scope, check_writable, done_pairs, read_records
 
 Write = Callable[[dict[str, Any]], None]
 
@@ -227,13 +224,6 @@ def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
             and mode[5:].isdigit()}
 
 
-def check_scope(offset: int, limit: int | None) -> None:
-    """ConfigError naming ``--offset`` (an integer >= 0) or ``--limit`` (None or an integer >= 1)."""
-    require(isinstance(offset, int) and offset >= 0, f"--offset must be >= 0, got {offset!r}", ConfigError)
-    require(limit is None or (isinstance(limit, int) and limit >= 1), f"--limit must be >= 1, got {limit!r}",
-            ConfigError)
-
-
 def run_pairs(recorder: PairRecorder | Callable[[], PairRecorder], dataset: str, out: str | Path, *, offset: int = 0,
               limit: int | None = None, progress: bool = True) -> Path:
     """Record the pairs of every problem of ``dataset`` (``offset``, ``limit``) not finished in ``out`` yet;
@@ -311,7 +301,7 @@ def add_pairs_commands(sub: Any) -> None:
     add_judge_args(v)
     v.add_argument("--flips", default=None, help="a flips JSONL (`lookahead-reasoning flips`): add each verifier's flip rate")
     v.add_argument("--out", default=None, help="markdown table (default: <pairs>-verifiers.md); JSON and PNG beside it")
-    v.set_defaults(func=cmd_verifiers)
+    v.set_defaults(func=run_ablation_command)
 
 
 def cmd_pairs(args: Any) -> int:
@@ -325,26 +315,6 @@ def cmd_pairs(args: Any) -> int:
     return 0
 
 
-def cmd_verifiers(args: Any) -> int:
-    return run_ablation_command(args)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m lookahead_reasoning.bench.pairs {pairs,verifiers} ...`` (the same commands as the CLI's)."""
-    parser = argparse.ArgumentParser(prog="python -m lookahead_reasoning.bench.pairs", description=__doc__.split("\n")[0])
-    add_pairs_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return args.func(args)
-    except LookaheadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
 __all__ = ["KeepNone", "PairLog", "PairRecorder", "add_pairs_commands", "check_scope",
            "PairPolicy", "pairs_spec", "run_pairs"]
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, require
 
 
 def shard_path(out: str | Path, index: int, count: int) -> Path:
@@ -34,6 +34,13 @@ def check_writable(path: Path, what: str = "results", option: str = "--out") -> 
     except OSError as exc:
         raise ConfigError(f"{option}: cannot write {what} to {path} ({exc.strerror or exc}): give a path in a "
                           f"writable folder") from None
+
+
+def check_scope(offset: int, limit: int | None) -> None:
+    """ConfigError naming ``--offset`` (an integer >= 0) or ``--limit`` (None or an integer >= 1)."""
+    require(isinstance(offset, int) and offset >= 0, f"--offset must be >= 0, got {offset!r}")
+    require(limit is None or (isinstance(limit, int) and limit >= 1),
+            f"--limit must be >= 1 (a selection of {limit!r} problems runs nothing), got {limit!r}")
 
 
 def as_paths(paths: Any) -> list[Any]:
@@ -125,5 +132,5 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_writable", "done_pairs",
+__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_scope", "check_writable", "done_pairs",
            "read_records", "setup_of", "shard_path"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import ConfigError, require
 from ..options import GeneratorSpec, check_fits_context, check_max_new_tokens
@@ -32,6 +32,7 @@ from .results import (  # noqa: F401
     SETUP_FIELDS,
     append_record,
     check_same_setup,
+    check_scope,
     check_writable,
     done_pairs,
     setup_of,
@@ -44,23 +45,36 @@ ALL_MODES = OUR_MODES + PEER_MODES
 
 
 @dataclass
-class BenchConfig:
-    """What to run: the problems, the modes, and what the generator is built from (``generator``: a
-    :class:`~lookahead_reasoning.options.GeneratorSpec`, the models, the verifier and one ``Settings``).
+class BenchRun:
+    """What every benchmark reads, in this process or over engines: the problems (``dataset``, from
+    ``offset``, at most ``limit``), the results file ``out``, the modes, and the tokens each run may write."""
+
+    dataset: str
+    out: str
+    _: KW_ONLY
+    modes: tuple[str, ...] = ("ar", "auto")
+    limit: int | None = None
+    offset: int = 0
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+
+    def __post_init__(self) -> None:
+        check_scope(self.offset, self.limit)
+        check_max_new_tokens(self.max_new_tokens)
+
+
+@dataclass
+class BenchConfig(BenchRun):
+    """A benchmark in this process: the problems, the modes, and what the generator is built from
+    (``generator``: a :class:`~lookahead_reasoning.options.GeneratorSpec`, the models, the verifier and one
+    ``Settings``).
 
     ``samples`` runs every (problem, mode) that many times with seeds ``seed, seed + 1, ...`` (with
     a temperature above 0: the paper's sampled evaluation; greedy runs repeat the same text).
     """
 
-    dataset: str
-    out: str
-    modes: tuple[str, ...] = ("ar", "auto")
-    limit: int | None = None
-    offset: int = 0
     sample: int | None = None
     seed: int = 0
     on_error: str = "raise"
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     samples: int = 1
     generator: GeneratorSpec = field(default_factory=GeneratorSpec)
 
@@ -68,20 +82,20 @@ class BenchConfig:
         self.modes = parse_modes(self.modes)
         require(self.on_error in ("raise", "skip"), f"--on-error must be 'raise' or 'skip', got {self.on_error!r}")
         require(isinstance(self.samples, int) and self.samples >= 1, f"--samples must be an integer >= 1, got {self.samples!r}")
-        check_max_new_tokens(self.max_new_tokens)
-        for option, value in (("--limit", self.limit), ("--sample", self.sample)):
-            require(value is None or (isinstance(value, int) and value >= 1),
-                    f"{option} must be >= 1 (a selection of {value!r} problems runs nothing), got {value!r}")
-        require(isinstance(self.offset, int) and self.offset >= 0, f"--offset must be >= 0, got {self.offset}")
+        super().__post_init__()
+        require(self.sample is None or (isinstance(self.sample, int) and self.sample >= 1),
+                f"--sample must be >= 1 (a selection of {self.sample!r} problems runs nothing), got {self.sample!r}")
 
 
-def parse_modes(modes: str | Iterable[str]) -> tuple[str, ...]:
-    """``"ar, sd@g6"`` -> ("ar", "sd@g6"): every mode checked, none empty, none twice."""
+def parse_modes(modes: str | Iterable[str], parse: Callable[[str], Any] | None = None,
+                known: tuple[str, ...] = ALL_MODES) -> tuple[str, ...]:
+    """``"ar, sd@g6"`` -> ("ar", "sd@g6"): every mode checked by ``parse`` (default: :func:`parse_mode`, the
+    modes of this process, ``known``), none empty, none twice."""
     listed = modes.split(",") if isinstance(modes, str) else list(modes)
     names = tuple(m.strip() for m in listed if m.strip())
-    require(len(names) > 0, f"--modes is empty: give one or more of {', '.join(ALL_MODES)}, separated by commas")
+    require(len(names) > 0, f"--modes is empty: give one or more of {', '.join(known)}, separated by commas")
     for m in names:
-        parse_mode(m)  # raises on an unknown mode or a bad suffix
+        (parse or parse_mode)(m)  # raises on an unknown mode or a bad suffix
     twice = sorted({m for m in names if names.count(m) > 1})
     require(not twice, f"--modes: {', '.join(twice)} listed twice; each mode runs once per problem, so give it once")
     return names
