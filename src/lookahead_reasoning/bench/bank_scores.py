@@ -7,7 +7,7 @@ loads the target in this process and, problem by problem, follows each pair's pr
 order on one cached session:
 
   1. ``target_probs_of_draft``: the target's probability of every drafted token after x, from ONE
-     forward over x + s^ (:func:`score_draft`);
+     forward over x + s^ (:func:`own_probabilities`, as the pairs command scores them);
   2. ``target_probs``: its probability of each token of its own step s after x (one forward over
      x + s, which also extends the cache to the next pair's prefix).
 
@@ -27,12 +27,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import torch
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError, require
@@ -46,39 +44,6 @@ from .results import append_record, check_writable, done_pairs, read_records
 DIGITS = 6  # probabilities are stored rounded to this many decimals (the pairs command's too)
 
 
-@dataclass
-class DraftScore:
-    """The target's view of a drafted step, from one forward over prefix + step.
-
-    ``probs[j]``: the target's probability of drafted token j; ``agreed``: how many leading drafted
-    tokens are the target's own greedy choices; ``head``: those tokens plus the target's greedy token
-    after them (the start of the target's own step) and ``head_probs`` their probabilities.
-    """
-
-    probs: list[float]
-    agreed: int
-    head: list[int]
-    head_probs: list[float]
-
-
-def score_draft(session: Any, prefix: list[int], drafted: list[int]) -> DraftScore:
-    """Score ``drafted`` after ``prefix`` with ONE forward of the session's model (see :class:`DraftScore`).
-
-    On return the session's row is ``prefix + drafted``, all cached.
-    """
-    session.set_rows([prefix])
-    logits = session.logits(extra=[drafted], keep=len(drafted) + 1)[0]  # (n + 1, V)
-    probs = torch.softmax(logits.float(), dim=-1)
-    top = probs.argmax(dim=-1).tolist()
-    n = len(drafted)
-    on_draft = probs[torch.arange(n), torch.tensor(drafted, dtype=torch.long)].tolist() if n else []
-    agreed = 0
-    while agreed < n and top[agreed] == drafted[agreed]:
-        agreed += 1
-    head = list(drafted[:agreed]) + [top[agreed]]
-    return DraftScore(on_draft, agreed, head, on_draft[:agreed] + [float(probs[agreed, top[agreed]])])
-
-
 def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> list[float]:
     """The session's model's probability of each of ``tokens`` after ``prefix``, from ONE forward.
 
@@ -90,6 +55,11 @@ def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> lis
     session.set_rows([prefix])
     logits = session.logits(extra=[tokens], keep=len(tokens) + 1)[0, :-1]  # (n, V): position j predicts token j
     return token_scores(logits, list(tokens))[0]
+
+
+def rounded(values: list[float]) -> list[float]:
+    """Probabilities as a bank stores them (:data:`DIGITS` decimals)."""
+    return [round(float(v), DIGITS) for v in values]
 
 
 def needs_scores(record: dict[str, Any]) -> bool:
@@ -124,10 +94,10 @@ def score_problem(lm: Any, question: str, pairs: Sequence[dict[str, Any]], score
         if todo is not None and pair["mode"] not in todo:
             continue
         x = prompt + prefix_ids(lm, pairs[:i], pair)
-        scored = score_draft(session, x, step_ids(lm, pair["draft_ids"], pair["draft"]))
+        of_draft = own_probabilities(session, x, step_ids(lm, pair["draft_ids"], pair["draft"]))
         target_probs = own_probabilities(session, x, step_ids(lm, pair["target_ids"], pair["target"]))
-        yield {**pair, "target_probs_of_draft": [round(float(v), DIGITS) for v in scored.probs],
-               "target_probs": [round(float(v), DIGITS) for v in target_probs], "scored_by": scored_by}
+        yield {**pair, "target_probs_of_draft": rounded(of_draft), "target_probs": rounded(target_probs),
+               "scored_by": scored_by}
 
 
 def bank_records(bank: str | Path, out: str | Path) -> list[dict[str, Any]]:
@@ -194,5 +164,5 @@ def cmd_score_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["DraftScore", "add_score_pairs_command", "bank_records", "cmd_score_pairs", "needs_scores", "own_probabilities",
-           "prefix_ids", "run_score_pairs", "score_draft", "score_problem", "step_ids"]
+__all__ = ["add_score_pairs_command", "bank_records", "cmd_score_pairs", "needs_scores", "own_probabilities",
+           "prefix_ids", "run_score_pairs", "score_problem", "step_ids"]

@@ -58,7 +58,7 @@ from ..verifiers.options import add_judge_args
 from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
-from .bank_scores import DIGITS, own_probabilities
+from .bank_scores import own_probabilities, rounded
 from .grading import grade
 from .results import append_record, check_scope, check_writable, done_pairs, read_records
 
@@ -210,12 +210,8 @@ class PairLog:
         translator = self.recorder.translator
         prefix, prefix_d = self.prompt + self.ids, self.prompt_d + translator.to_draft(self.ids)
         of_draft = own_probabilities(t_sess, prefix, translator.to_target(drafted))
-        return (_rounded(own_probabilities(d_sess, prefix_d, drafted.ids)),
-                _rounded(own_probabilities(t_sess, prefix, own.ids)), _rounded(of_draft))
-
-
-def _rounded(values: list[float]) -> list[float]:
-    return [round(float(v), DIGITS) for v in values]
+        return (rounded(own_probabilities(d_sess, prefix_d, drafted.ids)),
+                rounded(own_probabilities(t_sess, prefix, own.ids)), rounded(of_draft))
 
 
 def finished_steps(done: set[tuple[str, str]], problem_id: str) -> set[int]:
