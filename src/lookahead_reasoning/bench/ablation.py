@@ -16,6 +16,7 @@ rate against the numbers-differ share over a grid of thresholds, and the other v
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -126,17 +127,13 @@ def numbers_differ(pairs: Sequence[dict[str, Any]]) -> list[bool]:
     return [step_numbers(p["draft"]) != step_numbers(p["target"]) for p in pairs]
 
 
-def bank_scores(pair: dict[str, Any]) -> TokenScores | None:
-    """The target's probabilities of the pair's drafted tokens, as the bank recorded them (no ranks)."""
-    probs = pair.get("target_probs_of_draft")
-    return TokenScores.of(probs) if probs is not None else None
-
-
 def judge_pairs(verifier: Any, pairs: Sequence[dict[str, Any]]) -> list[Any]:
     """Each pair judged alone (one ``verify`` call per pair), after one untimed warm-up call; a
-    likelihood verifier reads the target's probabilities of the drafted tokens stored with the pair."""
+    likelihood verifier reads the target's probabilities of the drafted tokens stored with the pair
+    (the bank's, without ranks)."""
     def one(p: dict[str, Any]) -> Any:
-        return verify_pairs(verifier, [(p["draft"], p["target"])], [bank_scores(p)])[0]
+        probs = p.get("target_probs_of_draft")
+        return verify_pairs(verifier, [(p["draft"], p["target"])], [None if probs is None else TokenScores.of(probs)])[0]
 
     one(pairs[0])  # loads lazily loaded models
     return [one(p) for p in pairs]
@@ -296,15 +293,21 @@ def run_ablation_command(args: Any) -> int:
     first = Path(as_paths(args.pairs)[0])
     out = Path(args.out) if args.out is not None else first.with_name(first.stem + "-verifiers.md")
     check_writable(out, "the table")
-    models = _Models(args)
+
+    @functools.cache  # the target and each judge model are loaded once, on first need
+    def target() -> Any:
+        return LM.from_loaded(load_model(args.target, dtype=args.dtype, device=args.device))
+
+    judges: dict[str, Any] = {}
 
     def make(entry: Entry) -> Any:
         s = settings[entry.spec]
         judge_name = (s.judge_model or "").strip().lower()
         needs_target = "target-score" in stage_names(s.name) or judge_name in ("target", args.target.lower())
-        target = models.target() if needs_target else None
-        judge = models.judge(s, target) if s.judge_model else None
-        return build_verifier(s, target_lm=target, judge_lm=judge, device=args.device)
+        lm = target() if needs_target else None
+        if s.judge_model and s.judge_model not in judges:
+            judges[s.judge_model] = load_judge(s, lm, args.device)
+        return build_verifier(s, target_lm=lm, judge_lm=judges.get(s.judge_model), device=args.device)
 
     decisions: dict[str, list[bool]] = {}
     rows, runs = run_ablation(pairs, entries, make, decisions)
@@ -326,24 +329,6 @@ def run_ablation_command(args: Any) -> int:
                                         encoding="utf-8")
     print(f"\ntable: {out}" + (f"\nplot: {plot}" if plot else ""))
     return 0
-
-
-class _Models:
-    """The target and the judge models, each loaded once, on first need."""
-
-    def __init__(self, args: Any):
-        self.args, self._target, self._judges = args, None, {}
-
-    def target(self) -> Any:
-        if self._target is None:
-            self._target = LM.from_loaded(load_model(self.args.target, dtype=self.args.dtype, device=self.args.device))
-        return self._target
-
-    def judge(self, settings: Any, target: Any) -> Any:
-        key = settings.judge_model
-        if key not in self._judges:
-            self._judges[key] = load_judge(settings, target, self.args.device)
-        return self._judges[key]
 
 
 __all__ = ["AblationRow", "DEFAULT_ENTRIES", "Entry", "load_pairs", "markdown_table", "parse_entries",

@@ -88,10 +88,6 @@ class _BadRecord(Exception):
 # records
 
 
-def _lower_keys(record: dict[str, Any]) -> dict[str, Any]:
-    return {str(k).lower(): v for k, v in record.items()}
-
-
 def _strip_thousands(text: str) -> str:
     """``"1,234"`` -> ``"1234"``, ``"-1,234.5"`` -> ``"-1234.5"``; anything else unchanged."""
     candidate = text.replace(",", "")
@@ -125,7 +121,7 @@ def _parse_record(record: Any, fmt: Format = "auto") -> tuple[str, str, str | No
     """``(question, gold answer, own id or None)`` of one record; raises ``_BadRecord``."""
     if not isinstance(record, dict):
         raise _BadRecord(f"expected a JSON object, got {type(record).__name__}")
-    rec = _lower_keys(record)
+    rec = {str(k).lower(): v for k, v in record.items()}
     question = rec.get("question", rec.get("problem"))
     if question is None:
         raise _BadRecord("missing 'question' (or 'problem')")
@@ -253,14 +249,6 @@ def load_jsonl(path: str | Path, *, format: Format = "auto", limit: int | None =
 # the datasets library
 
 
-def _import_datasets():
-    try:
-        import datasets  # noqa: PLC0415 - optional dependency
-    except ImportError:
-        return None
-    return datasets
-
-
 def load_hf(name: str, split: str | None = None, *, config: str | None = None, format: Format = "auto",
             on_error: str = "raise", **selection: Any) -> ProblemList:
     """Problems of a dataset loaded with the ``datasets`` library (e.g. ``"openai/gsm8k"``, whose
@@ -276,11 +264,12 @@ def load_hf(name: str, split: str | None = None, *, config: str | None = None, f
     default_config, default_split = HF_DEFAULTS.get(name, (None, "test"))
     config = config if config is not None else default_config
     split = split or default_split
-    datasets = _import_datasets()
-    if datasets is None:
+    try:
+        import datasets  # noqa: PLC0415 - optional dependency
+    except ImportError:
         raise DatasetError(
             f"loading {name!r} from the Hugging Face hub needs the `datasets` library, which is not "
-            f"installed: run `pip install datasets`, or download the data and pass a .jsonl path instead")
+            f"installed: run `pip install datasets`, or download the data and pass a .jsonl path instead") from None
     try:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - network, missing dataset, bad split: all one kind for us

@@ -23,7 +23,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -156,20 +156,22 @@ def _timeout_here(timeout: float | None) -> int | None:
     return max(1, math.ceil(timeout))
 
 
-def _is_signal_error(e: BaseException) -> bool:
-    return isinstance(e, ValueError) and "signal" in str(e) and "thread" in str(e)
+def _with_timeout(call: Callable[[int | None], Any], timeout: int | None) -> Any:
+    """``call(timeout)``; again with no timeout where math-verify's signal.alarm turns out not to work here
+    (not the main interpreter after all)."""
+    try:
+        return call(timeout)
+    except ValueError as e:
+        if timeout is not None and "signal" in str(e) and "thread" in str(e):
+            return call(None)
+        raise
 
 
 @functools.lru_cache(maxsize=4096)
 def _parse(answer: str, timeout: int | None) -> tuple:
     from math_verify import parse
 
-    try:
-        return tuple(parse(f"${answer}$", parsing_timeout=timeout))
-    except ValueError as e:
-        if timeout is not None and _is_signal_error(e):  # not the main interpreter after all
-            return _parse(answer, None)
-        raise
+    return _with_timeout(lambda t: tuple(parse(f"${answer}$", parsing_timeout=t)), timeout)
 
 
 def _too_big(items: tuple) -> bool:
@@ -229,12 +231,7 @@ def answers_match(predicted: Any, gold: Any, *, timeout: float | None = DEFAULT_
 def _verify(gold_parsed: tuple, pred_parsed: tuple, timeout: int | None) -> bool:
     from math_verify import verify
 
-    try:
-        return verify(list(gold_parsed), list(pred_parsed), timeout_seconds=timeout)
-    except ValueError as e:
-        if timeout is not None and _is_signal_error(e):
-            return verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None)
-        raise
+    return _with_timeout(lambda t: verify(list(gold_parsed), list(pred_parsed), timeout_seconds=t), timeout)
 
 
 def grade(text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grade:
