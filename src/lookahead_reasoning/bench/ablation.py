@@ -133,7 +133,8 @@ def judge_pairs(verifier: Any, pairs: Sequence[dict[str, Any]]) -> list[Any]:
     (the bank's, without ranks)."""
     def one(p: dict[str, Any]) -> Any:
         probs = p.get("target_probs_of_draft")
-        return verify_pairs(verifier, [(p["draft"], p["target"])], [None if probs is None else TokenScores.of(probs)])[0]
+        scores = None if probs is None else TokenScores.of(probs)
+        return verify_pairs(verifier, [(p["draft"], p["target"])], [scores])[0]
 
     one(pairs[0])  # loads lazily loaded models
     return [one(p) for p in pairs]

@@ -35,11 +35,14 @@ from ..prompts import math_messages
 from ..settings import Settings, parse_label
 from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
-from .grading import grade
+from .grading import graded
 from .results import append_record, check_writable, done_pairs, read_records
 from .runner import BenchRun, cycle_records, parse_modes
 
-ENGINE_BENCH_MODES = ("ar", "sd", "ngram", "auto", "lr", "lr-sd")
+# Each engine mode: the runtime's mode it runs as, and the runtime whose target writes (``sd``, ``ngram``: a target
+# started with the engine's own SD)
+ENGINE_BENCH_MODES = {"ar": ("ar", "plain"), "sd": ("ar", "sd"), "ngram": ("ar", "ngram"), "auto": ("auto", "plain"),
+                      "lr": ("lr", "plain"), "lr-sd": ("lr", "sd")}
 
 
 def parse_engine_mode(mode: str) -> tuple[str, int | None, str]:
@@ -87,29 +90,17 @@ class EngineBench(BenchRun):
     def __post_init__(self) -> None:
         self.modes = parse_modes(self.modes, parse_engine_mode, ENGINE_BENCH_MODES)
         for mode in self.modes:
-            base = parse_engine_mode(mode)[0]
-            if base in ("lr", "lr-sd", "auto"):
-                require(self.draft is not None, f"engine mode {mode} needs --draft-url")
-            if base in ("sd", "lr-sd"):
-                require(self.sd is not None, f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
-            if base == "ngram":
-                require(self.ngram is not None,
-                        f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
+            runs_as, target = ENGINE_BENCH_MODES[parse_engine_mode(mode)[0]]
+            require(runs_as == "ar" or self.draft is not None, f"engine mode {mode} needs --draft-url")
+            require(target != "sd" or self.sd is not None,
+                    f"engine mode {mode} needs --sd-url (a target started with --spec draft)")
+            require(target != "ngram" or self.ngram is not None,
+                    f"engine mode {mode} needs --ngram-url (a target started with --spec ngram)")
         super().__post_init__()
         require(isinstance(self.concurrency, int) and self.concurrency >= 1,
                 f"--concurrency must be an integer >= 1, got {self.concurrency!r}")
         require(isinstance(self.window, int) and self.window >= 0,
                 f"window must be an integer >= 0, got {self.window!r}")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """One (problem, mode) ready to be timed: the runtime it runs on and the prompt's ids."""
-
-    problem: Problem
-    mode: str
-    runtime: EngineRuntime
-    ids: list[int]
 
 
 class EngineRunner:
@@ -121,8 +112,8 @@ class EngineRunner:
         self.bench = bench
         names = {"target_model": bench.target_model, "draft_model": bench.draft_model}
 
-        bases = {parse_engine_mode(m)[0] for m in bench.modes}
-        mode = "auto" if "auto" in bases else "lr" if bases & {"lr", "lr-sd"} else "ar"  # what the checks hold to
+        runs_as = {ENGINE_BENCH_MODES[parse_engine_mode(m)[0]][0] for m in bench.modes}
+        mode = "auto" if "auto" in runs_as else "lr" if "lr" in runs_as else "ar"  # what the checks hold to
 
         def runtime(target: str, draft: str | None, names: dict[str, Any]) -> EngineRuntime:
             """What a LookaheadGenerator over these URLs runs (its checks and refusals included)."""
@@ -142,24 +133,23 @@ class EngineRunner:
         self.models = {"target": plain.pair.target.client.model_name(),
                        "draft": plain.pair.draft.client.model_name() if bench.draft else None}
 
-    async def prepare(self, problem: Problem, mode: str) -> Prepared:
-        """What one (problem, mode) needs before its timed part: the prompt's ids (tokenized once, for
-        every request) and its endpoints hot with the prompt cached (every mode then finds it so)."""
-        base, _, _ = parse_engine_mode(mode)
-        plain = base in ("ar", "sd", "ngram")
-        key = ("plain" if base == "ar" else base) if plain else ("sd" if base == "lr-sd" else "plain")
+    async def prepare(self, problem: Problem, mode: str) -> tuple[EngineRuntime, list[int]]:
+        """What one (problem, mode) needs before its timed part: the runtime it runs on, the prompt's ids
+        (tokenized once, for every request), and its endpoints hot with the prompt cached (every mode then
+        finds it so)."""
+        runs_as, key = ENGINE_BENCH_MODES[parse_engine_mode(mode)[0]]
         runtime = self.runtimes[key]
         ids = await asyncio.to_thread(runtime.prompt_ids, math_messages(problem.question))
-        await asyncio.to_thread(runtime.pair.warm, 4, not plain, ids)
-        return Prepared(problem, mode, runtime, ids)
+        await asyncio.to_thread(runtime.pair.warm, 4, runs_as != "ar", ids)
+        return runtime, ids
 
-    async def run(self, ready: Prepared) -> tuple[GenerationResult, dict[str, Any]]:
+    async def run(self, name: str, runtime: EngineRuntime, ids: list[int]) -> tuple[GenerationResult, dict[str, Any]]:
         """The timed part of one prepared (problem, mode), through the runtime's front door
         (:meth:`~..engine_runtime.EngineRuntime.agenerate`, its checks included): the result and what its record
         adds (``plans`` of ``auto``; with a ``window``, the ``timeline`` of (tokens so far, seconds) pairs, the
         plain modes decoding in requests of that many tokens)."""
-        base, k, schedule = parse_engine_mode(ready.mode)
-        bench = self.bench
+        base, k, schedule = parse_engine_mode(name)
+        mode, bench = ENGINE_BENCH_MODES[base][0], self.bench
         settings = replace(bench.settings, max_new_tokens=bench.max_new_tokens, schedule=schedule)
         timeline, start = [], time.perf_counter()
 
@@ -167,9 +157,8 @@ class EngineRunner:
             done = (timeline[-1][0] if timeline else 0) + trace.tokens
             timeline.append((done, round(time.perf_counter() - start, 4)))
 
-        mode = "ar" if base in ("ar", "sd", "ngram") else "auto" if base == "auto" else "lr"
         window = bench.window if mode == "ar" and bench.window else None
-        result = await ready.runtime.agenerate(ready.ids, mode, settings, k=k, on_cycle=each, window=window)
+        result = await runtime.agenerate(ids, mode, settings, k=k, on_cycle=each, window=window)
         extra: dict[str, Any] = {"timeline": timeline} if bench.window else {}
         if mode == "ar":
             return result, extra
@@ -178,13 +167,9 @@ class EngineRunner:
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],
                batch_s: float | None) -> dict[str, Any]:
-        g = grade(result.text, problem.answer)
-        summary = result.summary()
-        summary["mode"] = mode
-        return {"problem_id": problem.id, "index": problem.index, "sample": 0, **summary, **extra,
-                "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": result.text,
-                "engine": True, **self.models, **verifier_fields(self.verifier),
-                "scorer": getattr(self.bench.scorer, "name", self.bench.scorer),
+        return {"problem_id": problem.id, "index": problem.index, "sample": 0, **result.summary(), "mode": mode,
+                **extra, **graded(result.text, problem.answer), "engine": True, **self.models,
+                **verifier_fields(self.verifier), "scorer": getattr(self.bench.scorer, "name", self.bench.scorer),
                 "temperature": self.bench.settings.sampling.temperature, "concurrency": self.bench.concurrency,
                 "batch_wall_s": round(batch_s, 4) if batch_s is not None else None, **self.bench.server,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -224,7 +209,8 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
             # endpoints while another decodes would slow that one (on a shared CPU, by far more than
             # the warm-up's own cost) and charge the batch for it
             ready = [await runner.prepare(p, m) for p, m in batch]
-            began, runs = time.perf_counter(), [asyncio.ensure_future(runner.run(r)) for r in ready]
+            began = time.perf_counter()
+            runs = [asyncio.ensure_future(runner.run(m, *r)) for (_, m), r in zip(batch, ready)]
             try:
                 await asyncio.wait(runs)  # every run ends, failed or not
             finally:  # also when interrupted: each finished run is written, and none is lost

@@ -240,5 +240,12 @@ def grade(text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> G
     return Grade(predicted, str(gold), answers_match(predicted, gold, timeout=timeout))
 
 
-__all__ = ["Grade", "answers_match", "extract_answer", "extract_boxed", "grade",
+def graded(text: str, gold: str) -> dict[str, Any]:
+    """What a benchmark record says of an answer: ``gold``, the answer ``text`` gives (``predicted``), whether
+    they agree (``correct``), and the ``text``."""
+    g = grade(text, gold)
+    return {"gold": gold, "predicted": g.predicted, "correct": g.correct, "text": text}
+
+
+__all__ = ["Grade", "answers_match", "extract_answer", "extract_boxed", "grade", "graded",
            "normalize_answer", "same_answer"]

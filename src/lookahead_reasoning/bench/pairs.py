@@ -59,7 +59,7 @@ from ..verifiers.text import normalize_step, step_numbers
 from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
 from .bank_scores import own_probabilities, rounded
-from .grading import grade
+from .grading import graded
 from .results import append_record, check_scope, check_writable, done_pairs, read_records
 
 Write = Callable[[dict[str, Any]], None]
@@ -133,11 +133,9 @@ class PairRecorder:
             result = self._local(problem, log)
         else:
             result = self._engine(problem, log)
-        text = result.text
-        graded = grade(text, problem.answer)
         return {"kind": "problem", "problem_id": problem.id, "index": problem.index, "mode": "problem",
-                "question": problem.question, "gold": problem.answer, "predicted": graded.predicted,
-                "correct": graded.correct, "text": text, "steps": log.index, "pairs": log.pairs,
+                "question": problem.question, **graded(result.text, problem.answer), "steps": log.index,
+                "pairs": log.pairs,
                 "new_tokens": len(result.token_ids), "stop_reason": result.stop_reason,
                 "wall_s": round(time.perf_counter() - start, 3), **self.names, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 

@@ -132,5 +132,5 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_scope", "check_writable", "done_pairs",
-           "read_records", "setup_of", "shard_path"]
+__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_scope", "check_writable",
+           "done_pairs", "read_records", "setup_of", "shard_path"]

@@ -26,7 +26,7 @@ from ..prompts import math_messages
 from ..verifiers.base import verifier_fields
 from ..verifiers.options import VerifierSettings
 from .datasets import Problem, load_dataset
-from .grading import grade
+from .grading import graded
 from .peers import Peer, hf_generate
 from .results import (  # noqa: F401
     SETUP_FIELDS,
@@ -182,11 +182,9 @@ class ModeRunner:
             summary = {"mode": mode, "new_tokens": len(new), "wall_time_s": round(wall, 4), "gamma": gamma,
                        "tokens_per_s": round(len(new) / wall, 3) if wall > 0 else None,
                        "stop_reason": "eos" if new and new[-1] in self.gen.target.eos_ids else "budget"}
-        g = grade(text, problem.answer)
         settings = cfg.generator
         return {"problem_id": problem.id, "index": problem.index, "mode": mode, "sample": sample, "seed": seed,
-                **summary, "gold": problem.answer, "predicted": g.predicted, "correct": g.correct, "text": text,
-                "target": settings.target, "draft": settings.draft,
+                **summary, **graded(text, problem.answer), "target": settings.target, "draft": settings.draft,
                 "draft_quantize": getattr(self.gen, "draft_quantize", settings.draft_quantize),
                 **verifier_fields(self.gen.verifier),
                 "k": k or summary.get("k"), "draft_stop_below": self.gen.settings.draft_stop_below,
