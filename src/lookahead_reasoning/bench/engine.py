@@ -36,7 +36,7 @@ from ..settings import Settings, parse_label
 from ..verifiers.base import verifier_fields
 from .datasets import Problem, load_dataset
 from .grading import graded
-from .results import append_record, check_writable, done_pairs, read_records
+from .results import append_record, check_same_models, check_writable, done_pairs
 from .runner import BenchRun, cycle_records, parse_modes
 
 # Each engine mode: the runtime's mode it runs as, and the runtime whose target writes (``sd``, ``ngram``: a target
@@ -175,15 +175,6 @@ class EngineRunner:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
-def _check_same_models(path: Path, models: dict[str, Any]) -> None:
-    """Refuse to resume into a results file written against endpoints serving other models."""
-    for rec in read_records(path):
-        differ = [f for f in ("target", "draft") if rec.get(f) not in (None, models[f]) and models[f] is not None]
-        if differ:
-            raise ConfigError(f"{path} holds results of other models ({', '.join(f'{f} {rec[f]!r}' for f in differ)}; "
-                              f"these endpoints serve {', '.join(f'{f} {models[f]!r}' for f in differ)}): give another --out")
-
-
 async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     """Run every (problem, mode) not yet in ``bench.out``, batch by batch (:func:`batch_order`)."""
     from tqdm import tqdm
@@ -192,7 +183,7 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     check_writable(path)
     problems = load_dataset(bench.dataset, limit=bench.limit, offset=bench.offset)
     runner = EngineRunner(bench)
-    _check_same_models(path, runner.models)
+    check_same_models(path, runner.models, now="these endpoints serve")
     done = done_pairs(path)
     batches = batch_order(problems, bench.modes, bench.concurrency, done)
     if batches:  # no timed run pays a cold server's first forward

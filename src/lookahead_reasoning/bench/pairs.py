@@ -60,7 +60,7 @@ from .ablation import DEFAULT_ENTRIES, run_ablation_command
 from .datasets import DEFAULT_DATASET, Problem, load_dataset
 from .bank_scores import own_probabilities, rounded
 from .grading import graded
-from .results import append_record, check_scope, check_writable, done_pairs, read_records
+from .results import append_record, check_same_models, check_scope, check_writable, done_pairs
 
 Write = Callable[[dict[str, Any]], None]
 
@@ -114,15 +114,6 @@ class PairRecorder:
         else:
             self.names = {"target_model": generator.target.name, "draft_model": generator.draft.name}
             self.translator = Translator(generator.target, generator.draft, generator.same_vocab)
-
-    def check_resumable(self, path: Path) -> None:
-        """ConfigError when ``path`` holds records of models other than this recorder's."""
-        models = {k: self.names[k] for k in ("target_model", "draft_model")}
-        for rec in read_records(path):
-            other = {k: rec[k] for k, v in models.items() if rec.get(k) not in (None, v)}
-            if other:
-                raise ConfigError(f"{path} holds pairs of other models ({other}; this run's are {models}): "
-                                  "give another --out")
 
     def follow(self, problem: Problem, write: Write, skip_steps: set[int] = frozenset()) -> dict[str, Any]:
         """Write the pair records of one problem as they are made (those of ``skip_steps`` are made again to
@@ -232,7 +223,7 @@ def run_pairs(recorder: PairRecorder | Callable[[], PairRecorder], dataset: str,
     if not todo:
         return path
     recorder = recorder if isinstance(recorder, PairRecorder) else recorder()
-    recorder.check_resumable(path)
+    check_same_models(path, {k: recorder.names[k] for k in ("target_model", "draft_model")}, "pairs")
     for n, problem in enumerate(todo, start=1):
         summary = recorder.follow(problem, lambda record: append_record(path, record), finished_steps(done, problem.id))
         append_record(path, summary)

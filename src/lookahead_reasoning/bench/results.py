@@ -94,6 +94,16 @@ def check_same_setup(path: Path, config: Any) -> None:
                               f"mix them; give another --out")
 
 
+def check_same_models(path: Path, models: dict[str, Any], what: str = "results", now: str = "this run's are") -> None:
+    """Refuse to resume into a file of ``what`` written by other models than ``models`` (a field either side
+    lacks is not compared)."""
+    for rec in read_records(path):
+        differ = [f for f, v in models.items() if rec.get(f) not in (None, v) and v is not None]
+        if differ:
+            raise ConfigError(f"{path} holds {what} of other models ({', '.join(f'{f} {rec[f]!r}' for f in differ)}; "
+                              f"{now} {', '.join(f'{f} {models[f]!r}' for f in differ)}): give another --out")
+
+
 @contextlib.contextmanager
 def _whole() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) until the block ends, so that a record is written whole and synced;
@@ -132,5 +142,5 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_setup", "check_scope", "check_writable",
+__all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_models", "check_same_setup", "check_scope", "check_writable",
            "done_pairs", "read_records", "setup_of", "shard_path"]

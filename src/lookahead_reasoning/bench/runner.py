@@ -217,6 +217,8 @@ def cycle_records(result: Any) -> dict[str, Any]:
 def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress: bool = True,
               process_index: int | None = None, num_processes: int | None = None) -> Path:
     """Run the benchmark; returns the results path (this process's shard)."""
+    from tqdm.auto import tqdm
+
     if process_index is None or num_processes is None:
         process_index, num_processes = _accelerate_rank()
     problems = load_dataset(config.dataset, limit=config.limit, offset=config.offset, sample=config.sample,
@@ -232,7 +234,8 @@ def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress
         return path
     runner = runner or ModeRunner(config)
     runner.warmup()
-    bar = _progress(len(todo), progress and process_index == 0, f"bench[{process_index}/{num_processes}]")
+    bar = tqdm(total=len(todo), disable=not (progress and process_index == 0), desc=f"bench[{process_index}/"
+               f"{num_processes}]", unit="run")
     for problem, mode, sample in todo:
         append_record(path, runner.run(problem, mode, sample))
         bar.update(1)
@@ -262,12 +265,6 @@ def _accelerate_rank() -> tuple[int, int]:
         state = PartialState()
         return state.process_index, state.num_processes
     return 0, 1
-
-
-def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, desc=desc, unit="run")
 
 
 __all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "SETUP_FIELDS", "check_same_setup", "done_pairs", "parse_mode",
