@@ -41,7 +41,7 @@ from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
 from .flips import harm_rows, harm_table, writers
-from .results import as_paths, check_writable, read_records
+from .results import as_paths, check_writable, read_bank_files, read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
 # Reasons of verdicts decided as score >= threshold (embedding cosine, target-score digit, judge share).
@@ -95,16 +95,10 @@ def parse_entries(text: str) -> list[Entry]:
 def load_pairs(paths: str | Path | Sequence[str | Path], limit: int | None = None) -> list[dict[str, Any]]:
     """The pair records of a bank: one pairs JSONL or several, in order (problem summaries and a torn
     last line are skipped)."""
-    paths = as_paths(paths)
     require(limit is None or (isinstance(limit, int) and limit >= 1), f"--limit must be >= 1, got {limit!r}")
-    pairs = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise DatasetError(f"no pairs file at {path} (write one with the pairs command)")
-        pairs += [r for r in read_records(path) if r.get("kind") == "pair" and isinstance(r.get("draft"), str)
-                  and isinstance(r.get("target"), str)]
-    if not pairs:
-        raise DatasetError(f"{', '.join(map(str, paths))} holds no step pairs")
+    pairs = [r for r in read_bank_files(paths, DatasetError) if r.get("kind") == "pair"
+             and isinstance(r.get("draft"), str) and isinstance(r.get("target"), str)]
+    require(bool(pairs), f"{', '.join(map(str, as_paths(paths)))} holds no step pairs", DatasetError)
     return pairs[:limit] if limit else pairs
 
 

@@ -33,13 +33,13 @@ from typing import Any, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from ..errors import ConfigError, require
+from ..errors import require
 from ..models import load_model
 from ..presets import DEFAULT_TARGET
 from ..prompts import math_messages
 from ..runtime.lm import LM
 from ..sampling import token_scores
-from .results import append_record, check_writable, done_pairs, read_records
+from .results import append_record, check_writable, done_pairs, read_bank_files
 
 DIGITS = 6  # probabilities are stored rounded to this many decimals (the pairs command's too)
 
@@ -104,10 +104,8 @@ def bank_records(bank: str | Path, out: str | Path) -> list[dict[str, Any]]:
     """The records of the pairs file ``bank``, checked with ``out`` before anything loads: ConfigError for a
     missing file, one that holds no step pairs, or an ``out`` that is the bank or cannot be written."""
     bank, out = Path(bank), Path(out)
-    require(bank.is_file(), f"no pairs file at {bank}: `lookahead-reasoning pairs --out {bank}` writes one", ConfigError)
-    require(bank.resolve() != out.resolve(), f"--out must be another file than the bank ({bank})", ConfigError)
-    records = list(read_records(bank))
-    require(any(r.get("kind") == "pair" for r in records), f"{bank} holds no step pairs", ConfigError)
+    records = read_bank_files(bank)
+    require(bank.resolve() != out.resolve(), f"--out must be another file than the bank ({bank})")
     check_writable(out, "the scored pairs")
     return records
 
@@ -124,7 +122,7 @@ def run_score_pairs(bank: str | Path, out: str | Path, lm: Any, scored_by: str, 
             by_problem[r["problem_id"]].append(r)
     left = {pid: [p for p in ps if (pid, p["mode"]) not in done] for pid, ps in by_problem.items()}
     missing = sorted(pid for pid, ps in left.items() if pid not in problems and any(map(needs_scores, ps)))
-    require(not missing, f"{bank} has pairs of problems without their summary (question): {missing[:3]}", ConfigError)
+    require(not missing, f"{bank} has pairs of problems without their summary (question): {missing[:3]}")
     with tqdm(total=sum(map(len, left.values())), desc="scoring", unit="pair", disable=not progress) as bar:
         for pid, pairs in left.items():
             todo = {p["mode"] for p in pairs if needs_scores(p)}

@@ -34,12 +34,13 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..errors import ConfigError, require
+from ..errors import require
+from ..options import check_max_new_tokens
 from ..prompts import math_messages
 from ..steps import COMPLETE_ENDS
 from ..verifiers.text import normalize_step
 from .grading import grade, same_answer
-from .results import append_record, as_paths, check_writable, done_pairs, read_records
+from .results import append_record, check_writable, done_pairs, read_bank_files, read_records
 
 FLIP_MAX_NEW_TOKENS = 1024  # a branch's whole answer (prefix, step and continuation), in target tokens
 Z95 = 1.959964
@@ -50,26 +51,18 @@ def check_flip_options(sample: int | None, max_new_tokens: int) -> None:
     ``max_new_tokens`` (a branch's whole answer) must be integers >= 1."""
     require(sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 1),
             f"--sample must be an integer >= 1, got {sample!r}")
-    require(isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool) and max_new_tokens >= 1,
-            f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
+    check_max_new_tokens(max_new_tokens)
 
 
 def read_bank(paths: str | Path | Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """(pair records, problem summaries by problem id) of a bank: one pairs file or several (their
     records together); ConfigError when a file is missing or the bank holds no pairs."""
-    paths = as_paths(paths)
-    require(bool(paths), "no pairs file given", ConfigError)
-    records = []
-    for path in paths:
-        require(Path(path).is_file(), f"no pairs file at {path}: `lookahead-reasoning pairs --out {path}` writes one",
-                ConfigError)
-        records += list(read_records(Path(path)))
+    records = read_bank_files(paths)
     pairs = [r for r in records if r.get("kind") == "pair"]
     problems = {r["problem_id"]: r for r in records if r.get("kind") == "problem"}
-    require(bool(pairs), f"{', '.join(map(str, paths))} holds no step pairs", ConfigError)
     missing = sorted({p["problem_id"] for p in pairs} - set(problems))
     require(not missing, f"the bank has pairs of problems without their summary (question, gold answer): "
-            f"{missing[:3]}; rerun `lookahead-reasoning pairs` on its file to finish them", ConfigError)
+            f"{missing[:3]}; rerun `lookahead-reasoning pairs` on its file to finish them")
     return pairs, problems
 
 

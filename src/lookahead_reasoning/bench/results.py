@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..errors import ConfigError, require
+from ..errors import ConfigError, LookaheadError, require
 
 
 def shard_path(out: str | Path, index: int, count: int) -> Path:
@@ -63,6 +63,19 @@ def read_records(path: Path) -> Iterable[dict[str, Any]]:
             continue
         if isinstance(rec, dict):
             yield rec
+
+
+def read_bank_files(paths: Any, error: type[LookaheadError] = ConfigError) -> list[dict[str, Any]]:
+    """The records of a bank of step pairs: one pairs file or several, in order; ``error`` naming the file
+    that is missing, or when no file holds a step pair."""
+    paths = as_paths(paths)
+    require(bool(paths), "no pairs file given", error)
+    records = []
+    for path in map(Path, paths):
+        require(path.is_file(), f"no pairs file at {path}: `lookahead-reasoning pairs --out {path}` writes one", error)
+        records += read_records(path)
+    require(any(r.get("kind") == "pair" for r in records), f"{', '.join(map(str, paths))} holds no step pairs", error)
+    return records
 
 
 def done_pairs(path: Path) -> set[tuple[str, str, int]]:
@@ -143,4 +156,4 @@ def _last_byte(path: Path) -> bytes:
 
 
 __all__ = ["SETUP_FIELDS", "append_record", "as_paths", "check_same_models", "check_same_setup", "check_scope", "check_writable",
-           "done_pairs", "read_records", "setup_of", "shard_path"]
+           "done_pairs", "read_bank_files", "read_records", "setup_of", "shard_path"]
