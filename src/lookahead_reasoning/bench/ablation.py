@@ -41,6 +41,7 @@ from ..verifiers.likelihood import TokenScores, verify_pairs
 from ..verifiers.registry import stage_names
 from ..verifiers.text import step_numbers
 from .flips import harm_rows, harm_table, writers
+from .report import save_figure
 from .results import as_paths, check_writable, read_bank_files, read_records
 
 DEFAULT_ENTRIES = "exact,embedding@0.8,embedding@0.85,embedding@0.9,embedding@0.95,embedding-numbers,random"
@@ -248,11 +249,7 @@ def plot_tradeoff(rows: Sequence[AblationRow], runs: dict[str, list[Any]], entri
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ command

@@ -183,8 +183,6 @@ def theory_alpha(record: dict[str, Any]) -> float | None:
     return record.get("alpha") if "acceptance_rate" in record else judged_alpha(record)
 
 
-
-
 def _predict(mode: str, stats: dict[str, Any]) -> float | None:
     """The theory's speedup for this mode from the measured rates, where the inputs exist."""
     try:
@@ -218,31 +216,33 @@ def plot(rows: list[ModeRow], records: list[dict[str, Any]], out_dir: str | Path
     import matplotlib
 
     matplotlib.use("Agg")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [_plot_speedup(rows, out_dir / "speedup.png"), _plot_acceptance(rows, records, out_dir / "accept_hist.png"),
-               _plot_predicted(rows, out_dir / "predicted.png")]
-    return [path for path in written if path is not None]
-
-
-def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drawn = {"speedup.png": _plot_speedup(plt, rows), "accept_hist.png": _plot_acceptance(plt, rows, records),
+             "predicted.png": _plot_predicted(plt, rows)}
+    return [save_figure(fig, out_dir / name) for name, fig in drawn.items() if fig is not None]
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def _plot_speedup(rows: list[ModeRow], path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
+def _plot_speedup(plt: Any, rows: list[ModeRow]) -> Any:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar([r.mode for r in rows], [r.speedup_of_medians or 0 for r in rows], color="#4c72b0")
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     ax.set_ylabel("speedup over ar (ratio of medians)")
     ax.set_title("tokens/s relative to autoregressive")
-    return _save(fig, path)
+    return fig
 
 
 def summed_histogram(records: list[dict[str, Any]], mode: str) -> list[int]:
@@ -256,9 +256,7 @@ def summed_histogram(records: list[dict[str, Any]], mode: str) -> list[int]:
     return total
 
 
-def _plot_acceptance(rows: list[ModeRow], records: list[dict[str, Any]], path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
-
+def _plot_acceptance(plt: Any, rows: list[ModeRow], records: list[dict[str, Any]]) -> Any:
     modes = [r.mode for r in rows if any(x.get("accept_histogram") for x in records if x["mode"] == r.mode)]
     if not modes:
         return None
@@ -270,12 +268,10 @@ def _plot_acceptance(rows: list[ModeRow], records: list[dict[str, Any]], path: P
     ax.set_xlabel("drafted tokens accepted per target forward")
     ax.set_ylabel("share of iterations")
     ax.legend()
-    return _save(fig, path)
+    return fig
 
 
-def _plot_predicted(rows: list[ModeRow], path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
-
+def _plot_predicted(plt: Any, rows: list[ModeRow]) -> Any:
     pairs = [(r.predicted, r.speedup_of_medians, r.mode) for r in rows if r.predicted and r.speedup_of_medians]
     if not pairs:
         return None
@@ -287,4 +283,4 @@ def _plot_predicted(rows: list[ModeRow], path: Path) -> Path | None:
     ax.plot([0, hi], [0, hi], color="grey", ls="--", lw=1)
     ax.set_xlabel("predicted speedup (theory)")
     ax.set_ylabel("measured speedup")
-    return _save(fig, path)
+    return fig
