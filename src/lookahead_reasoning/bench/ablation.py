@@ -30,11 +30,7 @@ from ..errors import ConfigError, DatasetError, require
 from ..models import load_model
 from ..runtime.lm import LM
 from ..verifiers.options import (
-    VerifierSettings,
-    build_verifier,
-    check_verifier_settings,
-    load_judge,
-    refuse_unread_verifier_options,
+    VerifierSettings, build_verifier, check_verifier_settings, load_judge, refuse_unread_verifier_options,
     verifier_settings_from_args,
 )
 from ..verifiers.likelihood import TokenScores, verify_pairs

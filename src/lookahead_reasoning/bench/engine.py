@@ -184,8 +184,7 @@ async def arun_engine_bench(bench: EngineBench, progress: bool = True) -> Path:
     problems = load_dataset(bench.dataset, limit=bench.limit, offset=bench.offset)
     runner = EngineRunner(bench)
     check_same_models(path, runner.models, now="these endpoints serve")
-    done = done_pairs(path)
-    batches = batch_order(problems, bench.modes, bench.concurrency, done)
+    batches = batch_order(problems, bench.modes, bench.concurrency, done_pairs(path))
     if batches:  # no timed run pays a cold server's first forward
         for runtime in runner.runtimes.values():
             await asyncio.to_thread(runtime.warm)

@@ -120,14 +120,10 @@ class PairRecorder:
         reach the later ones, but not written) and return its summary record."""
         log = PairLog(self, problem, write, skip_steps)
         start = time.perf_counter()
-        if self.generator.engine is None:
-            result = self._local(problem, log)
-        else:
-            result = self._engine(problem, log)
+        result = self._local(problem, log) if self.generator.engine is None else self._engine(problem, log)
         return {"kind": "problem", "problem_id": problem.id, "index": problem.index, "mode": "problem",
                 "question": problem.question, **graded(result.text, problem.answer), "steps": log.index,
-                "pairs": log.pairs,
-                "new_tokens": len(result.token_ids), "stop_reason": result.stop_reason,
+                "pairs": log.pairs, "new_tokens": len(result.token_ids), "stop_reason": result.stop_reason,
                 "wall_s": round(time.perf_counter() - start, 3), **self.names, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
     def _local(self, problem: Problem, log: "PairLog") -> Any:
@@ -244,8 +240,7 @@ def pairs_spec(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtyp
             ConfigError)
     require(target_sd or gamma == TOKEN_GAMMA, f"--gamma {gamma}: with --no-target-sd the target drafts no tokens "
             "to count (leave one of them out)", ConfigError)
-    require(not no_model(draft), "--draft none: a pair is what the draft and the target each write; name a draft",
-            ConfigError)
+    require(not no_model(draft), "--draft none: a pair is what the draft and the target each write; name a draft")
     settings = decoding_settings({"max_step_tokens": max_step_tokens}).with_overrides(token_sd=TokenSD("draft" if target_sd else None, gamma=gamma))
     spec = GeneratorSpec(target, draft, mode="lr", settings=settings, draft_quantize=None, dtype=dtype, device=device)
     spec.check()

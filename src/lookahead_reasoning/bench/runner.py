@@ -29,14 +29,7 @@ from .datasets import Problem, load_dataset
 from .grading import graded
 from .peers import Peer, hf_generate
 from .results import (  # noqa: F401
-    SETUP_FIELDS,
-    append_record,
-    check_same_setup,
-    check_scope,
-    check_writable,
-    done_pairs,
-    setup_of,
-    shard_path,
+    SETUP_FIELDS, append_record, check_same_setup, check_scope, check_writable, done_pairs, setup_of, shard_path
 )
 
 OUR_MODES = MODES
