@@ -27,7 +27,7 @@ from ..verifiers.base import verifier_fields
 from ..verifiers.options import VerifierSettings
 from .datasets import Problem, load_dataset
 from .grading import graded
-from .peers import Peer, hf_generate
+from .peers import hf_generate
 from .results import (  # noqa: F401
     SETUP_FIELDS, append_record, check_same_setup, check_scope, check_writable, done_pairs, setup_of, shard_path
 )
@@ -122,14 +122,13 @@ class ModeRunner:
     def __init__(self, config: BenchConfig, generator: Any = None):
         self.config = config
         if generator is None:
-            bases = {parse_mode(m)[0] for m in config.modes}
-            needs_draft = bool(bases & {"sd", "lr", "lr-sd", "auto", "hf-assisted"})
+            bases = list(dict.fromkeys(parse_mode(m)[0] for m in config.modes))
             settings = config.generator
-            if not bases & set(STEP_MODES):  # no verifier needed: do not load one
+            if not set(bases) & set(STEP_MODES):  # no verifier needed: do not load one
                 settings = dataclasses.replace(settings, verifier=VerifierSettings(name="exact"))
-            if not needs_draft:
+            if not set(bases) & {"sd", "lr", "lr-sd", "auto", "hf-assisted"}:  # no draft needed
                 settings = dataclasses.replace(settings, draft=None, draft_quantize=None)
-            ours = [parse_mode(m)[0] for m in config.modes if parse_mode(m)[0] in OUR_MODES]
+            ours = [b for b in bases if b in OUR_MODES]
             if ours and "auto" not in ours:  # the generator checks its settings against a mode the run uses
                 settings = dataclasses.replace(settings, mode=next((m for m in ours if m in STEP_MODES), ours[0]))
             generator = settings.build()
@@ -149,9 +148,10 @@ class ModeRunner:
 
         # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN or --gamma
         gamma = gamma or self.gen.settings.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
-        peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
-                else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
-        return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.settings.sampling, seed=seed)
+        peer = {"hf-assisted": {"assistant": self.gen.draft, "assistant_tokens": gamma},
+                "hf-lookup": {"prompt_lookup_num_tokens": gamma}}.get(base, {})
+        return hf_generate(self.gen.target, ids, max_new_tokens, **peer, sampling=self.gen.settings.sampling,
+                           seed=seed)
 
     def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
 
