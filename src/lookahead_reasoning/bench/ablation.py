@@ -264,6 +264,24 @@ def entry_settings(entry: Entry, base: Any) -> Any:
                             judge_dtype=base.judge_dtype if local else "auto")
 
 
+def verifier_maker(args: Any, settings: dict[str, VerifierSettings]) -> Callable[[Entry], Any]:
+    """What builds each entry's verifier (``settings``: by spec) for the ``verifiers`` command; the target and
+    each judge model are loaded once, on first need."""
+    target = functools.cache(lambda: LM.from_loaded(load_model(args.target, dtype=args.dtype, device=args.device)))
+    judges: dict[str, Any] = {}
+
+    def make(entry: Entry) -> Any:
+        s = settings[entry.spec]
+        judge_name = (s.judge_model or "").strip().lower()
+        needs_target = "target-score" in stage_names(s.name) or judge_name in ("target", args.target.lower())
+        lm = target() if needs_target else None
+        if s.judge_model and s.judge_model not in judges:
+            judges[s.judge_model] = load_judge(s, lm, args.device)
+        return build_verifier(s, target_lm=lm, judge_lm=judges.get(s.judge_model), device=args.device)
+
+    return make
+
+
 def run_ablation_command(args: Any) -> int:
     """The ``verifiers`` command: check everything, load what is needed once, judge, write the outputs."""
 
@@ -281,22 +299,7 @@ def run_ablation_command(args: Any) -> int:
     first = Path(as_paths(args.pairs)[0])
     out = Path(args.out) if args.out is not None else first.with_name(first.stem + "-verifiers.md")
     check_writable(out, "the table")
-
-    @functools.cache  # the target and each judge model are loaded once, on first need
-    def target() -> Any:
-        return LM.from_loaded(load_model(args.target, dtype=args.dtype, device=args.device))
-
-    judges: dict[str, Any] = {}
-
-    def make(entry: Entry) -> Any:
-        s = settings[entry.spec]
-        judge_name = (s.judge_model or "").strip().lower()
-        needs_target = "target-score" in stage_names(s.name) or judge_name in ("target", args.target.lower())
-        lm = target() if needs_target else None
-        if s.judge_model and s.judge_model not in judges:
-            judges[s.judge_model] = load_judge(s, lm, args.device)
-        return build_verifier(s, target_lm=lm, judge_lm=judges.get(s.judge_model), device=args.device)
-
+    make = verifier_maker(args, settings)
     decisions: dict[str, list[bool]] = {}
     rows, runs = run_ablation(pairs, entries, make, decisions)
     table = markdown_table(rows, pairs)

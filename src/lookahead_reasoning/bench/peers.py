@@ -7,6 +7,7 @@ the same loaded models. They live here, with the benchmark, not in :mod:`lookahe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -22,15 +23,25 @@ def _compact_input(module: torch.nn.Module, args: tuple) -> tuple:
     return (x,) + tuple(args[1:])
 
 
-def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, *, assistant: LM | None = None,
-                assistant_tokens: int | None = None, prompt_lookup_num_tokens: int | None = None,
+@dataclass(frozen=True)
+class Peer:
+    """Which of transformers' generate runs: plain (the defaults), assisted by ``assistant`` (with
+    ``assistant_tokens`` drafted tokens per iteration on a constant schedule, or None for
+    transformers' own adaptive defaults), or prompt lookup (``prompt_lookup_num_tokens``)."""
+
+    assistant: LM | None = None
+    assistant_tokens: int | None = None
+    prompt_lookup_num_tokens: int | None = None
+
+
+def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, peer: Peer = Peer(), *,
                 sampling: Any = None, seed: int = 0) -> list[int]:
-    """transformers' own ``generate`` (the peer baselines): plain (the defaults), assisted by ``assistant``
-    (with ``assistant_tokens`` drafted tokens per iteration on a constant schedule, or None for transformers'
-    own adaptive defaults), or prompt lookup (``prompt_lookup_num_tokens``).
+    """transformers' own ``generate`` (the peer baselines): plain, assisted or prompt-lookup (``peer``).
 
     Greedy unless ``sampling`` (a SamplingConfig) says otherwise. Returns the new token ids.
     """
+    assistant, assistant_tokens = peer.assistant, peer.assistant_tokens
+    prompt_lookup_num_tokens = peer.prompt_lookup_num_tokens
     kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": lm.pad_id}
     if sampling is not None and not sampling.greedy:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,

@@ -27,7 +27,7 @@ from ..verifiers.base import verifier_fields
 from ..verifiers.options import VerifierSettings
 from .datasets import Problem, load_dataset
 from .grading import graded
-from .peers import hf_generate
+from .peers import Peer, hf_generate
 from .results import (  # noqa: F401
     SETUP_FIELDS, append_record, check_same_setup, check_scope, check_writable, done_pairs, setup_of, shard_path
 )
@@ -148,10 +148,9 @@ class ModeRunner:
 
         # hf-lookup needs a count (gamma); hf-assisted keeps transformers' own heuristics unless @gN or --gamma
         gamma = gamma or self.gen.settings.gamma or (NGRAM_GAMMA if base == "hf-lookup" else None)
-        peer = {"hf-assisted": {"assistant": self.gen.draft, "assistant_tokens": gamma},
-                "hf-lookup": {"prompt_lookup_num_tokens": gamma}}.get(base, {})
-        return hf_generate(self.gen.target, ids, max_new_tokens, **peer, sampling=self.gen.settings.sampling,
-                           seed=seed)
+        peer = (Peer(assistant=self.gen.draft, assistant_tokens=gamma) if base == "hf-assisted"
+                else Peer(prompt_lookup_num_tokens=gamma) if base == "hf-lookup" else Peer())
+        return hf_generate(self.gen.target, ids, max_new_tokens, peer, sampling=self.gen.settings.sampling, seed=seed)
 
     def run(self, problem: Problem, mode: str, sample: int = 0) -> dict[str, Any]:
 
