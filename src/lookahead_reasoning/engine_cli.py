@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from .bench.engine import EngineBench, parse_engine_mode, run_engine_bench
+from .bench.engine import ENGINE_BENCH_MODES, EngineBench, parse_engine_mode, run_engine_bench
 from .bench.flips import FLIP_MAX_NEW_TOKENS, Flipper, check_flip_options, engine_finish, read_bank, run_flips
 from .bench.pairs import KeepNone, PairRecorder, run_pairs
 from .engine_runtime import ENGINE_MODES, check_scheme, is_url
@@ -169,10 +169,9 @@ def run_bench_over_engine(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         verifier=verifier_settings_from_args(args), settings=engine_settings(args))
     check_verifier_settings(bench.verifier)
-    plain = {"sd": "ar", "ngram": "ar", "lr-sd": "lr"}  # the engine's own SD is one request here, as ar's is
     given = {flag: dest for dest, (flag, default) in args.option_flags.items() if getattr(args, dest) != default}
-    refuse_unread_options([plain.get(m, m) for m in (parse_engine_mode(m)[0] for m in bench.modes)], bench.settings,
-                          given, None)  # an option none of the modes reads, refused by name before any request
+    runs_as = [ENGINE_BENCH_MODES[parse_engine_mode(m)[0]][0] for m in bench.modes]  # the engine's own SD runs as ar
+    refuse_unread_options(runs_as, bench.settings, given, None)  # an option no mode reads, before any request
     path = run_engine_bench(bench)
     print(f"results: {path} (`lookahead-reasoning report {path}`)")
     return 0
