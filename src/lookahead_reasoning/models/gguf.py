@@ -35,12 +35,6 @@ def gguf_unavailable_errors() -> tuple[type[BaseException], ...]:
     return (*unavailable_errors(), struct.error, EOFError)
 
 
-def _transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
-
-
 def _strip_gguf_quantizer(model: Any) -> None:
     """Make a dequantised GGUF-loaded model savable as a plain checkpoint.
 
@@ -55,7 +49,6 @@ def _strip_gguf_quantizer(model: Any) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.is_quantized = False
 
 
 def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:

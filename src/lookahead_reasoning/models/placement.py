@@ -77,7 +77,7 @@ def cpu_supports_bf16() -> bool:
     Read from the CPU's flags (:mod:`lookahead_reasoning.models.hardware`), else from torch's CPU
     capability string (``AMX``). Without them torch emulates bf16 matmuls, which is slower than float32.
     """
-    flags = cpu_flags()
+    flags = hardware.cpu_flags()
     if flags is not None:
         return bool(flags & {"avx512_bf16", "amx_bf16"})
     return "AMX" in _cpu_capability()
@@ -92,17 +92,11 @@ def cpu_supports_int8_dot() -> bool:
     (:func:`lookahead_reasoning.models.hardware.has_int8_dot`), else from torch's CPU capability
     string (``AVX512`` or ``AMX``).
     """
-    known = hardware.has_int8_dot(cpu_flags())
+    known = hardware.has_int8_dot(hardware.cpu_flags())
     if known is not None:
         return known
     capability = _cpu_capability()
     return "AMX" in capability or "AVX512" in capability
-
-
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags, as :func:`lookahead_reasoning.models.hardware.cpu_flags` reads them
-    (the one place they are read, so that one fake of it in a test changes every answer)."""
-    return hardware.cpu_flags()
 
 
 def _cpu_capability() -> str:

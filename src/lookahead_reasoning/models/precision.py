@@ -78,19 +78,8 @@ import torch
 
 from . import hardware
 from ..errors import require
-from .int8_layers import (
-    INT8_KERNEL,
-    W8A8_KERNEL,
-    Int8PerTokenLinear,
-    Int8WeightOnlyLinear,
-    int8_kernel_available,
-    quantize_activations_int8,
-    quantize_linears_int8,
-    quantize_rows_int8,
-    reference_int8_linear,
-    reference_w8a8_linear,
-    w8a8_kernel_available,
-)
+from .int8_layers import (INT8_KERNEL, W8A8_KERNEL, Int8PerTokenLinear, Int8WeightOnlyLinear, int8_kernel_available,
+                          quantize_linears_int8, w8a8_kernel_available)
 from .kernels import quantize_draft_int8, restore_linear
 from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
 
@@ -125,14 +114,6 @@ class PrecisionInfo:
 
 
 # ------------------------------------------------------------------------------------ resolution
-
-def _cpu_has_native_bf16() -> bool:
-    return cpu_supports_bf16()
-
-
-def _cpu_has_int8_dot() -> bool:
-    return cpu_supports_int8_dot()
-
 
 def precision_warning(precision: str | None, device: str | torch.device | None = "cpu") -> str | None:
     """One line for the user when ``precision`` runs here but is not the fast choice it is elsewhere,
@@ -190,9 +171,9 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if name == "auto":
         if dev.type == "cpu":
-            if _cpu_has_int8_dot() and w8a8_kernel_available():
+            if cpu_supports_int8_dot() and w8a8_kernel_available():
                 return "w8a8"
-            return "int8" if int8_kernel_available() else ("bf16" if _cpu_has_native_bf16() else "float32")
+            return "int8" if int8_kernel_available() else ("bf16" if cpu_supports_bf16() else "float32")
         if dev.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "float32"
         return "float32"
@@ -234,7 +215,7 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 
 def _int8_compute_dtype() -> torch.dtype:
     """float32 between the int8 linears unless the CPU has native bf16 (emulated bf16 costs more than it saves)."""
-    return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
+    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
@@ -315,7 +296,5 @@ def split_precision(precision: Any) -> tuple[str | None, str | None]:
     return target, None if draft == "none" else draft
 
 
-__all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
-           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_warning",
-           "quantize_activations_int8", "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear",
-           "reference_w8a8_linear", "resolve_precision", "split_precision", "w8a8_kernel_available", "weight_bytes"]
+__all__ = ["PRECISIONS", "PrecisionInfo", "apply_precision", "normalize_precision", "precision_warning",
+           "resolve_precision", "split_precision", "weight_bytes"]
