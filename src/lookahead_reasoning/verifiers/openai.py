@@ -14,7 +14,7 @@ import urllib.request
 from typing import Any, Callable, Sequence
 
 from ..errors import VerifierError, require
-from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, check_pairs, with_latency
 from .judge import JUDGE_OPTION_NAMES, JudgeOptions, decide, judge_question
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
             kind, reason = http_failure(e, self.timeout)
             log.warning("openai judge at %s failed on %d pairs, rejecting them: %s", self.base_url, len(pairs), reason)
             verdicts = [self.failed(kind, reason) for _ in pairs]
-        return with_latency(verdicts, share(start, len(pairs)))
+        return with_latency(verdicts, start)
 
 
 def http_failure(e: BaseException, timeout: float) -> tuple[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ from ..errors import VerifierError, require
 from .base import Verifier
 from .combine import CascadeVerifier, RandomVerifier
 from .embedding import EmbeddingVerifier, NumbersEmbeddingVerifier
-from .likelihood import LikelihoodVerifier, NumbersLikelihoodVerifier
+from .likelihood import LikelihoodVerifier
 from .judge import (ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, JUDGE_OPTION_NAMES, JudgeOptions,
                     LLMJudgeVerifier)
 from .openai import OpenAIJudgeVerifier
@@ -60,7 +61,7 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {
     "paper-judge": paper_judge,
     "target-score": TargetScoreVerifier,
     "likelihood": LikelihoodVerifier,
-    "likelihood-numbers": NumbersLikelihoodVerifier,
+    "likelihood-numbers": functools.partial(LikelihoodVerifier, same_numbers=True),
     "random": RandomVerifier,
 }
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
