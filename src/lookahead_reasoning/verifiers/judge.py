@@ -103,16 +103,11 @@ class JudgeOptions:
 JUDGE_OPTION_NAMES = tuple(f.name for f in fields(JudgeOptions))
 
 
-def word_variants(word: str) -> list[str]:
-    """Spellings of an answer word a model may start with: as is, capitalised, each with a leading space."""
-    forms = dict.fromkeys([word, word.lower(), word.capitalize()])
-    return [f for w in forms for f in (w, " " + w)]
-
-
 def first_token_ids(lm: Any, word: str) -> set[int]:
-    """First token id of each spelling of ``word``, skipping leading tokens that decode to whitespace."""
+    """First token id of each spelling of ``word`` a model may start with (as is, lower-case, capitalised, each
+    with a leading space), skipping leading tokens that decode to whitespace."""
     ids = set()
-    for form in word_variants(word):
+    for form in (f for w in dict.fromkeys([word, word.lower(), word.capitalize()]) for f in (w, " " + w)):
         tokens = lm.encode(form)
         while tokens and not lm.decode([tokens[0]]).strip():
             tokens = tokens[1:]
@@ -231,17 +226,14 @@ class LLMJudgeVerifier(BatchedLocalJudge):
         question = judge_question(draft, target, *self.answers, template=self.question)
         return question_prompt(self.judge, question, self.system, self.prefill, "\nAnswer:")
 
-    def _read(self, pairs: Sequence[Pair]) -> list[tuple[float, float, str | None]]:
-        """(P(yes), P(no), the word the argmax token starts or None) per pair."""
+    def judge_batch(self, pairs: list[Pair]) -> list[Verdict]:
+        """From P(yes), P(no) and the word the argmax token starts (or None), per pair: :func:`decide`."""
         probs = next_token_probs(self.judge, [self.prompt(d, t) for d, t in pairs])  # (B, V)
         yes = probs[:, sorted(self.yes_ids)].max(dim=-1).values
         no = probs[:, sorted(self.no_ids)].max(dim=-1).values
         top = probs.argmax(dim=-1).tolist()
         words = ["yes" if t in self.yes_ids else "no" if t in self.no_ids else None for t in top]
-        return [(float(y), float(n), w) for y, n, w in zip(yes, no, words)]
-
-    def judge_batch(self, pairs: list[Pair]) -> list[Verdict]:
-        return [decide(self, y, n, w) for y, n, w in self._read(pairs)]
+        return [decide(self, float(y), float(n), w) for y, n, w in zip(yes, no, words)]
 
 
 __all__ = ["ALIGNED_ANSWERS", "ALIGNED_PREFILL", "ALIGNED_QUESTION", "JUDGE_OPTION_NAMES", "JUDGE_QUESTION",

@@ -76,7 +76,10 @@ class OpenAIJudgeVerifier(BaseVerifier):
         self.question, self.rule, self.prefill = options.question, options.rule, options.prefill
         self.format_prompt = format_prompt or (lambda text: f"{text}\nAnswer:")
         if model is None:
-            self.model = self._only_served_model()
+            served = self.served_models()
+            require(len(served) == 1, f"judge endpoint {self.base_url} serves {served or 'no models'}; "
+                    "name the judge model (--judge-name / model=)", VerifierError)
+            self.model = served[0]
 
     # ----------------------------------------------------------------- http
     def _request(self, path: str, body: dict | None = None) -> Any:
@@ -107,13 +110,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
         listed = answer.get("data", []) if isinstance(answer, dict) else []
         return [m.get("id") for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
 
-    def _only_served_model(self) -> str:
-        served = self.served_models()
-        if len(served) != 1:
-            raise VerifierError(f"judge endpoint {self.base_url} serves {served or 'no models'}; "
-                                "name the judge model (--judge-name / model=)")
-        return served[0]
-
     # ----------------------------------------------------------------- judging
     def _word(self, token: Any) -> str | None:
         """"yes" or "no" when ``token`` is one answer word, or a start of it (2 characters or more) that
@@ -139,10 +135,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list):
             raise ValueError(f"no 'choices' list in the answer: {str(answer)[:200]}")
-        by_index = {}
-        for position, choice in enumerate(choices):
-            if isinstance(choice, dict):
-                by_index[choice.get("index", position)] = choice
+        by_index = {choice.get("index", i): choice for i, choice in enumerate(choices) if isinstance(choice, dict)}
         verdicts = []
         for i in range(n):
             choice = by_index.get(i)
