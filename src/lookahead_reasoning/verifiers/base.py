@@ -44,11 +44,7 @@ class Verdict:
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Anything with a ``name`` and a batched ``verify``.
-
-    ``verify(pairs)`` takes ``(draft_step, target_step)`` strings and returns one :class:`Verdict`
-    per pair, in order; it never raises because a judgement failed (the pair is rejected instead).
-    """
+    """Anything with a ``name`` and a batched ``verify``."""
 
     name: str
 

@@ -159,8 +159,8 @@ class NumbersEmbeddingVerifier(EmbeddingVerifier):
 
 def require_module(module: str, pip_name: str) -> None:
     """VerifierError with the pip command unless ``module`` is installed (found without importing it)."""
-    if importlib.util.find_spec(module) is None:
-        raise VerifierError(f"the embedding verifier needs the package {pip_name!r}: `pip install {pip_name}`")
+    require(importlib.util.find_spec(module) is not None,
+            f"the embedding verifier needs the package {pip_name!r}: `pip install {pip_name}`", VerifierError)
 
 
 def takes_kwarg(fn: Callable, name: str) -> bool:

@@ -86,8 +86,7 @@ def canonical_name(name: str) -> str:
     """The registry key of a verifier name or alias; VerifierError listing the known names otherwise."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
-    if key not in _FACTORIES:
-        raise VerifierError(f"unknown verifier {name!r}; known: {', '.join(KNOWN_VERIFIERS)}")
+    require(key in _FACTORIES, f"unknown verifier {name!r}; known: {', '.join(KNOWN_VERIFIERS)}", VerifierError)
     return key
 
 
@@ -135,11 +134,10 @@ def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
     no stage takes raises VerifierError (so ``threshold=`` given to "exact" is an error, not silently
     ignored); so does an unknown name, listing the known ones.
     """
+    keys = check_verifier_spec(spec, **kw)
     if not isinstance(spec, str):
-        require(hasattr(spec, "verify"), f"expected a verifier name or object, got {spec!r}", VerifierError)
         require(not kw, f"options {sorted(kw)} given with a ready verifier {spec!r}", VerifierError)
         return spec
-    keys = check_verifier_spec(spec, **kw)
     if len(keys) == 1:
         return _build(keys[0], kw)
     first, then = (_build(k, {o: v for o, v in kw.items() if o in options_of(_FACTORIES[k])}) for k in keys)
