@@ -43,15 +43,11 @@ class OpenAIJudgeVerifier(BaseVerifier):
             it serves (VerifierError when it serves none or several).
         api_key: sent as ``Authorization: Bearer <key>`` when given.
         timeout: seconds per request.
-        options: a :class:`~.judge.JudgeOptions` (or its threshold; None: the defaults). By name,
-            :func:`~.registry.make_verifier` takes its fields as options of their own (``threshold=``,
-            ``answers=``, ``min_mass=``, ``question=``, ``rule=``, ``prefill=``: ``keyword_options``).
+        options: a :class:`~.judge.JudgeOptions` (or its threshold; None: the defaults), taken by
+            name as for :class:`~.judge.LLMJudgeVerifier`.
         format_prompt: turns the question into the text sent, e.g. a chat template applied locally
             (``lambda q: lm.chat_prompt(q)``); default: the plain question followed by "\\nAnswer:".
         top_logprobs: how many alternatives the server returns for the answer token.
-
-    To see what the server serves before the first ``verify``, call :meth:`served_models` (GET
-    ``{base_url}/models``; VerifierError if it cannot be reached or refuses the key).
     """
 
     name = "openai-judge"
