@@ -102,4 +102,5 @@ def verifier_fields(verifier: Any) -> dict[str, Any]:
             "verifier_threshold": float(threshold) if isinstance(threshold, (int, float)) else None}
 
 
-__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "verifier_fields", "with_latency"]
+__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "verifier_fields",
+           "with_latency"]
