@@ -110,12 +110,10 @@ def apply_cpu_linear(model: Any, choice: str | None) -> bool:
     if choice == "onednn":
         require(fits, "cpu_linear='onednn' is for float32 models on the CPU; this model is "
                       f"{getattr(param, 'dtype', 'empty')} on {getattr(param, 'device', '-')}")
-        use_onednn_linear(model)
-        return True
-    if fits and onednn_linear_available():
-        use_onednn_linear(model)
-        return True
-    return False
+    elif not (fits and onednn_linear_available()):
+        return False
+    use_onednn_linear(model)
+    return True
 
 
 def quantize_draft_int8(model: torch.nn.Module) -> int:
