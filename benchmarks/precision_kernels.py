@@ -51,10 +51,9 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.models.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.models import cpu_supports_bf16, load_model
-from lookahead_reasoning.models.precision import (
-    Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, quantize_linears_int8, quantize_rows_int8,
-    weight_bytes,
-)
+from lookahead_reasoning.models.int8_layers import (Int8PerTokenLinear, Int8WeightOnlyLinear, quantize_linears_int8,
+                                                   quantize_rows_int8)
+from lookahead_reasoning.models.precision import apply_precision, weight_bytes
 from lookahead_reasoning.prompts import math_messages
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "train.jsonl"

@@ -22,6 +22,7 @@ from lookahead_reasoning.models import (
     LoadedModel,
     OfflineModel,
     load_model,
+    hardware,
     offline,
     offline_gguf,
     offline_spec,
@@ -131,12 +132,12 @@ def test_cpu_supports_bf16_returns_a_bool():
     ({"amx_bf16", "amx_int8"}, True, True),                              # AMX
 ])
 def test_cpu_instruction_checks_read_the_flags(monkeypatch, flags, bf16, int8_dot):
-    monkeypatch.setattr(placement, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: flags)
     assert placement.cpu_supports_bf16() is bf16 and placement.cpu_supports_int8_dot() is int8_dot
 
 
 def test_cpu_instruction_checks_without_cpuinfo_use_torchs_capability(monkeypatch):
-    monkeypatch.setattr(placement, "cpu_flags", lambda: None)
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: None)
     monkeypatch.setattr(placement, "_cpu_capability", lambda: "AVX2")
     assert not placement.cpu_supports_bf16() and not placement.cpu_supports_int8_dot()
     monkeypatch.setattr(placement, "_cpu_capability", lambda: "AVX512")
@@ -198,7 +199,7 @@ def _fake_spec(root, monkeypatch, chunks=(b"GGUF" + b"a" * 1000, b"b" * 777, b"c
         (pkg / "data" / f"part{i:02d}.bin").write_bytes(data)
     monkeypatch.syspath_prepend(str(pkgs))
     joined = b"".join(chunks)
-    spec = OfflineModel(name=name, description="fake", package_prefix=prefix.replace("_", "-"), module_prefix=prefix,
+    spec = OfflineModel(name=name, package_prefix=prefix.replace("_", "-"), module_prefix=prefix,
                         version="0.0.1", num_parts=len(chunks), size=len(joined),
                         sha256=sha256 or hashlib.sha256(joined).hexdigest(), gguf_file="fake.gguf",
                         aliases=(f"{name}-alias",))

@@ -27,10 +27,10 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.models.kernels import apply_cpu_linear
 from lookahead_reasoning.runtime.lm import LM
-from lookahead_reasoning.models.precision import (
-    PRECISIONS, Int8WeightOnlyLinear, apply_precision, int8_kernel_available, normalize_precision,
-    quantize_linears_int8, quantize_rows_int8, reference_int8_linear, resolve_precision, weight_bytes,
-)
+from lookahead_reasoning.models.int8_layers import (Int8WeightOnlyLinear, int8_kernel_available, quantize_linears_int8,
+                                                   quantize_rows_int8, reference_int8_linear)
+from lookahead_reasoning.models.precision import (PRECISIONS, apply_precision, normalize_precision, resolve_precision,
+                                                  weight_bytes)
 from lookahead_reasoning.sampling import SamplingConfig
 from lookahead_reasoning.stopping import StopChecker, StopCondition
 
@@ -67,7 +67,7 @@ def float32_between_the_linears(monkeypatch):
     the bf16 case has a test of its own, which overrides this."""
     import lookahead_reasoning.models.precision as precision
 
-    monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: False)
 
 
 @functools.cache
@@ -195,7 +195,7 @@ def test_int8_logits_close_to_float32():
 def test_int8_runs_bf16_between_the_linears_where_bf16_is_native(monkeypatch):
     import lookahead_reasoning.models.precision as precision
 
-    monkeypatch.setattr(precision, "_cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: True)
     model = copy.deepcopy(tiny_lm("qwen2").model)
     info = apply_precision(model, "int8")
     assert info.compute_dtype == torch.bfloat16 and model.model.embed_tokens.weight.dtype == torch.bfloat16
@@ -334,7 +334,7 @@ def test_names_and_aliases(monkeypatch):
 
     assert normalize_precision(None) == "auto" and normalize_precision(" FP32 ") == "float32"
     assert normalize_precision("bfloat16") == "bf16" and set(PRECISIONS) >= {"auto", "float32", "bf16", "int8"}
-    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: False)  # a CPU without VNNI
+    monkeypatch.setattr(precision, "cpu_supports_int8_dot", lambda: False)  # a CPU without VNNI
     assert resolve_precision("auto", "cpu") == "int8"  # the kernel runs here (the module is skipped otherwise)
     assert resolve_precision("bf16", "cpu") == "bf16"
 
@@ -360,7 +360,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
     import lookahead_reasoning.models.precision as precision
 
     monkeypatch.setattr(precision, "int8_kernel_available", lambda: False)
-    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: False)
+    monkeypatch.setattr(precision, "cpu_supports_int8_dot", lambda: False)
     with pytest.raises(ConfigError, match=r"needs torch._weight_int8pack_mm.*use 'float32'"):
         resolve_precision("int8", "cpu")
     assert resolve_precision("auto", "cpu") in ("float32", "bf16")  # auto falls back instead of failing
@@ -375,7 +375,7 @@ def test_int8_off_the_cpu_and_a_missing_kernel_are_refused(monkeypatch):
 def test_auto_precision_follows_the_cpus_int8_instructions(monkeypatch, int8_dot, w8a8_runs, int8_runs, expected):
     import lookahead_reasoning.models.precision as precision
 
-    monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: int8_dot)
+    monkeypatch.setattr(precision, "cpu_supports_int8_dot", lambda: int8_dot)
     monkeypatch.setattr(precision, "w8a8_kernel_available", lambda: w8a8_runs)
     monkeypatch.setattr(precision, "int8_kernel_available", lambda: int8_runs)
     got = resolve_precision("auto", "cpu")
@@ -396,7 +396,7 @@ def test_a_saturating_int8_product_is_not_taken_for_the_kernel(monkeypatch):
         assert not precision.w8a8_kernel_available()
         with pytest.raises(ConfigError, match="runs inexactly.*use 'int8'"):
             resolve_precision("w8a8", "cpu")
-        monkeypatch.setattr(precision, "_cpu_has_int8_dot", lambda: True)
+        monkeypatch.setattr(precision, "cpu_supports_int8_dot", lambda: True)
         assert resolve_precision("auto", "cpu") == "int8"
         monkeypatch.setattr(torch, "_int_mm", lambda a, b: a.int() @ b.int())  # exact: available again
         precision.w8a8_kernel_available.cache_clear()

@@ -34,7 +34,6 @@ def cpu(monkeypatch):
 
 def test_one_fake_of_the_flags_changes_every_answer(cpu):
     cpu(AVX2_ONLY)
-    assert placement.cpu_flags() == AVX2_ONLY
     assert not placement.cpu_supports_int8_dot() and not placement.cpu_supports_bf16()
     assert resolve_precision("auto", "cpu") == "int8"  # weight-only int8: the fast choice without VNNI
     cpu(AVX512_VNNI)

@@ -23,10 +23,9 @@ from lookahead_reasoning.decoding.speculative import generate_sd
 from lookahead_reasoning.errors import ConfigError
 from lookahead_reasoning.runtime.lm import LM
 from lookahead_reasoning.planning.auto import cost_key
-from lookahead_reasoning.models.precision import (
-    Int8PerTokenLinear, Int8WeightOnlyLinear, apply_precision, normalize_precision,
-    quantize_activations_int8, reference_w8a8_linear, resolve_precision, w8a8_kernel_available, weight_bytes,
-)
+from lookahead_reasoning.models.int8_layers import (Int8PerTokenLinear, Int8WeightOnlyLinear, quantize_activations_int8,
+                                                   reference_w8a8_linear, w8a8_kernel_available)
+from lookahead_reasoning.models.precision import apply_precision, normalize_precision, resolve_precision, weight_bytes
 
 from conftest import ORDINARY_IDS, max_abs_diff, reference_logits, tiny_lm
 from lr_helpers import exact, frequent_char

@@ -67,9 +67,8 @@ DECODING_ARGS = ("k", "gamma", "width", "draft_stop_below", "token_sd_target", "
                  "max_step_tokens")
 VERIFIER_ARGS = ("verifier", "threshold", "judge_model", "judge_url", "judge_name", "judge_timeout", "judge_dtype")
 HARNESS_OWN = {"max_gen_toks": 512, "batch_size": 1, "max_batch_size": None}
-TEXT_ARGS = ("target", "draft", "mode", "dtype", "device", "precision", "draft_quantize", "cpu_linear", "fast_path",
-             "token_sd_target", "token_sd_draft", "delimiter", "verifier", "judge_model", "judge_url", "judge_name",
-             "judge_dtype")
+TEXT_ARGS = (*LOADING_ARGS, "token_sd_target", "token_sd_draft", "delimiter", "verifier", "judge_model", "judge_url",
+             "judge_name", "judge_dtype")
 
 
 def harness_spec(model_args: dict[str, Any]) -> GeneratorSpec:
@@ -160,8 +159,8 @@ class LookaheadLM(HarnessBase):
         out = []
         for request in requests:
             context, continuation = request.args
-            head = self._encode(context) if context else [self._prefix_id()]
-            tail = self._encode(continuation)
+            head = self.gen.target.encode(context) if context else [self._prefix_id()]
+            tail = self.gen.target.encode(continuation)
             out.append(self._score(head, tail))
             self.cache_hook.add_partial("loglikelihood", request.args, out[-1])
         return out
@@ -170,7 +169,7 @@ class LookaheadLM(HarnessBase):
         out = []
         for request in requests:
             (text,) = request.args
-            logprob, _ = self._score([self._prefix_id()], self._encode(text))
+            logprob, _ = self._score([self._prefix_id()], self.gen.target.encode(text))
             out.append(logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", request.args, logprob)
         return out
@@ -185,9 +184,6 @@ class LookaheadLM(HarnessBase):
         ids = torch.tensor(list(tail), device=logp.device)
         total = float(logp.gather(1, ids[:, None]).sum())
         return total, bool((logp.argmax(dim=-1) == ids).all())
-
-    def _encode(self, text: str) -> list[int]:
-        return self.gen.target.encode(text)
 
     def _prefix_id(self) -> int:
         return min(self.gen.target.eos_ids) if self.gen.target.eos_ids else self.gen.target.pad_id
@@ -211,6 +207,8 @@ if register_model is not None:
 
 # ---------------------------------------------------------------------------------------------- the task
 
+# The GSM8K task over a local JSONL of {"question", "answer"} problems (answers end "#### N"), with the instruction
+# of lookahead_reasoning.prompts; graded on the \boxed{} number and on the last number. @DATA@: the file.
 TASK_YAML = r"""task: gsm8k_lookahead
 dataset_path: json
 dataset_kwargs:
@@ -248,12 +246,6 @@ metadata:
 """
 
 
-def task_yaml(data: Path) -> str:
-    """The GSM8K task over a local JSONL of ``{"question", "answer"}`` problems (answers end "#### N"), with the
-    instruction of :mod:`lookahead_reasoning.prompts`; graded on the ``\\boxed{}`` number and on the last number."""
-    return TASK_YAML.replace("@DATA@", json.dumps(str(data)))
-
-
 def task_dir(data: Path = SHIPPED, offset: int = 0, limit: int | None = None) -> Path:
     """A folder for ``--include_path`` with the task over problems ``offset`` .. ``offset + limit`` of ``data``,
     every line of which is checked first (a line that is no GSM8K record is named with its file and line
@@ -271,7 +263,8 @@ def task_dir(data: Path = SHIPPED, offset: int = 0, limit: int | None = None) ->
             f"{len(problems) - 1})", ConfigError)
     folder = Path(tempfile.mkdtemp(prefix="lookahead-tasks-"))
     (folder / "problems.jsonl").write_text("\n".join(chosen) + "\n", encoding="utf-8")
-    (folder / f"{TASK}.yaml").write_text(task_yaml(folder / "problems.jsonl"), encoding="utf-8")
+    data_file = json.dumps(str(folder / "problems.jsonl"))
+    (folder / f"{TASK}.yaml").write_text(TASK_YAML.replace("@DATA@", data_file), encoding="utf-8")
     return folder
 
 
@@ -299,4 +292,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = saved
 
 
-__all__ = ["LookaheadLM", "harness_spec", "NOT_INSTALLED", "TASK", "eval_parser", "main", "task_dir", "task_yaml"]
+__all__ = ["LookaheadLM", "harness_spec", "NOT_INSTALLED", "TASK", "eval_parser", "main", "task_dir"]

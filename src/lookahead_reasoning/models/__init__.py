@@ -19,38 +19,18 @@ Four modules, four jobs:
 * :mod:`.offline`: the offline models' registry, their part packages, the sha256-checked join,
   the lock and the bf16 safetensors conversion cache;
 * :mod:`.placement`: :func:`resolve_device`, :func:`resolve_dtype` (with :func:`cpu_supports_bf16`,
-  :func:`cpu_supports_int8_dot`)
-  and :func:`resolve_attn_implementation`;
-* :mod:`.loading`: :class:`LoadedModel` and :func:`load_model`'s dispatch (with
-  :class:`LoadOptions`);
+  :func:`~.placement.cpu_supports_int8_dot`) and :func:`resolve_attn_implementation`;
+* :mod:`.loading`: :class:`LoadedModel` and :func:`load_model`'s dispatch (with :class:`LoadOptions`);
 * :mod:`.gguf`: reading a GGUF file into a dense transformers model.
 """
 
-from .loading import LoadedModel, LoadOptions, context_window, load_model, load_tokenizer
-from .offline import (
-                      CHUNK_BYTES,
-                      CONVERTED_MARKER,
-                      CONVERTED_SUBDIR,
-                      HASH_MARKER_SUFFIX,
-                      OFFLINE_MODELS,
-                      OfflineModel,
-                      cache_root,
-                      convert_offline,
-                      offline_gguf,
-                      offline_names,
-                      offline_spec,
-                      part_files,
-)
-from .placement import (
-                      cpu_supports_bf16,
-                      cpu_supports_int8_dot,
-                      resolve_attn_implementation,
-                      resolve_device,
-                      resolve_dtype,
-)
+from .loading import LoadedModel, LoadOptions, load_model
+from .offline import (CONVERTED_MARKER, CONVERTED_SUBDIR, OFFLINE_MODELS, OfflineModel, cache_root, convert_offline,
+                      offline_gguf, offline_names, offline_spec, part_files)
+from .placement import cpu_supports_bf16, resolve_attn_implementation, resolve_device, resolve_dtype
 
 __all__ = [
-    "CHUNK_BYTES", "CONVERTED_MARKER", "CONVERTED_SUBDIR", "HASH_MARKER_SUFFIX", "LoadOptions", "LoadedModel", "OFFLINE_MODELS",
-    "OfflineModel", "cache_root", "context_window", "convert_offline", "cpu_supports_bf16", "cpu_supports_int8_dot", "load_model", "load_tokenizer", "offline_gguf",
-    "offline_names", "offline_spec", "part_files", "resolve_attn_implementation", "resolve_device", "resolve_dtype",
+    "CONVERTED_MARKER", "CONVERTED_SUBDIR", "LoadOptions", "LoadedModel", "OFFLINE_MODELS", "OfflineModel",
+    "cache_root", "convert_offline", "cpu_supports_bf16", "load_model", "offline_gguf", "offline_names", "offline_spec",
+    "part_files", "resolve_attn_implementation", "resolve_device", "resolve_dtype",
 ]

@@ -21,24 +21,14 @@ def unavailable_errors() -> tuple[type[BaseException], ...]:
     fails on it instead of skipping a model that "could not be loaded".
     """
     import torch
+    from safetensors import SafetensorError
 
-    errors: tuple[type[BaseException], ...] = (OSError, ImportError, ValueError, MemoryError, torch.cuda.OutOfMemoryError)
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # transformers needs safetensors; without it the ImportError above covers the load
-        return errors
-    return (*errors, SafetensorError)
+    return (OSError, ImportError, ValueError, MemoryError, torch.cuda.OutOfMemoryError, SafetensorError)
 
 
 def gguf_unavailable_errors() -> tuple[type[BaseException], ...]:
     """:func:`unavailable_errors`, plus what a truncated or damaged GGUF file makes its reader raise."""
     return (*unavailable_errors(), struct.error, EOFError)
-
-
-def _transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
 
 
 def _strip_gguf_quantizer(model: Any) -> None:
@@ -55,7 +45,6 @@ def _strip_gguf_quantizer(model: Any) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.is_quantized = False
 
 
 def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:

@@ -76,10 +76,6 @@ class Int8WeightOnlyLinear(torch.nn.Module):
     def from_linear(cls, linear: torch.nn.Linear) -> "Int8WeightOnlyLinear":
         return cls(linear.weight, linear.bias)
 
-    def dequantized(self) -> torch.Tensor:
-        """(N, K) float32: the weight this layer multiplies with (the slow reference)."""
-        return self.weight.float() * self.scale.float().unsqueeze(1)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
         scale = self.scale.to(torch.bfloat16)  # exact: a later model.to(dtype) may have cast the buffer
@@ -96,7 +92,7 @@ def reference_int8_linear(layer: Int8WeightOnlyLinear, x: torch.Tensor) -> torch
 
     x (..., K) -> (..., N) float32.
     """
-    y = x.to(torch.bfloat16).float() @ layer.dequantized().T
+    y = x.to(torch.bfloat16).float() @ (layer.weight.float() * layer.scale.float().unsqueeze(1)).T
     return y if layer.bias is None else y + layer.bias
 
 
@@ -153,25 +149,19 @@ def w8a8_kernel_available() -> bool:
     instructions oneDNN's AVX2 path sums pairs of products in saturating int16 (with oneDNN capped
     at AVX2 on an EPYC, a random 3 x 40 x 24 product came out up to 25114 off), and then this is False.
     """
-    op = getattr(torch, "_int_mm", None)
-    if op is None:
-        return False
     try:
         gen = torch.Generator().manual_seed(0)
         a = torch.randint(-127, 128, (4, 64), generator=gen, dtype=torch.int8)
         b = torch.randint(-127, 128, (24, 64), generator=gen, dtype=torch.int8)
         a[0], a[1], b[0], b[1] = 127, -127, 127, -127
-        return bool(torch.equal(op(a, b.t()), a.int() @ b.int().t()))
+        return bool(torch.equal(torch._int_mm(a, b.t()), a.int() @ b.int().t()))
     except (RuntimeError, NotImplementedError):
         return False
 
 
 @functools.cache
 def int8_kernel_available() -> bool:
-    """True when ``torch._weight_int8pack_mm`` exists here and computes a small product correctly (CPU)."""
-    op = getattr(torch, "_weight_int8pack_mm", None)
-    if op is None:
-        return False
+    """True when ``torch._weight_int8pack_mm`` computes a small product correctly here (CPU)."""
     try:
         gen = torch.Generator().manual_seed(0)
         layer = Int8WeightOnlyLinear(torch.randn(24, 64, generator=gen))

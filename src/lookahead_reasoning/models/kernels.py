@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import require
 
 _MARK = "_lookahead_onednn"
 CPU_LINEAR_CHOICES = ("auto", "onednn", "default")
@@ -69,9 +69,8 @@ def use_onednn_linear(model: torch.nn.Module) -> int:
 
     Idempotent. Raises ConfigError when this torch build cannot run the op.
     """
-    if not onednn_linear_available():
-        raise ConfigError("cpu_linear='onednn' needs torch's oneDNN linear op, which this torch build "
-                          "does not have or cannot run; use cpu_linear='default'")
+    require(onednn_linear_available(), "cpu_linear='onednn' needs torch's oneDNN linear op, which this torch build "
+                                       "does not have or cannot run; use cpu_linear='default'")
     count = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and not getattr(module, _MARK, False):
@@ -103,23 +102,18 @@ def apply_cpu_linear(model: Any, choice: str | None) -> bool:
     ``"onednn"``: oneDNN (the model must be float32 on the CPU). ``"default"``: leave torch's path.
     """
     choice = "auto" if choice is None else str(choice).strip().lower()
-    if choice not in CPU_LINEAR_CHOICES:
-        raise ConfigError(f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {choice!r}")
+    require(choice in CPU_LINEAR_CHOICES, f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {choice!r}")
     if choice == "default":
         return False
     param = next(model.parameters(), None)
     fits = param is not None and param.device.type == "cpu" and param.dtype == torch.float32
     if choice == "onednn":
-        if not fits:
-            raise ConfigError("cpu_linear='onednn' is for float32 models on the CPU; this model is "
-                              f"{param.dtype if param is not None else 'empty'} on "
-                              f"{param.device if param is not None else '-'}")
-        use_onednn_linear(model)
-        return True
-    if fits and onednn_linear_available():
-        use_onednn_linear(model)
-        return True
-    return False
+        require(fits, "cpu_linear='onednn' is for float32 models on the CPU; this model is "
+                      f"{getattr(param, 'dtype', 'empty')} on {getattr(param, 'device', '-')}")
+    elif not (fits and onednn_linear_available()):
+        return False
+    use_onednn_linear(model)
+    return True
 
 
 def quantize_draft_int8(model: torch.nn.Module) -> int:
@@ -134,12 +128,12 @@ def quantize_draft_int8(model: torch.nn.Module) -> int:
     """
     param = next(model.parameters(), None)
     floats = (torch.float32, torch.bfloat16, torch.float16)
-    if param is None or param.device.type != "cpu" or param.dtype not in floats:
-        raise ConfigError("int8 draft quantization is for floating-point models on the CPU; this draft is "
-                          f"{getattr(param, 'dtype', None)} on {getattr(param, 'device', None)}")
+    require(param is not None and param.device.type == "cpu" and param.dtype in floats,
+            "int8 draft quantization is for floating-point models on the CPU; this draft is "
+            f"{getattr(param, 'dtype', None)} on {getattr(param, 'device', None)}")
     engines = torch.backends.quantized.supported_engines
-    if not any(e in engines for e in ("x86", "fbgemm", "qnnpack", "onednn")):
-        raise ConfigError(f"this torch build has no quantized CPU engine (engines: {engines})")
+    require(any(e in engines for e in ("x86", "fbgemm", "qnnpack", "onednn")),
+            f"this torch build has no quantized CPU engine (engines: {engines})")
     if param.dtype != torch.float32:  # only once nothing can refuse any more: a refusal leaves the model as it was
         model.float()
     import warnings

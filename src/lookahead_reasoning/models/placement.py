@@ -27,32 +27,27 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     text = str(device).strip().lower()
     match = _DEVICE_RE.match(text)
-    if match is None:
-        raise ConfigError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'mps' (or None for the best available), "
-                          f"got {device!r}; this machine has {_available_devices()}")
+    require(match is not None, "device must be 'cpu', 'cuda', 'cuda:N' or 'mps' (or None for the best available), "
+                               f"got {device!r}; this machine has {_available_devices()}")
     kind, index = match.group(1), match.group(2)
     if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {text!r} asked for, but CUDA is not available here "
-                              f"(this machine has {_available_devices()})")
+        require(torch.cuda.is_available(), f"device {text!r} asked for, but CUDA is not available here "
+                                           f"(this machine has {_available_devices()})")
         count = torch.cuda.device_count()
-        if index is not None and int(index) >= count:
-            raise ConfigError(f"device {text!r} asked for, but there {'is' if count == 1 else 'are'} only "
-                              f"{count} CUDA device{'' if count == 1 else 's'} (cuda:0..cuda:{count - 1})")
+        require(index is None or int(index) < count, f"device {text!r} asked for, but there "
+                f"{'is' if count == 1 else 'are'} only {count} CUDA device{'' if count == 1 else 's'} "
+                f"(cuda:0..cuda:{count - 1})")
     elif kind == "mps":
-        if not _mps_available():
-            raise ConfigError(f"device {text!r} asked for, but MPS (Apple GPU) is not available here "
-                              f"(this machine has {_available_devices()})")
-        if index not in (None, "0"):
-            raise ConfigError(f"device {text!r}: there is only one MPS device, 'mps'")
-    elif index not in (None, "0"):
-        raise ConfigError(f"device {text!r}: use 'cpu' (the CPU has no index)")
+        require(_mps_available(), f"device {text!r} asked for, but MPS (Apple GPU) is not available here "
+                                  f"(this machine has {_available_devices()})")
+        require(index in (None, "0"), f"device {text!r}: there is only one MPS device, 'mps'")
+    else:
+        require(index in (None, "0"), f"device {text!r}: use 'cpu' (the CPU has no index)")
     return torch.device(text)
 
 
 def _mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
+    return torch.backends.mps.is_available()
 
 
 def _available_devices() -> str:
@@ -77,7 +72,7 @@ def cpu_supports_bf16() -> bool:
     Read from the CPU's flags (:mod:`lookahead_reasoning.models.hardware`), else from torch's CPU
     capability string (``AMX``). Without them torch emulates bf16 matmuls, which is slower than float32.
     """
-    flags = cpu_flags()
+    flags = hardware.cpu_flags()
     if flags is not None:
         return bool(flags & {"avx512_bf16", "amx_bf16"})
     return "AMX" in _cpu_capability()
@@ -92,17 +87,11 @@ def cpu_supports_int8_dot() -> bool:
     (:func:`lookahead_reasoning.models.hardware.has_int8_dot`), else from torch's CPU capability
     string (``AVX512`` or ``AMX``).
     """
-    known = hardware.has_int8_dot(cpu_flags())
+    known = hardware.has_int8_dot(hardware.cpu_flags())
     if known is not None:
         return known
     capability = _cpu_capability()
     return "AMX" in capability or "AVX512" in capability
-
-
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags, as :func:`lookahead_reasoning.models.hardware.cpu_flags` reads them
-    (the one place they are read, so that one fake of it in a test changes every answer)."""
-    return hardware.cpu_flags()
 
 
 def _cpu_capability() -> str:
@@ -162,16 +151,14 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
     name = requested.strip()
     if "/" in name:
         return name
-    if name not in _ATTN_KNOWN:
-        raise ConfigError(f"attn_implementation must be one of {', '.join(_ATTN_KNOWN)} or 'auto', got {requested!r}")
+    require(name in _ATTN_KNOWN, f"attn_implementation must be one of {', '.join(_ATTN_KNOWN)} or 'auto', "
+                                 f"got {requested!r}")
     if name.startswith("flash_attention"):
         package = "flash_attn" if name == "flash_attention_2" else "flash_attn_interface"
-        if dev.type != "cuda":
-            raise ConfigError(f"attn_implementation={name!r} needs a CUDA device, and the model is loaded on "
-                              f"{dev}; use 'sdpa' (or leave it unset to pick the best available)")
-        if not _has_package(package):
-            raise ConfigError(f"attn_implementation={name!r} needs the {package!r} package, which is not "
-                              f"installed (`pip install -e \".[gpu]\"`); use 'sdpa' or leave it unset")
+        require(dev.type == "cuda", f"attn_implementation={name!r} needs a CUDA device, and the model is loaded on "
+                                    f"{dev}; use 'sdpa' (or leave it unset to pick the best available)")
+        require(_has_package(package), f"attn_implementation={name!r} needs the {package!r} package, which is not "
+                                       f"installed (`pip install -e \".[gpu]\"`); use 'sdpa' or leave it unset")
     return name
 
 
@@ -183,5 +170,5 @@ def device_map_device(device_map: str | dict) -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-__all__ = ["cpu_supports_bf16", "cpu_supports_int8_dot", "device_map_device", "resolve_attn_implementation", "resolve_device",
-           "resolve_dtype"]
+__all__ = ["cpu_supports_bf16", "cpu_supports_int8_dot", "device_map_device", "resolve_attn_implementation",
+           "resolve_device", "resolve_dtype"]

@@ -52,12 +52,9 @@ quantises activations, but per row: a row's scale comes from that row alone and 
 accumulation is exact, so it stays batch invariant (the per-batch scale of ``"int8-dynamic"`` is
 what breaks it).
 
-What ``"auto"`` picks (:func:`resolve_precision`): on a CPU with int8 dot-product instructions
-(VNNI/AMX), ``"w8a8"`` when its kernel runs; on other CPUs ``"int8"`` when the int8 kernel runs
-(on a 2-core AVX2 EPYC one 8960 x 1536 linear takes 1.1-2.2 ms for one row against 2.9-3.8 ms in
-float32 with oneDNN); else the dtype
-``models.resolve_dtype`` picks; on CUDA ``"bf16"`` where supported (no int8 kernel is wired for
-GPUs), else ``"float32"``; elsewhere ``"float32"``.
+What ``"auto"`` picks, :func:`resolve_precision` says (on a 2-core AVX2 EPYC one 8960 x 1536 ``"int8"``
+linear takes 1.1-2.2 ms for one row against 2.9-3.8 ms in float32 with oneDNN; no int8 kernel is wired
+for GPUs).
 
 What the user gives up with int8: the logits move by the int8 rounding of the weights (about 0.4%
 of each row's largest weight) and the bf16 rounding of each linear's input, so the greedy text can
@@ -69,7 +66,6 @@ the embedding, and the int8 layers are not meant to be saved with ``save_pretrai
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -78,19 +74,8 @@ import torch
 
 from . import hardware
 from ..errors import require
-from .int8_layers import (
-    INT8_KERNEL,
-    W8A8_KERNEL,
-    Int8PerTokenLinear,
-    Int8WeightOnlyLinear,
-    int8_kernel_available,
-    quantize_activations_int8,
-    quantize_linears_int8,
-    quantize_rows_int8,
-    reference_int8_linear,
-    reference_w8a8_linear,
-    w8a8_kernel_available,
-)
+from .int8_layers import (INT8_KERNEL, W8A8_KERNEL, Int8PerTokenLinear, Int8WeightOnlyLinear, int8_kernel_available,
+                          quantize_linears_int8, w8a8_kernel_available)
 from .kernels import quantize_draft_int8, restore_linear
 from .placement import cpu_supports_bf16, cpu_supports_int8_dot, resolve_device
 
@@ -126,14 +111,6 @@ class PrecisionInfo:
 
 # ------------------------------------------------------------------------------------ resolution
 
-def _cpu_has_native_bf16() -> bool:
-    return cpu_supports_bf16()
-
-
-def _cpu_has_int8_dot() -> bool:
-    return cpu_supports_int8_dot()
-
-
 def precision_warning(precision: str | None, device: str | torch.device | None = "cpu") -> str | None:
     """One line for the user when ``precision`` runs here but is not the fast choice it is elsewhere,
     else None. Today: ``"w8a8"`` on a CPU whose flags show no int8 dot-product instruction (VNNI or
@@ -148,13 +125,7 @@ def precision_warning(precision: str | None, device: str | torch.device | None =
             "than float32 on an AVX2-only CPU); --precision int8 or auto (which picks int8 here) is faster")
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str | None) -> None:
-    if message is not None and message not in _WARNED:
-        _WARNED.add(message)
-        log.warning(message)
+_WARNED: set[str] = set()  # the warnings logged so far: each once per process
 
 
 def normalize_precision(precision: str | None) -> str:
@@ -190,9 +161,9 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if name == "auto":
         if dev.type == "cpu":
-            if _cpu_has_int8_dot() and w8a8_kernel_available():
+            if cpu_supports_int8_dot() and w8a8_kernel_available():
                 return "w8a8"
-            return "int8" if int8_kernel_available() else ("bf16" if _cpu_has_native_bf16() else "float32")
+            return "int8" if int8_kernel_available() else ("bf16" if cpu_supports_bf16() else "float32")
         if dev.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "float32"
         return "float32"
@@ -207,7 +178,10 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
                                          f"build ({torch.__version__}) does not have, cannot run, or runs inexactly "
                                          "on this CPU (without int8 dot-product instructions, VNNI/AMX, oneDNN's "
                                          "int8 product saturates); use 'int8'")
-        _warn_once(precision_warning(name, dev))
+        warning = precision_warning(name, dev)
+        if warning is not None and warning not in _WARNED:
+            _WARNED.add(warning)
+            log.warning(warning)
     return name
 
 
@@ -224,17 +198,6 @@ def weight_bytes(model: torch.nn.Module) -> int:
             seen.add(key)
             total += storage.nbytes()
     return total
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    param = next(model.parameters(), None)
-    require(param is not None, "the model has no parameters: nothing to set a precision for")
-    return param.device
-
-
-def _int8_compute_dtype() -> torch.dtype:
-    """float32 between the int8 linears unless the CPU has native bf16 (emulated bf16 costs more than it saves)."""
-    return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
@@ -254,47 +217,35 @@ def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, r
     ``"int8-dynamic"`` for a target. A refusal leaves the model untouched.
     """
     require(role in ROLES, f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    device = _model_device(model)
-    name = resolve_precision(precision, device)
+    param = next(model.parameters(), None)
+    require(param is not None, "the model has no parameters: nothing to set a precision for")
+    name = resolve_precision(precision, param.device)
     require(not (name == "int8-dynamic" and role == "target"),
             "precision 'int8-dynamic' quantises activations with one scale per batch, so a row's logits depend "
             "on the other rows; a target must be batch invariant: use 'int8' (weight-only) for a target, "
             "'int8-dynamic' for a draft only")
     before = weight_bytes(model)
-    converted, kernel = _APPLY[name](model)
+    converted, kernel = _apply(model, name)
     param = next(model.parameters())
     return PrecisionInfo(name, converted, before, weight_bytes(model), param.dtype, kernel)
 
 
-def _apply_float32(model: torch.nn.Module) -> tuple[int, str]:
-    model.float()
-    return 0, "torch.nn.functional.linear (oneDNN with cpu_linear)"
-
-
-def _apply_bf16(model: torch.nn.Module) -> tuple[int, str]:
+def _apply(model: torch.nn.Module, name: str) -> tuple[int, str]:
+    """Store ``model``'s weights in the concrete precision ``name``, in place: (linears converted, the kernel)."""
+    if name == "float32":
+        model.float()
+        return 0, "torch.nn.functional.linear (oneDNN with cpu_linear)"
+    if name == "int8-dynamic":
+        return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
     restore_linear(model)  # the oneDNN wrapper only serves float32
-    model.to(torch.bfloat16)
-    return 0, "torch.nn.functional.linear (bf16)"
-
-
-def _apply_int8_layers(model: torch.nn.Module, layer: type[Int8WeightOnlyLinear], kernel: str) -> tuple[int, str]:
-    """Every linear to ``layer`` (int8 weights), everything else to the int8 compute dtype."""
-    restore_linear(model)
-    count = quantize_linears_int8(model, layer=layer)
-    model.to(_int8_compute_dtype())  # embedding, norms and biases; int8 buffers keep their dtype
-    return count, kernel
-
-
-def _apply_int8_dynamic(model: torch.nn.Module) -> tuple[int, str]:
-    return quantize_draft_int8(model), "torch.ao dynamic int8 linear (per-batch activation scale)"
-
-
-_APPLY = {"float32": _apply_float32, "bf16": _apply_bf16,
-          "int8": functools.partial(_apply_int8_layers, layer=Int8WeightOnlyLinear, kernel=INT8_KERNEL),
-          "w8a8": functools.partial(_apply_int8_layers, layer=Int8PerTokenLinear, kernel=W8A8_KERNEL),
-          "int8-dynamic": _apply_int8_dynamic}
-
-
+    if name == "bf16":
+        model.to(torch.bfloat16)
+        return 0, "torch.nn.functional.linear (bf16)"
+    count = quantize_linears_int8(model, layer=Int8WeightOnlyLinear if name == "int8" else Int8PerTokenLinear)
+    # The embedding, norms and biases (int8 buffers keep their dtype): float32 between the int8 linears unless
+    # the CPU has native bf16 (emulated bf16 costs more than it saves).
+    model.to(torch.bfloat16 if cpu_supports_bf16() else torch.float32)
+    return count, INT8_KERNEL if name == "int8" else W8A8_KERNEL
 
 
 DRAFT_PRECISIONS = (None, "none", "auto", "int8-dynamic")  # what precision={"draft": ...} may name
@@ -315,7 +266,5 @@ def split_precision(precision: Any) -> tuple[str | None, str | None]:
     return target, None if draft == "none" else draft
 
 
-__all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "PRECISIONS", "PrecisionInfo", "W8A8_KERNEL",
-           "apply_precision", "int8_kernel_available", "normalize_precision", "precision_warning",
-           "quantize_activations_int8", "quantize_linears_int8", "quantize_rows_int8", "reference_int8_linear",
-           "reference_w8a8_linear", "resolve_precision", "split_precision", "w8a8_kernel_available", "weight_bytes"]
+__all__ = ["PRECISIONS", "PrecisionInfo", "apply_precision", "normalize_precision", "precision_warning",
+           "resolve_precision", "split_precision", "weight_bytes"]

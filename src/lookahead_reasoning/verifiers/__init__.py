@@ -54,23 +54,18 @@ from typing import Any
 
 from .base import FAILURE_KINDS, BaseVerifier, Pair, Verdict, Verifier
 
-_LAZY = {
-    "normalize_step": "text", "step_numbers": "text", "numbers_mismatch": "text", "ExactMatchVerifier": "text",
-    "EmbeddingVerifier": "embedding", "NumbersEmbeddingVerifier": "embedding",
-    "DEFAULT_EMBEDDING_PACKAGE": "embedding",
-    "JUDGE_QUESTION": "judge", "ALIGNED_QUESTION": "judge", "LLMJudgeVerifier": "judge", "judge_question": "judge",
-    "JudgeOptions": "judge",
-    "SCORE_QUESTION": "score", "TargetScoreVerifier": "score",
-    "OpenAIJudgeVerifier": "openai",
-    "LikelihoodVerifier": "likelihood", "NumbersLikelihoodVerifier": "likelihood", "TokenScores": "likelihood",
-    "verify_pairs": "likelihood",
-    "CascadeVerifier": "combine", "RandomVerifier": "combine",
-    "KNOWN_VERIFIERS": "registry", "make_verifier": "registry",
-    "check_verifier_spec": "registry", "paper_judge": "registry",
-    "VerifierSettings": "options", "add_verifier_args": "options", "add_judge_args": "options",
-    "build_verifier": "options",
-    "check_verifier_settings": "options", "verifier_settings_from_args": "options",
-}
+_LAZY = {name: module for module, names in {
+    "text": ("normalize_step", "step_numbers", "numbers_mismatch", "ExactMatchVerifier"),
+    "embedding": ("EmbeddingVerifier", "NumbersEmbeddingVerifier", "DEFAULT_EMBEDDING_PACKAGE"),
+    "judge": ("JUDGE_QUESTION", "ALIGNED_QUESTION", "LLMJudgeVerifier", "judge_question", "JudgeOptions"),
+    "score": ("SCORE_QUESTION", "TargetScoreVerifier"),
+    "openai": ("OpenAIJudgeVerifier",),
+    "likelihood": ("LikelihoodVerifier", "TokenScores", "verify_pairs"),
+    "combine": ("CascadeVerifier", "RandomVerifier"),
+    "registry": ("KNOWN_VERIFIERS", "make_verifier", "check_verifier_spec", "paper_judge"),
+    "options": ("VerifierSettings", "add_verifier_args", "add_judge_args", "build_verifier", "check_verifier_settings",
+                "verifier_settings_from_args"),
+}.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:

@@ -44,11 +44,7 @@ class Verdict:
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Anything with a ``name`` and a batched ``verify``.
-
-    ``verify(pairs)`` takes ``(draft_step, target_step)`` strings and returns one :class:`Verdict`
-    per pair, in order; it never raises because a judgement failed (the pair is rejected instead).
-    """
+    """Anything with a ``name`` and a batched ``verify``."""
 
     name: str
 
@@ -89,22 +85,13 @@ def check_pairs(pairs: Sequence[Pair]) -> list[Pair]:
     return [(d, t) for d, t in pairs]
 
 
-def share(start: float, n: int) -> float:
-    """Per-pair share of the time since ``start`` (a ``time.perf_counter()`` reading)."""
-    return (time.perf_counter() - start) / max(n, 1)
-
-
-def with_latency(verdicts: list[Verdict], latency_s: float) -> list[Verdict]:
-    """Set every verdict's ``latency_s`` (the call's per-pair share) and return them."""
+def with_latency(verdicts: list[Verdict], start: float) -> list[Verdict]:
+    """Set every verdict's ``latency_s`` to its share of the time since ``start`` (a ``time.perf_counter()``
+    reading: the call's wall time per pair) and return them."""
+    latency_s = (time.perf_counter() - start) / max(len(verdicts), 1)
     for v in verdicts:
         v.latency_s = latency_s
     return verdicts
-
-
-def check_unit_threshold(threshold: float, what: str) -> None:
-    """ConfigError unless ``threshold`` is a number in [0, 1] (not a bool, not NaN)."""
-    require(isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0.0 <= threshold <= 1.0,
-            f"{what} threshold must be in [0, 1], got {threshold!r}")
 
 
 def verifier_fields(verifier: Any) -> dict[str, Any]:
@@ -115,5 +102,5 @@ def verifier_fields(verifier: Any) -> dict[str, Any]:
             "verifier_threshold": float(threshold) if isinstance(threshold, (int, float)) else None}
 
 
-__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "share", "verifier_fields",
+__all__ = ["BaseVerifier", "FAILURE_KINDS", "Pair", "Verdict", "Verifier", "check_pairs", "verifier_fields",
            "with_latency"]

@@ -7,7 +7,7 @@ import time
 from typing import Sequence
 
 from ..errors import VerifierError, require
-from .base import BaseVerifier, Pair, Verdict, Verifier, check_pairs, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, Verifier, check_pairs, with_latency
 from .likelihood import TokenScores, uses_scores, verify_pairs
 
 
@@ -71,7 +71,7 @@ class RandomVerifier(BaseVerifier):
             ok = u < self.p_accept
             verdicts.append(Verdict(ok, None, f"draw {u:.3f} {'<' if ok else '>='} p_accept {self.p_accept:g}",
                                     0.0, self.name))
-        return with_latency(verdicts, share(start, len(pairs)))
+        return with_latency(verdicts, start)
 
 
 __all__ = ["CascadeVerifier", "RandomVerifier"]

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..errors import VerifierError, require
-from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, check_pairs, with_latency
 from .text import numbers_mismatch
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class EmbeddingVerifier(BaseVerifier):
                 ok = cos >= self.threshold
                 verdicts[i] = Verdict(ok, cos, f"cosine {cos:.3f} {'>=' if ok else '<'} {self.threshold:g}",
                                       0.0, self.name)
-        return with_latency(list(verdicts), share(start, len(pairs)))
+        return with_latency(list(verdicts), start)
 
 
 class NumbersEmbeddingVerifier(EmbeddingVerifier):
@@ -159,8 +159,8 @@ class NumbersEmbeddingVerifier(EmbeddingVerifier):
 
 def require_module(module: str, pip_name: str) -> None:
     """VerifierError with the pip command unless ``module`` is installed (found without importing it)."""
-    if importlib.util.find_spec(module) is None:
-        raise VerifierError(f"the embedding verifier needs the package {pip_name!r}: `pip install {pip_name}`")
+    require(importlib.util.find_spec(module) is not None,
+            f"the embedding verifier needs the package {pip_name!r}: `pip install {pip_name}`", VerifierError)
 
 
 def takes_kwarg(fn: Callable, name: str) -> bool:

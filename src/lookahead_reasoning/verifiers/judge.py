@@ -27,7 +27,7 @@ import torch
 
 from ..errors import VerifierError, require
 from ..runtime.lm import LM
-from .base import BaseVerifier, Pair, Verdict, check_pairs, check_unit_threshold, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, check_pairs, with_latency
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +60,6 @@ def judge_question(draft: str, target: str, yes: str = "yes", no: str = "no", te
     return template.format(draft=draft.strip(), target=target.strip(), yes=yes, no=no)
 
 
-def check_judge_options(threshold: float, min_mass: float, yes: str, no: str, rule: str = "share",
-                        template: str = JUDGE_QUESTION) -> None:
-    """ConfigError naming the first bad judge option."""
-    check_unit_threshold(threshold, "judge")
-    require(isinstance(min_mass, (int, float)) and 0.0 <= min_mass < 1.0,
-            f"min_mass must be in [0, 1), got {min_mass!r}")
-    require(bool(yes.strip()) and bool(no.strip()) and yes.strip().lower() != no.strip().lower(),
-            f"the two answer words must be different non-empty words, got {yes!r} and {no!r}")
-    require(rule in RULES, f"judge rule must be one of {', '.join(RULES)}, got {rule!r}")
-    require(isinstance(template, str) and "{draft}" in template and "{target}" in template,
-            "a judge question must contain the fields {draft} and {target}")
-
-
 @dataclass(frozen=True)
 class JudgeOptions:
     """How a judge is asked and how its answer is read (module docstring), checked once.
@@ -91,8 +78,18 @@ class JudgeOptions:
     prefill: str = ""
 
     def __post_init__(self) -> None:
+        """ConfigError naming the first bad option."""
         yes, no = self.answers
-        check_judge_options(self.threshold, self.min_mass, yes, no, self.rule, self.question)
+        t = self.threshold
+        require(isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 <= t <= 1.0,
+                f"judge threshold must be in [0, 1], got {t!r}")
+        require(isinstance(self.min_mass, (int, float)) and 0.0 <= self.min_mass < 1.0,
+                f"min_mass must be in [0, 1), got {self.min_mass!r}")
+        require(bool(yes.strip()) and bool(no.strip()) and yes.strip().lower() != no.strip().lower(),
+                f"the two answer words must be different non-empty words, got {yes!r} and {no!r}")
+        require(self.rule in RULES, f"judge rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        require(isinstance(self.question, str) and "{draft}" in self.question and "{target}" in self.question,
+                "a judge question must contain the fields {draft} and {target}")
 
     @classmethod
     def given(cls, options: "JudgeOptions | float | None", changes: dict[str, Any]) -> "JudgeOptions":
@@ -106,16 +103,11 @@ class JudgeOptions:
 JUDGE_OPTION_NAMES = tuple(f.name for f in fields(JudgeOptions))
 
 
-def word_variants(word: str) -> list[str]:
-    """Spellings of an answer word a model may start with: as is, capitalised, each with a leading space."""
-    forms = dict.fromkeys([word, word.lower(), word.capitalize()])
-    return [f for w in forms for f in (w, " " + w)]
-
-
 def first_token_ids(lm: Any, word: str) -> set[int]:
-    """First token id of each spelling of ``word``, skipping leading tokens that decode to whitespace."""
+    """First token id of each spelling of ``word`` a model may start with (as is, lower-case, capitalised, each
+    with a leading space), skipping leading tokens that decode to whitespace."""
     ids = set()
-    for form in word_variants(word):
+    for form in (f for w in dict.fromkeys([word, word.lower(), word.capitalize()]) for f in (w, " " + w)):
         tokens = lm.encode(form)
         while tokens and not lm.decode([tokens[0]]).strip():
             tokens = tokens[1:]
@@ -186,7 +178,7 @@ class BatchedLocalJudge(BaseVerifier):
                 log.warning("%s (%s) failed on %d pairs, rejecting them: %s: %s", self.name,
                             getattr(getattr(self, "judge", None), "name", "?"), len(chunk), type(e).__name__, e)
                 verdicts += [self.failed("exception", f"judge error: {type(e).__name__}: {e}") for _ in chunk]
-        return with_latency(verdicts, share(start, len(pairs)))
+        return with_latency(verdicts, start)
 
 
 class LLMJudgeVerifier(BatchedLocalJudge):
@@ -234,17 +226,14 @@ class LLMJudgeVerifier(BatchedLocalJudge):
         question = judge_question(draft, target, *self.answers, template=self.question)
         return question_prompt(self.judge, question, self.system, self.prefill, "\nAnswer:")
 
-    def _read(self, pairs: Sequence[Pair]) -> list[tuple[float, float, str | None]]:
-        """(P(yes), P(no), the word the argmax token starts or None) per pair."""
+    def judge_batch(self, pairs: list[Pair]) -> list[Verdict]:
+        """From P(yes), P(no) and the word the argmax token starts (or None), per pair: :func:`decide`."""
         probs = next_token_probs(self.judge, [self.prompt(d, t) for d, t in pairs])  # (B, V)
         yes = probs[:, sorted(self.yes_ids)].max(dim=-1).values
         no = probs[:, sorted(self.no_ids)].max(dim=-1).values
         top = probs.argmax(dim=-1).tolist()
         words = ["yes" if t in self.yes_ids else "no" if t in self.no_ids else None for t in top]
-        return [(float(y), float(n), w) for y, n, w in zip(yes, no, words)]
-
-    def judge_batch(self, pairs: list[Pair]) -> list[Verdict]:
-        return [decide(self, y, n, w) for y, n, w in self._read(pairs)]
+        return [decide(self, float(y), float(n), w) for y, n, w in zip(yes, no, words)]
 
 
 __all__ = ["ALIGNED_ANSWERS", "ALIGNED_PREFILL", "ALIGNED_QUESTION", "JUDGE_OPTION_NAMES", "JUDGE_QUESTION",

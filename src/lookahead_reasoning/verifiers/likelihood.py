@@ -33,7 +33,7 @@ from typing import Sequence
 
 from ..errors import VerifierError, require
 from ..steps import TokenScores
-from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, check_pairs, with_latency
 from .text import numbers_mismatch
 
 RULES = ("min-prob", "mean-logp", "low-count", "max-rank")
@@ -124,16 +124,7 @@ class LikelihoodVerifier(BaseVerifier):
                 if other:
                     ok, reason = False, f"{reason}, but {other}"
             verdicts.append(Verdict(ok, score, reason, 0.0, self.name))
-        return with_latency(verdicts, share(start, len(pairs)))
+        return with_latency(verdicts, start)
 
 
-class NumbersLikelihoodVerifier(LikelihoodVerifier):
-    """:class:`LikelihoodVerifier` that also asks for the same numbers in both steps ("likelihood-numbers")."""
-
-    def __init__(self, rule: str = "min-prob", threshold: float | None = None, allowed: int = 1,
-                 same_numbers: bool = True):
-        super().__init__(rule, threshold, allowed, same_numbers)
-
-
-__all__ = ["DEFAULT_THRESHOLDS", "LikelihoodVerifier", "NumbersLikelihoodVerifier", "RULES", "TokenScores", "uses_scores",
-           "verify_pairs"]
+__all__ = ["DEFAULT_THRESHOLDS", "LikelihoodVerifier", "RULES", "TokenScores", "uses_scores", "verify_pairs"]

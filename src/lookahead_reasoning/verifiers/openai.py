@@ -14,7 +14,7 @@ import urllib.request
 from typing import Any, Callable, Sequence
 
 from ..errors import VerifierError, require
-from .base import BaseVerifier, Pair, Verdict, check_pairs, share, with_latency
+from .base import BaseVerifier, Pair, Verdict, check_pairs, with_latency
 from .judge import JUDGE_OPTION_NAMES, JudgeOptions, decide, judge_question
 
 log = logging.getLogger(__name__)
@@ -43,15 +43,11 @@ class OpenAIJudgeVerifier(BaseVerifier):
             it serves (VerifierError when it serves none or several).
         api_key: sent as ``Authorization: Bearer <key>`` when given.
         timeout: seconds per request.
-        options: a :class:`~.judge.JudgeOptions` (or its threshold; None: the defaults). By name,
-            :func:`~.registry.make_verifier` takes its fields as options of their own (``threshold=``,
-            ``answers=``, ``min_mass=``, ``question=``, ``rule=``, ``prefill=``: ``keyword_options``).
+        options: a :class:`~.judge.JudgeOptions` (or its threshold; None: the defaults), taken by
+            name as for :class:`~.judge.LLMJudgeVerifier`.
         format_prompt: turns the question into the text sent, e.g. a chat template applied locally
             (``lambda q: lm.chat_prompt(q)``); default: the plain question followed by "\\nAnswer:".
         top_logprobs: how many alternatives the server returns for the answer token.
-
-    To see what the server serves before the first ``verify``, call :meth:`served_models` (GET
-    ``{base_url}/models``; VerifierError if it cannot be reached or refuses the key).
     """
 
     name = "openai-judge"
@@ -76,7 +72,10 @@ class OpenAIJudgeVerifier(BaseVerifier):
         self.question, self.rule, self.prefill = options.question, options.rule, options.prefill
         self.format_prompt = format_prompt or (lambda text: f"{text}\nAnswer:")
         if model is None:
-            self.model = self._only_served_model()
+            served = self.served_models()
+            require(len(served) == 1, f"judge endpoint {self.base_url} serves {served or 'no models'}; "
+                    "name the judge model (--judge-name / model=)", VerifierError)
+            self.model = served[0]
 
     # ----------------------------------------------------------------- http
     def _request(self, path: str, body: dict | None = None) -> Any:
@@ -107,13 +106,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
         listed = answer.get("data", []) if isinstance(answer, dict) else []
         return [m.get("id") for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
 
-    def _only_served_model(self) -> str:
-        served = self.served_models()
-        if len(served) != 1:
-            raise VerifierError(f"judge endpoint {self.base_url} serves {served or 'no models'}; "
-                                "name the judge model (--judge-name / model=)")
-        return served[0]
-
     # ----------------------------------------------------------------- judging
     def _word(self, token: Any) -> str | None:
         """"yes" or "no" when ``token`` is one answer word, or a start of it (2 characters or more) that
@@ -139,10 +131,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list):
             raise ValueError(f"no 'choices' list in the answer: {str(answer)[:200]}")
-        by_index = {}
-        for position, choice in enumerate(choices):
-            if isinstance(choice, dict):
-                by_index[choice.get("index", position)] = choice
+        by_index = {choice.get("index", i): choice for i, choice in enumerate(choices) if isinstance(choice, dict)}
         verdicts = []
         for i in range(n):
             choice = by_index.get(i)
@@ -173,7 +162,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
             kind, reason = http_failure(e, self.timeout)
             log.warning("openai judge at %s failed on %d pairs, rejecting them: %s", self.base_url, len(pairs), reason)
             verdicts = [self.failed(kind, reason) for _ in pairs]
-        return with_latency(verdicts, share(start, len(pairs)))
+        return with_latency(verdicts, start)
 
 
 def http_failure(e: BaseException, timeout: float) -> tuple[str, str]:

@@ -89,12 +89,9 @@ def add_judge_args(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None
 
 def verifier_settings_from_args(args: argparse.Namespace) -> VerifierSettings:
     """The settings from parsed arguments (options not added to the parser take their defaults)."""
-    def get(option: str, default: Any = None) -> Any:
-        return getattr(args, option, default)
-
-    return VerifierSettings(name=get("verifier", DEFAULT_VERIFIER), threshold=get("threshold"),
-                            judge_model=get("judge_model"), judge_url=get("judge_url"), judge_name=get("judge_name"),
-                            judge_timeout=get("judge_timeout"), judge_dtype=get("judge_dtype", "auto"))
+    given = {name: getattr(args, name) for name in ("threshold", "judge_model", "judge_url", "judge_name",
+                                                    "judge_timeout", "judge_dtype") if hasattr(args, name)}
+    return VerifierSettings(name=getattr(args, "verifier", DEFAULT_VERIFIER), **given)
 
 
 def check_verifier_settings(settings: VerifierSettings) -> list[str]:

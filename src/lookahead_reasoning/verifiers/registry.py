@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ from ..errors import VerifierError, require
 from .base import Verifier
 from .combine import CascadeVerifier, RandomVerifier
 from .embedding import EmbeddingVerifier, NumbersEmbeddingVerifier
-from .likelihood import LikelihoodVerifier, NumbersLikelihoodVerifier
+from .likelihood import LikelihoodVerifier
 from .judge import (ALIGNED_ANSWERS, ALIGNED_PREFILL, ALIGNED_QUESTION, JUDGE_OPTION_NAMES, JudgeOptions,
                     LLMJudgeVerifier)
 from .openai import OpenAIJudgeVerifier
@@ -60,7 +61,7 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {
     "paper-judge": paper_judge,
     "target-score": TargetScoreVerifier,
     "likelihood": LikelihoodVerifier,
-    "likelihood-numbers": NumbersLikelihoodVerifier,
+    "likelihood-numbers": functools.partial(LikelihoodVerifier, same_numbers=True),
     "random": RandomVerifier,
 }
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
@@ -85,8 +86,7 @@ def canonical_name(name: str) -> str:
     """The registry key of a verifier name or alias; VerifierError listing the known names otherwise."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
-    if key not in _FACTORIES:
-        raise VerifierError(f"unknown verifier {name!r}; known: {', '.join(KNOWN_VERIFIERS)}")
+    require(key in _FACTORIES, f"unknown verifier {name!r}; known: {', '.join(KNOWN_VERIFIERS)}", VerifierError)
     return key
 
 
@@ -134,11 +134,10 @@ def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
     no stage takes raises VerifierError (so ``threshold=`` given to "exact" is an error, not silently
     ignored); so does an unknown name, listing the known ones.
     """
+    keys = check_verifier_spec(spec, **kw)
     if not isinstance(spec, str):
-        require(hasattr(spec, "verify"), f"expected a verifier name or object, got {spec!r}", VerifierError)
         require(not kw, f"options {sorted(kw)} given with a ready verifier {spec!r}", VerifierError)
         return spec
-    keys = check_verifier_spec(spec, **kw)
     if len(keys) == 1:
         return _build(keys[0], kw)
     first, then = (_build(k, {o: v for o, v in kw.items() if o in options_of(_FACTORIES[k])}) for k in keys)
