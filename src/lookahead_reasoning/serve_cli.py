@@ -104,7 +104,6 @@ def _prepare(servers: dict) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-
     servers = _servers(args)  # checks every number before anything is built
     _prepare(servers)
     if args.build_only:
@@ -124,7 +123,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("stopping the servers", file=sys.stderr)
     return 0
-
 
 
 __all__ = ["ENGINES", "add_serve_command", "cmd_serve"]
