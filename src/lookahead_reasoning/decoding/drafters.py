@@ -91,11 +91,8 @@ class ModelDrafter:
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
                  draft_stop_below: float | None = None, confidence: bool = False):
         check_draft_stop_below(draft_stop_below)
-        self.lm = lm
-        self.sampling = sampling
-        self.generator = generator
-        self.draft_stop_below = draft_stop_below
-        self.confidence = confidence
+        self.lm, self.sampling, self.generator = lm, sampling, generator
+        self.draft_stop_below, self.confidence = draft_stop_below, confidence
         self.session: Session | None = None
 
     def attach(self, session: Session) -> None:
