@@ -63,7 +63,6 @@ def _add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_prompt_args(args: argparse.Namespace) -> None:
-
     check_max_new_tokens(args.max_new_tokens)
     require(args.prompt is None or args.prompt.strip() != "", "--prompt is empty: give a question", PromptError)
     require(args.prompt is None or (args.dataset is None and args.index is None),
@@ -73,7 +72,6 @@ def _check_prompt_args(args: argparse.Namespace) -> None:
 
 def _question(args: argparse.Namespace) -> tuple[str | list, str | None]:
     """The prompt (messages unless --raw) and the gold answer when it comes from a dataset."""
-
     if args.prompt is not None:
         return args.prompt, None
     dataset, index = args.dataset or DEFAULT_DATASET, args.index or 0
@@ -90,7 +88,6 @@ def _stream(text: str) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-
     _check_prompt_args(args)
     if args.target_url:  # the engine's own decoding (lookahead_reasoning.engine_runtime)
         refuse_local_only_options(args, "generate")
@@ -120,7 +117,6 @@ def cmd_lr(args: argparse.Namespace) -> int:
         if args.mode == "auto":
             check_cache_writable("mode auto keeps the cost tables it measures and the rates it learns there")
     if args.html:
-
         check_writable(Path(args.html), "the trace", "--html")
     prompt, gold = _question(args)
     if args.target_url:  # over serving engines (lookahead_reasoning.engine_runtime)
@@ -169,7 +165,6 @@ def _run_modes(gen, args: argparse.Namespace, prompt) -> dict:
 
 def _lr_summary(results: dict, mode: str, gold: str | None) -> dict:
     """The main mode's summary, its speedup over ``ar`` when that ran, and the graded answers."""
-
     main = results[mode]
     summary = main.summary()
     if "ar" in results and mode != "ar" and results["ar"].num_tokens:
@@ -194,7 +189,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-
     parser = Parser(prog="lookahead-reasoning", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)

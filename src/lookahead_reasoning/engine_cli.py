@@ -161,7 +161,6 @@ def engine_generator(args: argparse.Namespace):
 
 def run_bench_over_engine(args: argparse.Namespace) -> int:
     """``bench --target-url``: the engine modes of :mod:`.bench` over the dataset."""
-
     bench = EngineBench(args.dataset, args.out, args.target_url, draft=args.draft_url, sd=args.sd_url,
                         ngram=args.ngram_url, template=args.template, scorer=args.scorer, modes=args.modes,
                         target_model=args.target_model, draft_model=args.draft_model,
@@ -187,7 +186,6 @@ def target_generator(args: argparse.Namespace, settings: Settings):
 def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
     """``generate --target-url``: plain decoding by the engine (one completion request, through the generator
     as for any URL target), printed with the local command's summary line."""
-
     gen = target_generator(args, engine_settings(args).with_overrides(max_new_tokens=args.max_new_tokens))
     try:
         result = gen.generate(prompt, raw=True, on_text=lambda text: print(text, end="", flush=True))
@@ -200,7 +198,6 @@ def run_generate_over_engine(args: argparse.Namespace, prompt) -> int:
 
 def run_pairs_over_engine(args: argparse.Namespace) -> int:
     """``pairs --target-url``: the bank of step pairs written by the engines (:mod:`.bench.pairs`)."""
-
     check_max_new_tokens(args.max_new_tokens)  # run_pairs checks the problems' range, before connecting
     require(args.draft_url is not None or args.draft_model is not None,
             "pairs over engines need a draft: give --draft-url (or --draft-model on the target's engine)")

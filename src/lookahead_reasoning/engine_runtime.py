@@ -36,11 +36,11 @@ from urllib.parse import urlsplit
 from .decoding.driver import CyclePolicy, FixedPolicy, mode_plan
 from .decoding.results import GenerationResult
 from .decoding.stepwise import agenerate_stepwise
-from .errors import ConfigError, EngineError, require
+from .errors import EngineError, require
 from .planning.endpoints import ameasured_planner
 from .planning.planner import Planner
 from .planning.policy import AutoPolicy
-from .presets import DEFAULT_MAX_NEW_TOKENS, check_max_k
+from .presets import DEFAULT_MAX_NEW_TOKENS, check_k
 from .prompts import math_messages
 from .runtime.engine.pair import EnginePair, Messages
 from .settings import Settings
@@ -140,7 +140,7 @@ class EngineRuntime:
         planner = self.planner.fork()
         if not learn:
             planner.costs, planner.book = copy.deepcopy(planner.costs), copy.deepcopy(planner.book)
-        if check_max_k(k) is not None:
+        if check_k(k, "auto") is not None:  # k caps a plan's drafted steps
             planner.config = replace(planner.config, max_k=k)
         return planner
 
@@ -210,11 +210,9 @@ def refuse_local_settings(given: dict[str, Any]) -> None:
 def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
     """ConfigError naming the loading options given with an engine target (the engine loads its models)."""
     given = sorted(name for name, value in options.items() if value is not None)
-    if precision is not None:
-        given.append("precision")
-    if given:
-        raise ConfigError(f"{', '.join(given)}: loading options apply to models this process loads; an engine "
-                          f"target loads its own (set them where the engine starts)")
+    given += ["precision"] if precision is not None else []
+    require(not given, f"{', '.join(given)}: loading options apply to models this process loads; an engine target "
+            "loads its own (set them where the engine starts)")
 
 
 __all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "check_scheme", "engine_verifier", "is_url",

@@ -45,7 +45,7 @@ from .presets import (
     LR_SD_TOKEN_SD,
     MODE_READS,
     STEP_MODES,
-    check_max_k,
+    check_k,
     check_mode,
     mode_k,
     no_model,
@@ -324,7 +324,7 @@ class LookaheadGenerator:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
         auto_token_sd(settings.token_sd, self.planner or PlannerConfig())  # refused before any cost table is measured
-        check_max_k(max_k)
+        check_k(max_k, "auto")  # the most drafted steps a plan may use
         config, planning = self.planner or PlannerConfig(), self.planning()
         if not learn:
             config = dataclasses.replace(config, learn=False, refine=False)

@@ -126,7 +126,6 @@ class GeneratorSpec:
     def check(self) -> None:
         """Raise ConfigError, naming the option, for a name or choice that cannot work (the decoding
         numbers were checked when ``settings`` was made). Loads nothing."""
-
         require(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         require(self.dtype.lower() in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         require(bool(self.target and self.target.strip()) and not no_model(self.target),
@@ -138,26 +137,20 @@ class GeneratorSpec:
                 f"{self.draft_quantize!r}")
         require(self.fast_path in FAST_PATH_CHOICES,
                 f"--fast-path must be one of {', '.join(FAST_PATH_CHOICES)}, got {self.fast_path!r}")
-        if self.precision is not None:
-            self._check_precision()
+        if self.precision is not None:  # a name this device can run, refused or warned about before loading
+            try:
+                name = normalize_precision(self.precision)
+            except LookaheadError:
+                name = None
+            require(name not in (None, "int8-dynamic"),
+                    f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
+            resolve_precision(name, self.device)  # refuses what cannot run here, warns where w8a8 is slow
         check_verifier_settings(self.verifier)
-
-    def _check_precision(self) -> None:
-        """A precision name this device can run, refused or warned about (one line) before loading."""
-
-        try:
-            name = normalize_precision(self.precision)
-        except LookaheadError:
-            name = None
-        require(name not in (None, "int8-dynamic"),
-                f"--precision must be one of auto, float32, bf16, int8, w8a8, got {self.precision!r}")
-        resolve_precision(name, self.device)  # refuses what cannot run here, warns where w8a8 is slow
 
     def build(self, *, target: Any = None, draft: Any = None, verifier: Any = None):
         """Load the models and build the generator. ``target``, ``draft``, ``verifier``: what to use instead
         of the spec's names (anything :class:`~lookahead_reasoning.LookaheadGenerator` takes for them,
         such as loaded models or a verifier object); None: the spec's."""
-
         return LookaheadGenerator(
             target=self.target if target is None else target, draft=self.draft if draft is None else draft,
             verifier=self.verifier if verifier is None else verifier, settings=self.settings, mode=self.mode,
@@ -186,7 +179,6 @@ def check_fits_context(model: Any, max_new_tokens: int) -> None:
     ``model``: a name or path, whose config.json is read without loading it (a local directory or an
     offline model already converted; anything else passes), or a loaded transformers model.
     """
-
     if isinstance(model, (str, os.PathLike)):
         name, window = str(model), context_window(model)
     else:
@@ -214,7 +206,6 @@ def check_cache_writable(why: str) -> None:
 
 def add_generator_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     """Add the generator's options to ``parser`` (``mode``: also ``--mode``)."""
-
     m = parser.add_argument_group("models")
     m.add_argument("--target", default=DEFAULT_TARGET, help="offline name, hub id, local directory or .gguf file")
     m.add_argument("--draft", default=DEFAULT_DRAFT)

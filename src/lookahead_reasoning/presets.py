@@ -118,11 +118,6 @@ def mode_k(mode: str, k: int | None = None) -> int:
     return check_k(PRESET_K.get(mode) if k is None else k, mode)
 
 
-def check_max_k(max_k: int | None) -> int | None:
-    """``max_k`` (the most drafted steps a plan of mode ``auto`` may use; None: the planner's own): :func:`check_k`."""
-    return check_k(max_k, "auto")
-
-
 def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "draft") -> int:
     """Drafted tokens per SD iteration for ``mode``: ``gamma`` when given, else the preset (prompt
     lookup drafts fewer: ``lr-sd`` with n-gram rows uses :data:`NGRAM_GAMMA`)."""
@@ -138,5 +133,5 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
 __all__ = ["ALT_TEMPERATURE", "DEFAULT_DRAFT", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MODE", "DEFAULT_TARGET",
            "DEFAULT_VERIFIER", "DRAFT_STOP_BELOW", "ENGINE_RETRIES", "ENGINE_TIMEOUT_S", "LR_SD_TOKEN_SD", "MAX_STEP_TOKENS", "MODES", "NGRAM_GAMMA",
            "NGRAM_MAX", "NGRAM_MIN", "MODE_READS", "NO_MODEL", "PRESET_GAMMA", "PRESET_K", "SCHEDULE", "SCHEDULES", "STEP_DELIMITERS", "STEP_MODES", "TOKEN_GAMMA",
-           "check_draft_stop_below", "check_k", "check_max_k", "check_mode",
+           "check_draft_stop_below", "check_k", "check_mode",
            "mode_gamma", "mode_k", "no_model", "read_by"]

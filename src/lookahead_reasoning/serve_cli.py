@@ -104,7 +104,6 @@ def _prepare(servers: dict) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-
     servers = _servers(args)  # checks every number before anything is built
     _prepare(servers)
     if args.build_only:
@@ -115,7 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             urls[role] = stack.enter_context(server).url
             print(f"{role}: {server.label} ready at {urls[role]} after {server.started_s:.0f} s", file=sys.stderr)
         print(json.dumps(urls))
-        flags = " ".join(f"--{'target' if r == 'target' else r}-url {u}" for r, u in urls.items())
+        flags = " ".join(f"--{r}-url {u}" for r, u in urls.items())
         print(f"serving on loopback; try:\n  lookahead-reasoning lr {flags}\n(Ctrl-C stops the servers)",
               file=sys.stderr, flush=True)
         try:
@@ -124,7 +123,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("stopping the servers", file=sys.stderr)
     return 0
-
 
 
 __all__ = ["ENGINES", "add_serve_command", "cmd_serve"]

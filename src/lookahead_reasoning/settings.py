@@ -33,7 +33,6 @@ from .presets import (
     TOKEN_GAMMA,
     check_draft_stop_below,
     check_k,
-    mode_k,
     read_by,
 )
 from .sampling import SamplingConfig
@@ -118,16 +117,6 @@ class Settings:
     def preset(cls, **fields_: Any) -> "Settings":
         """The settings the generator and mode ``auto`` start from: the presets' stop for the draft."""
         return cls(**{"draft_stop_below": DRAFT_STOP_BELOW, **fields_})
-
-    @property
-    def drafted_steps(self) -> int:
-        """k for a fixed-k LR run: the given one, else the preset of mode ``lr``."""
-        return mode_k("lr", self.k)
-
-    @property
-    def token_gamma(self) -> int:
-        """gamma for a token-level loop: the given one, else :data:`~lookahead_reasoning.presets.TOKEN_GAMMA`."""
-        return TOKEN_GAMMA if self.gamma is None else self.gamma
 
     def with_overrides(self, **changes: Any) -> "Settings":
         """A copy with the given fields changed (None keeps the field unless None is a value it can

@@ -30,7 +30,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from .errors import ConfigError, require
+from .errors import require
 from .models import LoadedModel
 from .runtime.graphs import RehearsedGraph
 from .runtime.lm import LM
@@ -48,7 +48,10 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-ARCHITECTURES = ("llama", "qwen2", "mistral", "qwen3")  # qwen3: query and key norms in every layer
+# (config class, model class) of each architecture; qwen3: query and key norms in every layer
+CLASSES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+           "mistral": (MistralConfig, MistralForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+ARCHITECTURES = tuple(CLASSES)
 
 
 @functools.cache
@@ -113,8 +116,9 @@ def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int 
     seed gives other weights on another device. eos/pad ids are set in the config and the generation
     config; attention is ``sdpa``; eval mode, no grads.
     """
+    require(arch in CLASSES, f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
     tokenizer = tiny_tokenizer()
-    config_class, model_class = _classes(arch)
+    config_class, model_class = CLASSES[arch]
     config = config_class(**_config_kwargs(tokenizer, vocab_size, {**TINY_SHAPE, **shape}))
     if arch == "qwen3":  # its head size is its own setting (128 by default), not hidden // heads
         config.head_dim = config.hidden_size // config.num_attention_heads
@@ -132,27 +136,16 @@ def tiny_model(arch: str = "qwen2", *, vocab_size: int | None = None, seed: int 
     return LoadedModel(model, tokenizer, f"tiny-{arch}-seed{seed}", device, dtype, "memory")
 
 
-def _classes(arch: str) -> tuple[Any, Any]:
-    """The (config class, model class) of ``arch``."""
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-               "mistral": (MistralConfig, MistralForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
-    if arch not in classes:
-        raise ConfigError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
-    return classes[arch]
-
-
 def _config_kwargs(tokenizer: Any, vocab_size: int | None, shape: dict[str, Any]) -> dict[str, Any]:
     """The model config of a tiny model: its sizes checked, its special ids from the tokenizer."""
     unknown = sorted(set(shape) - set(TINY_SHAPE))
-    if unknown:
-        raise ConfigError(f"unknown tiny model sizes: {', '.join(unknown)}; known: {', '.join(TINY_SHAPE)}")
+    require(not unknown, f"unknown tiny model sizes: {', '.join(unknown)}; known: {', '.join(TINY_SHAPE)}")
     n_real = len(tokenizer)
     vocab_size = n_real if vocab_size is None else vocab_size
-    if vocab_size < n_real:
-        raise ConfigError(f"vocab_size must be at least the tokenizer's {n_real} tokens, got {vocab_size}")
+    require(vocab_size >= n_real, f"vocab_size must be at least the tokenizer's {n_real} tokens, got {vocab_size}")
     hidden, heads, kv_heads = shape["hidden"], shape["heads"], shape["kv_heads"]
-    if hidden % heads or heads % kv_heads:
-        raise ConfigError(f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
+    require(not (hidden % heads or heads % kv_heads),
+            f"hidden ({hidden}) must be a multiple of heads ({heads}), heads of kv_heads ({kv_heads})")
     return dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=shape["intermediate"] or 2 * hidden,
                 num_hidden_layers=shape["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
                 max_position_embeddings=4096, initializer_range=shape["initializer_range"], tie_word_embeddings=False,

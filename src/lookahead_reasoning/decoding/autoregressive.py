@@ -25,13 +25,15 @@ from .progress import OnText, stream_for
 OnDone = Callable[[int], Sequence[int]]
 
 
-def first_checks(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker]) -> list[StopHit | None]:
+def first_checks(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker],
+                 on_done: OnDone | None) -> list[StopHit | None]:
     """Check the tokens each row already has after its start (a zero budget, or tokens placed there by
-    the caller); a row that already stops is cut at its stop."""
+    the caller); a row that already stops is cut at its stop, and ``on_done`` hears it."""
     hits = [checker.check(session.rows[b][starts[b]:]) for b, checker in enumerate(checkers)]
     if any(h is not None and h.keep < len(session.rows[b]) - starts[b] for b, h in enumerate(hits)):
         session.set_rows([row[:starts[b] + h.keep] if h is not None else row
                           for b, (row, h) in enumerate(zip(session.rows, hits))])
+    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
     return hits
 
 
@@ -44,6 +46,21 @@ def notify_done(session: Session, starts: Sequence[int], hits: list[StopHit | No
         for c in on_done(b) or ():
             if hits[c] is None:
                 hits[c] = StopHit(len(session.rows[c]) - starts[c], "cancelled")
+
+
+def take_tokens(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker], hits: list[StopHit | None],
+                tokens: Sequence[int], on_token: Callable[[int, list[int]], None] | None) -> list[int]:
+    """Append ``tokens[b]`` to every row b still running, check its stop and tell ``on_token``; returns the rows
+    that stopped."""
+    finished = []
+    for b in range(session.batch_size):
+        if hits[b] is None:
+            session.extend(b, [tokens[b]])
+            hits[b] = checkers[b].check(session.rows[b][starts[b]:])
+            if on_token is not None:
+                on_token(b, session.rows[b][starts[b]:])
+            finished += [b] if hits[b] is not None else []
+    return finished
 
 
 def decode_rows(
@@ -63,25 +80,14 @@ def decode_rows(
     """
     if sampling.greedy and session.reads_ahead:
         return decode_rows_ahead(session, starts, checkers, on_token, on_done)
-    hits = first_checks(session, starts, checkers)
-    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
+    hits = first_checks(session, starts, checkers, on_done)
     while any(h is None for h in hits):
         active = [h is None for h in hits]
         # 1. one forward over all active rows; 2. pick each row's next token; 3. check its stop
         # greedy: the argmax alone leaves the device (computed in the compiled path's graph)
         out = session.feed(active=active, greedy=sampling.greedy)[:, -1]
         tokens = (out if sampling.greedy else next_token(out, sampling, generator)).tolist()
-        finished = []
-        for b in range(session.batch_size):
-            if not active[b] or hits[b] is not None:
-                continue
-            session.extend(b, [tokens[b]])
-            hits[b] = checkers[b].check(session.rows[b][starts[b]:])
-            if on_token is not None:
-                on_token(b, session.rows[b][starts[b]:])
-            if hits[b] is not None:
-                finished.append(b)
-        notify_done(session, starts, hits, finished, on_done)
+        notify_done(session, starts, hits, take_tokens(session, starts, checkers, hits, tokens, on_token), on_done)
     return [h for h in hits if h is not None]
 
 
@@ -96,8 +102,7 @@ def decode_rows_ahead(session: Session, starts: Sequence[int], checkers: Sequenc
     was fed it all the same: its column is given back, so the rows, the cache and the stops are
     :func:`decode_rows`' (tested); a row whose budget ends with the token being read is not fed it.
     """
-    hits = first_checks(session, starts, checkers)
-    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
+    hits = first_checks(session, starts, checkers, on_done)
     pending = session.argmax_ahead([h is None for h in hits]) if any(h is None for h in hits) else None
     while pending is not None:
         # 1. queue the next forward, fed these tokens (not to a row whose budget ends with them)
@@ -105,15 +110,8 @@ def decode_rows_ahead(session: Session, starts: Sequence[int], checkers: Sequenc
                for b, h in enumerate(hits)]
         following = session.argmax_ahead(fed, after=pending) if any(fed) else None
         # 2. read these tokens (the host's one wait); 3. check each row's stop
-        tokens, finished = pending.read(), []
-        for b in range(session.batch_size):
-            if hits[b] is None:
-                session.extend(b, [tokens[b]])
-                hits[b] = checkers[b].check(session.rows[b][starts[b]:])
-                if on_token is not None:
-                    on_token(b, session.rows[b][starts[b]:])
-                finished += [b] if hits[b] is not None else []
-        notify_done(session, starts, hits, finished, on_done)
+        notify_done(session, starts, hits, take_tokens(session, starts, checkers, hits, pending.read(), on_token),
+                    on_done)
         for b in range(session.batch_size):  # a row that stopped was fed its last token ahead: give it back
             if fed[b] and hits[b] is not None:
                 session.uncache_last(b)

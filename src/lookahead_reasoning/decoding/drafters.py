@@ -5,10 +5,10 @@ A drafter is anything with ``propose(rows, gamma, active) -> Proposal`` and ``up
 committed token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per
 row, with their draft probabilities q when it has them. After the target has checked them, the loop
 calls ``update`` with a :class:`DraftOutcome`: per checked row, how many tokens it drafted (m) and how
-many the target accepted (n). That is where a drafter adapts: the model drafter, when asked,
-schedules its own draft length; the n-gram drafter has nothing to adapt. (Who learns acceptance rates
-reads them off the run's counters, ``SDStats.log``, which every iteration's outcome also reaches.) A drafter keeps whatever other state it
-wants in step with the rows by itself: the model drafter syncs its KV cache to the rows on every call
+many the target accepted (n): where a drafter of one's own may adapt (the two here have nothing to
+adapt; who learns acceptance rates reads them off the run's counters, ``SDStats.log``, which every
+iteration's outcome also reaches). A drafter keeps whatever other state it wants in step with the rows
+by itself: the model drafter syncs its KV cache to the rows on every call
 (keeping the longest common prefix, so accepted drafted tokens are never recomputed and rejected ones
 are dropped), the n-gram drafter keeps none.
 """
@@ -55,10 +55,6 @@ class RowOutcome:
     sure: list[bool] | None = None
     confidence: list[float] | None = None
 
-    @property
-    def all_accepted(self) -> bool:
-        return self.accepted == self.drafted
-
 
 @dataclass(frozen=True)
 class DraftOutcome:
@@ -90,52 +86,23 @@ class ModelDrafter:
     drafted token still goes through the acceptance test. ``draft_stop_below`` may change between calls
     (mode ``auto`` picks it per cycle); ``confidence=True`` reports every drafted token's top
     probability even without a stop (what the planner learns the best stop from).
-
-    With ``adaptive_gamma`` the drafter schedules its own draft length (as transformers' assisted
-    generation does): after an iteration in which every row that drafted had all its tokens accepted
-    it drafts 2 more next time, after any other iteration 1 fewer, always within [1, the largest
-    gamma the loop has asked for] (it starts at the loop's gamma and never drafts past the gamma of
-    the call). Output is unchanged: how many tokens are drafted never changes which ones the
-    acceptance test keeps in greedy decoding, and sampled SD emits the target's distribution at any
-    draft length. Off by default.
     """
 
     def __init__(self, lm: LM, sampling: SamplingConfig, generator: torch.Generator | None = None,
-                 draft_stop_below: float | None = None, confidence: bool = False,
-                 adaptive_gamma: bool = False):
+                 draft_stop_below: float | None = None, confidence: bool = False):
         check_draft_stop_below(draft_stop_below)
-        self.lm = lm
-        self.sampling = sampling
-        self.generator = generator
-        self.draft_stop_below = draft_stop_below
-        self.confidence = confidence
-        self.adaptive_gamma = adaptive_gamma
-        self.scheduled: int | None = None  # the adaptive draft length (None: the loop's gamma)
-        self.longest_asked = 0  # the largest gamma the loop has asked for
+        self.lm, self.sampling, self.generator = lm, sampling, generator
+        self.draft_stop_below, self.confidence = draft_stop_below, confidence
         self.session: Session | None = None
 
     def attach(self, session: Session) -> None:
         """Start from an existing draft session (e.g. one forked from a prefix the draft has cached)."""
         self.session = session
 
-    def draft_length(self, gamma: int) -> int:
-        """How many tokens a call asked for ``gamma`` drafts at most: gamma, or fewer where the
-        adaptive schedule says so."""
-        if not self.adaptive_gamma or self.scheduled is None:
-            return gamma
-        return min(gamma, self.scheduled)
-
     def update(self, outcome: DraftOutcome) -> None:
-        """Move the adaptive draft length (class docstring)."""
-        judged = [row for row in outcome.rows if row.drafted > 0]
-        if self.adaptive_gamma and judged:
-            now = self.longest_asked if self.scheduled is None else self.scheduled
-            change = 2 if all(row.all_accepted for row in judged) else -1
-            self.scheduled = max(1, min(self.longest_asked, now + change))
+        """Nothing to adapt: how many tokens to draft is the loop's gamma."""
 
     def propose(self, rows: Sequence[Sequence[int]], gamma: int, active: Sequence[bool]) -> Proposal:
-        self.longest_asked = max(self.longest_asked, gamma)
-        gamma = self.draft_length(gamma)
         if self.session is None or self.session.batch_size != len(rows):
             self.session = self.lm.session(rows)
         else:

@@ -156,10 +156,9 @@ class TorchCycles:
     """This process's PyTorch runtime (module docstring): cycles of :func:`~.lookahead.run_cycle` on
     ``state``'s sessions with ``tools`` (:class:`~.torch_verbs.TorchVerbs`). Each trace also carries what
     the cycle measured: the forward seconds of both models, every timed forward, and the SD iterations
-    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). The policy's ``pads``
-    (target's, draft's): the n each model runs a forward of n new tokens per row at
-    (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM in both roles pads as the
-    target). ``on_text`` hears the accepted text as it grows (:meth:`streamed` after every cycle, and
+    of the target's rows (counted, and each one's outcome, from ``stats.target_sd``). Each model runs its
+    forwards at the policy's ``pads`` (:data:`~lookahead_reasoning.runtime.lm.PadPolicy`; None: as asked; one LM
+    in both roles pads as the target). ``on_text`` hears the accepted text as it grows (:meth:`streamed` after every cycle, and
     token by token inside a cycle that keeps every token); :meth:`result` is the run's result."""
 
     def __init__(self, state: CycleState, tools: CycleTools, stats: CycleStats, on_text: OnText | None = None):
@@ -320,8 +319,7 @@ def generate_cycles(pair: ModelPair, prompt_ids: Sequence[int], verifier: Verifi
     :func:`mode_plan`, which also sets the token SD the mode runs), a policy (mode ``auto``'s), or None
     (``lr``, or ``lr-sd`` where ``settings.token_sd`` is given). ``draft_ids``: the prompt in the draft's
     tokenizer (:func:`start_state`). ``on_text`` hears the accepted text as it grows. The policy's ``pads``
-    (target's, draft's) are the n each model runs a forward of n new tokens at (:class:`TorchCycles`):
-    mode ``auto`` runs forwards at the n its cost table prices them at.
+    (:class:`TorchCycles`): mode ``auto`` runs forwards at the n its cost table prices them at.
     """
     cycles, policy = prepare(pair, prompt_ids, verifier, settings, policy, on_text=on_text, draft_ids=draft_ids)
     drive(cycles, policy, cycles.stats, cycles.streamed)

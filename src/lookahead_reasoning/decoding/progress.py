@@ -45,19 +45,14 @@ class TextStreamer:
     emit: Callable[[str], None]
     _sent: int = field(default=0, init=False)
 
-    def update(self, tokens: Sequence[int]) -> None:
+    def update(self, tokens: Sequence[int], final: bool = False) -> None:
         text = self.decode(list(tokens))
-        if text.endswith("\ufffd"):
-            return
-        if len(text) > self._sent:
+        if len(text) > self._sent and (final or not text.endswith("\ufffd")):
             self.emit(text[self._sent:])
             self._sent = len(text)
 
     def finish(self, tokens: Sequence[int]) -> None:
-        text = self.decode(list(tokens))
-        if len(text) > self._sent:
-            self.emit(text[self._sent:])
-            self._sent = len(text)
+        self.update(tokens, final=True)
 
 
 class Laps:

@@ -49,7 +49,7 @@ from typing import Sequence
 import torch
 
 from ..errors import require
-from ..presets import ALT_TEMPERATURE
+from ..presets import ALT_TEMPERATURE, mode_k
 from ..sampling import SamplingConfig, make_generator, token_scores
 from ..stopping import StopChecker, StopCondition
 from ..verifiers.base import Verdict, Verifier
@@ -176,7 +176,7 @@ def generate_lr_reference(target_lm, draft_lm, prompt_ids: Sequence[int], verifi
     of ``generate_cycles``.
     """
     settings = settings or Settings()
-    k, max_new_tokens = settings.drafted_steps, settings.max_new_tokens
+    k, max_new_tokens = mode_k("lr", settings.k), settings.max_new_tokens
     require(len(prompt_ids) > 0, "the prompt must hold at least one token")
     check_same_tokenizer(draft_lm, target_lm)
     generator = make_generator(settings.seed)

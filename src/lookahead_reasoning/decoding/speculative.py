@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import require
+from ..presets import TOKEN_GAMMA
 from ..runtime.lm import LM
 from ..runtime.vocab import check_same_tokenizer
 from ..runtime.session import Session
@@ -154,8 +155,7 @@ def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[S
     """Like ``decode_rows`` but each target forward checks up to ``run.gamma`` drafted tokens per row."""
     sampling, drafter, gamma, stats = run.sampling, run.drafter, run.gamma, run.stats
     rows = _Rows(starts, checkers, sampling, run.generator, stats, run.overshoot)
-    hits = first_checks(session, starts, checkers)
-    notify_done(session, starts, hits, [b for b, h in enumerate(hits) if h is not None], on_done)
+    hits = first_checks(session, starts, checkers, on_done)
     while any(h is None for h in hits):
         active = [h is None for h in hits]
         # 1. draft: budget-aware, never draft past a row's remaining token budget
@@ -234,7 +234,7 @@ def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, se
     :meth:`Settings.with_overrides <..settings.Settings.with_overrides>` (any of its fields to change:
     ``gamma=8``, ``max_new_tokens=64``, ...; an unknown name raises)."""
     settings = (settings or Settings()).with_overrides(**overrides)
-    gamma, sampling = settings.token_gamma, settings.sampling
+    gamma, sampling = TOKEN_GAMMA if settings.gamma is None else settings.gamma, settings.sampling
     generator = make_generator(settings.seed)
     if isinstance(drafter, LM):
         check_same_tokenizer(drafter, target)

@@ -83,8 +83,10 @@ class TorchVerbs:
         use_rows = tools.row_drafter is not None and plan.gamma != 0
         row_drafter = tools.row_drafter(state, len(rows), plan.draft_stop_below) if use_rows else None
         rule = WriteRule(plan.gamma if use_rows else None, plan.overshoot and not drafted, free)
+        # with nothing drafted and one row every token the target writes is kept: a stream hears each one
+        streams = state.on_tokens is not None and not drafted and len(rows) == 1
         steps = tools.target_writer.write(branches, budgets, drafter=row_drafter, starts=starts, on_done=judge,
-                                          on_token=kept_as_written(state, rows, drafted), rule=rule)
+                                          on_token=(lambda row, new: state.on_tokens()) if streams else None, rule=rule)
         return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
 
     def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
@@ -139,14 +141,6 @@ def draft_alternatives(state: CycleState, drafted: list[Step], tools: CycleTools
 
 
 # ---------------------------------------------------------------------------------------- 2. target
-
-def kept_as_written(state: CycleState, rows: list[list[int]], drafted: list[Step]):
-    """With nothing drafted and one row, every token the target writes is kept: the row's ``on_token``
-    then tells ``state.on_tokens`` (a stream hears the answer as it is written, not once a cycle)."""
-    if state.on_tokens is None or drafted or len(rows) != 1:
-        return None
-    return lambda row, new: state.on_tokens()
-
 
 def target_rows(state: CycleState, drafted: list[Step], translator: Translator) -> tuple[list[list[int]], list[int]]:
     """Row contexts x, x+s^_1, ... (:func:`~.lookahead.row_contexts`) in the target's ids, and budgets."""
