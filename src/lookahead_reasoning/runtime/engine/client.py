@@ -126,9 +126,7 @@ class EngineClient:
         start = time.perf_counter()
         with self.load.request():
             done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
-        done.seconds = time.perf_counter() - start
-        self._span(start, prompt, max_tokens, done)
-        return done
+        return self._timed(start, prompt, max_tokens, done)
 
     async def acomplete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
                         sampling: SamplingConfig = SamplingConfig(), seed: int | None = None,
@@ -143,34 +141,32 @@ class EngineClient:
             if self.spans is not None:
                 self.spans.append(RequestSpan(start, time.perf_counter(), _length(prompt), max_tokens, 0, True))
             raise
-        done.seconds = time.perf_counter() - start
-        self._span(start, prompt, max_tokens, done)
-        return done
+        return self._timed(start, prompt, max_tokens, done)
 
     def _body(self, body: dict) -> dict:
         """``body`` naming the endpoint's model, where one is set."""
         return body if self.endpoint.model is None else {**body, "model": self.endpoint.model}
 
-    def _score_body(self, ids: Sequence[int], dialect: Dialect) -> dict:
-        return self._body(dialect.score_body(ids))
-
     def score(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
         """The model's probability and rank (0: its most likely token) of each of ``ids[start:]`` after
         the ids before it: one prefill request (``start`` >= 1)."""
         dialect = self.dialect
-        data = self.request("POST", "/v1/completions", self._score_body(ids, dialect))
+        data = self.request("POST", "/v1/completions", self._body(dialect.score_body(ids)))
         return dialect.read_scores(data, ids, start, self.where)
 
     async def ascore(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
         """:meth:`score` for asyncio."""
         dialect = await self.adialect()
-        data = await self.arequest("POST", "/v1/completions", self._score_body(ids, dialect))
+        data = await self.arequest("POST", "/v1/completions", self._body(dialect.score_body(ids)))
         return dialect.read_scores(data, ids, start, self.where)
 
-    def _span(self, start: float, prompt: str | Sequence[int], max_tokens: int, done: Completion) -> None:
+    def _timed(self, start: float, prompt: str | Sequence[int], max_tokens: int, done: Completion) -> Completion:
+        """``done`` with its seconds since ``start``, its span recorded where ``spans`` is set."""
+        done.seconds = time.perf_counter() - start
         if self.spans is not None:
             written = len(done.token_ids) if done.token_ids is not None else len(done.logprobs or ())
             self.spans.append(RequestSpan(start, start + done.seconds, _length(prompt), max_tokens, written))
+        return done
 
     @property
     def in_flight(self) -> int:
@@ -195,10 +191,7 @@ class EngineClient:
 
     def tokenize(self, text: str) -> list[int]:
         """The engine's token ids of ``text`` (``/tokenize``, in the endpoint's dialect)."""
-        body = self.dialect.tokenize_body(text)
-        if self.endpoint.model is not None:
-            body["model"] = self.endpoint.model
-        return token_list(self.request("POST", "/tokenize", body), self.where)
+        return token_list(self.request("POST", "/tokenize", self._body(self.dialect.tokenize_body(text))), self.where)
 
     def chat_ids(self, messages) -> list[int] | None:
         """Token ids of chat ``messages`` with the served model's template applied by the engine, or None

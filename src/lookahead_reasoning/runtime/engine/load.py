@@ -19,19 +19,17 @@ from typing import Iterator
 
 class InFlight:
     """A count of requests under way, safe across threads (plain modes run requests in threads) and
-    coroutines; ``peak`` is the most seen at once."""
+    coroutines."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.now = 0
-        self.peak = 0
 
     @contextmanager
     def request(self) -> Iterator[None]:
         """Count one request for as long as the block runs (until it returns or fails)."""
         with self._lock:
             self.now += 1
-            self.peak = max(self.peak, self.now)
         try:
             yield
         finally:

@@ -186,16 +186,10 @@ class ServerProcess:
         """Build or install what this server runs and prepare its model (once); a line saying where they are."""
         raise NotImplementedError
 
-    def describe(self) -> str:
-        return str(self.config.model)
-
     @property
     def url(self) -> str:
         require(self.port is not None, f"the {self.label} has not been started", EngineError)
         return f"http://{LOOPBACK}:{self.port}"
-
-    def endpoint(self, **kwargs) -> Endpoint:
-        return Endpoint(self.url, **kwargs)
 
     def start(self) -> "ServerProcess":
         self.port = self.port or free_port()
@@ -221,7 +215,7 @@ class ServerProcess:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise EngineError(f"{self.label} exited with code {self.process.returncode} while loading "
-                                      f"{self.describe()}:\n{self.log_tail()}")
+                                      f"{self.config.model}:\n{self.log_tail()}")
                 if client.healthy():
                     return
                 if failed_at is None:
@@ -235,7 +229,7 @@ class ServerProcess:
         tail = self.log_tail()
         self.stop()
         if failed_at is not None:
-            raise EngineError(f"{self.label} wrote an error to its log while loading {self.describe()} and did "
+            raise EngineError(f"{self.label} wrote an error to its log while loading {self.config.model} and did "
                               f"not become healthy in the {self.FATAL_GRACE_S:g} s after it:\n{tail}")
         raise EngineError(f"{self.label} did not become healthy within {self.startup_s:g} s:\n{tail}")
 
