@@ -253,10 +253,6 @@ class StaticKVState(Columns):
         self.mask = mask
         self.parked = parked
 
-    def room(self, new_columns: int) -> bool:
-        """Whether ``new_columns`` more columns fit in the arena's length L (else it must grow first)."""
-        return self.length + new_columns <= self.arena.shape.length
-
     def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
         cols = self.real_columns(row).to(self.arena.device)
         if self.parked is None:

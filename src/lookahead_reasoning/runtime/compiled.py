@@ -207,14 +207,11 @@ class FastPath:
             return rows, n, False
         return rb, nb, True
 
-    def new_state(self, rows: int) -> StaticKVState:
-        return self.arena.state(rows)
-
     def make_room(self, state: StaticKVState, n: int) -> None:
         """Make sure ``state`` can take ``n`` more columns: where it cannot, the arena grows
         (:meth:`StaticArena.reserve <lookahead_reasoning.cache.static.StaticArena.reserve>`, within 90% of the
         free memory)."""
-        if not state.room(n):
+        if state.length + n > self.arena.shape.length:
             self.arena.reserve(state.length + n, self._budget())
             self._allocated()
             self.grown += 1
@@ -302,7 +299,7 @@ class FastPath:
             logits, top = out
             return logits[:bsz], top[:bsz]
         hidden = out[:bsz]
-        return self.logits(hidden if isinstance(keep, int) else hidden.index_select(1, keep)), None
+        return self.head(hidden if isinstance(keep, int) else hidden.index_select(1, keep)).float(), None
 
     # ------------------------------------------------------------------ what the model's code needs
     def _model_code(self, attention: str) -> ExitStack:
@@ -334,14 +331,10 @@ class FastPath:
         for span in sorted({attended_columns(w, self.arena.shape.length) for w in spans}):
             for rb in rows or self.config.row_buckets:
                 for nb in tokens or self.config.token_buckets:
-                    state = self.new_state(rb)
+                    state = self.arena.state(rb)
                     ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
                     held = torch.ones(rb, max(span, nb), dtype=torch.long, device=self.device)
                     self.run(ids, held, state, torch.arange(nb - 1, nb, device=self.device))
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The language-model head on (B, keep, H) hidden states: (B, keep, V) float32."""
-        return self.head(hidden).float()
 
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "CUDA_ATTENTION", "CUDA_BACKEND", "FAST_PATH_CHOICES", "GRAPH_BACKENDS",
