@@ -218,10 +218,13 @@ def smoke_model(cache_dir: str | os.PathLike | None = None) -> Path | None:
         return None
 
 
-def _smoke(binary: Path, model: Path | None, log: Path) -> Smoke:
-    if model is None:
-        return Smoke(True, f"not run: no small model ({SMOKE_MODEL}) installed")
-    return smoke_test(binary, model, log)
+def _smoke(home: Path, model: Path | None, log: Path) -> Smoke:
+    """The smoke test of the build in ``home``, recorded there (:data:`SMOKE_FILE`) when it passes."""
+    seen = (Smoke(True, f"not run: no small model ({SMOKE_MODEL}) installed") if model is None
+            else smoke_test(home / "bin" / BINARY, model, log))
+    if seen.passed:
+        (home / SMOKE_FILE).write_text(seen.reason + "\n")
+    return seen
 
 
 def _say(log: Path, message: str) -> None:
@@ -250,9 +253,8 @@ def _failed(tried: list[tuple[Recipe, Smoke]], log: Path) -> EngineError:
 
 def _recheck(home: Path, model: Path | None, log: Path) -> Path | None:
     """A build made before builds were smoke-tested: tested now; kept if it runs, else removed."""
-    seen = _smoke(home / "bin" / BINARY, model, log)
+    seen = _smoke(home, model, log)
     if seen.passed:
-        (home / SMOKE_FILE).write_text(seen.reason + "\n")
         return home / "bin" / BINARY
     _say(log, f"the llama-server cached in {home} {seen.reason} on its smoke test: removed, building again")
     shutil.rmtree(home)
@@ -282,9 +284,8 @@ def _build(cache_dir: str | os.PathLike | None, version: str, jobs: int | None, 
             source = source or _fetch_source(work, version, log)
             staged = _stage(_compile(source, work / f"build-{recipe.name or 'native'}", recipe, log, jobs),
                             work, recipe, version)
-            seen = _smoke(staged / "bin" / BINARY, model, log)
+            seen = _smoke(staged, model, log)
             if seen.passed:
-                (staged / SMOKE_FILE).write_text(seen.reason + "\n")
                 os.replace(staged, home)
                 if recipe.name:
                     _say(log, f"llama-server: kept the build without {recipe.turned_off} ({home})")
