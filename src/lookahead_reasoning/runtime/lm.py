@@ -265,14 +265,13 @@ class LM:
                 "text as it is, or use an instruction-tuned model", PromptError)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def prompt_ids(self, prompt: str | list[dict[str, str]], *, raw: bool = False,
-                   system: str | None = None) -> list[int]:
+    def prompt_ids(self, prompt: str | list[dict[str, str]], *, raw: bool = False) -> list[int]:
         """Token ids of the prompt: the chat template unless ``raw``, in which case the text as is."""
         if raw:
             require(isinstance(prompt, str) and prompt.strip() != "", "the prompt is empty", PromptError)
             text = prompt
         else:
-            text = self.chat_prompt(prompt, system=system)
+            text = self.chat_prompt(prompt)
         ids = self.encode(text)
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids
