@@ -59,7 +59,7 @@ import torch
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes, upload
 from ..errors import ConfigError, require
 from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, attention_kernels, attention_mask,
-                        attention_name, chosen_attention, masked_attention, using)
+                        chosen_attention, masked_attention, using)
 from .backends import Compiler, Recordings
 from .fused import FusedNorms, FusedProducts
 
@@ -300,7 +300,7 @@ class FastPath:
         is a module attribute set and set back (about 400 a token for the 1.5B), host time for nothing."""
         stack = ExitStack()
         stack.enter_context(torch.no_grad())
-        stack.enter_context(using(self.model.config, attention_name(attention)))
+        stack.enter_context(using(self.model.config, attention))
         stack.enter_context(attention_kernels(self.device))
         for fused in (self.fused, self.norms):
             if fused is not None:

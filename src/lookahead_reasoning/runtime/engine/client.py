@@ -8,25 +8,87 @@ The request bodies and the replies' fields, per engine, are :mod:`.wire`'s.
 
 Faults come back as :class:`~lookahead_reasoning.errors.EngineError` naming the endpoint and the
 cause. A request is retried (at most ``retries`` times, with a short back-off) only where that is safe
-(:mod:`.faults`); a reply that is not the JSON the protocol promises is final.
+(:func:`retryable`): no connection could be made (in time) or it dropped, the engine answered 5xx, or 429
+(busy: tried again after the Retry-After it sent, at most the request timeout). Not: a request that outlived
+its timeout (the server may still be computing it, and a long generation would be computed once per try),
+any other 4xx, or a reply that is not the JSON the protocol promises.
+
+How busy an endpoint is: an engine batches every request it serves at once, so a cycle's rows share each
+forward with the requests of other runs: R rows sent while B others are in flight cost about what R + B
+rows cost alone (:func:`~...theory.costed.request_cycle` with ``load=B``). The client counts its requests
+as they go out and come back (:attr:`EngineClient.in_flight`); a planner reads the count when it plans a
+cycle, between its own requests, so what it reads is the others' load. Requests of other processes do not
+show here; an engine's own metrics would (llama.cpp's ``/slots``, vLLM's ``/metrics``), at one more request
+per plan.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import weakref
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import httpx
 
 from ...errors import EngineError
 from ...sampling import SamplingConfig
 from .dialects import Dialect, dialect_named, probe_dialect, token_list
-from .faults import HTTPStatus, pause, retry_after, retryable
-from .load import InFlight
 from .wire import ENDS, Completion, Endpoint, RequestSpan, TokenLogprob, parse_completion, request_body
+
+
+def retryable(exc: Exception) -> bool:
+    """Whether a request that failed with ``exc`` may be sent again (module docstring)."""
+    if isinstance(exc, HTTPStatus):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout
+                                                                      | httpx.PoolTimeout)
+
+
+class HTTPStatus(Exception):
+    """An HTTP error status, kept apart from transport failures to decide on a retry."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a Retry-After header asks for (a number; a date is not read), or None."""
+    try:
+        return max(0.0, float(response.headers["Retry-After"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def pause(exc: Exception, backoff_s: float, attempt: int, timeout_s: float) -> float:
+    """Seconds to wait before try ``attempt + 1``: what the server asked for (at most the timeout),
+    else the back-off."""
+    asked = getattr(exc, "retry_after", None)
+    return min(asked, timeout_s) if asked is not None else backoff_s * (attempt + 1)
+
+
+class InFlight:
+    """A count of requests under way, safe across threads (plain modes run requests in threads) and
+    coroutines (module docstring: how busy an endpoint is)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Count one request for as long as the block runs (until it returns or fails)."""
+        with self._lock:
+            self.now += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.now -= 1
 
 
 def _length(prompt: str | Sequence[int]) -> int:
@@ -43,7 +105,6 @@ class EngineClient:
 
     def __init__(self, endpoint: Endpoint | str):
         self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
-        self._headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         self._sync: httpx.Client | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
         self.load = InFlight()  # completions under way from this process (what a planner prices load by)
@@ -54,20 +115,21 @@ class EngineClient:
         return f"EngineClient({self.endpoint.url!r})"
 
     # ------------------------------------------------------------------------------- transport
-    def _timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.endpoint.timeout_s, connect=min(10.0, self.endpoint.timeout_s))
+    def _options(self) -> dict[str, Any]:
+        """What both transports are made with: the endpoint's timeouts and key, up to 64 connections."""
+        key = self.endpoint.api_key
+        return {"timeout": httpx.Timeout(self.endpoint.timeout_s, connect=min(10.0, self.endpoint.timeout_s)),
+                "headers": {"Authorization": f"Bearer {key}"} if key else {}, "limits": httpx.Limits(max_connections=64)}
 
     def _client(self) -> httpx.Client:
         if self._sync is None:
-            self._sync = httpx.Client(timeout=self._timeout(), headers=self._headers,
-                                      limits=httpx.Limits(max_connections=64))
+            self._sync = httpx.Client(**self._options())
         return self._sync
 
     def _aclient(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if loop not in self._async:
-            self._async[loop] = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers,
-                                                  limits=httpx.Limits(max_connections=64))
+            self._async[loop] = httpx.AsyncClient(**self._options())
         return self._async[loop]
 
     def _decode(self, response: httpx.Response, path: str) -> Any:
@@ -226,5 +288,5 @@ class EngineClient:
             self._sync = None
 
 
-__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "RequestSpan", "TokenLogprob", "parse_completion",
-           "request_body"]
+__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "HTTPStatus", "InFlight", "RequestSpan", "TokenLogprob",
+           "parse_completion", "pause", "request_body", "retry_after", "retryable"]
