@@ -266,7 +266,8 @@ def _stage(built: Path, work: Path, recipe: Recipe) -> Path:
     (staged / "bin").mkdir(parents=True)
     shutil.copy2(built, staged / "bin" / BINARY)
     patched = ", ".join(name for name, _, _ in PATCHES)
-    (staged / "VERSION").write_text(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}\ncmake {' '.join(recipe.cmake_flags())}\n"
+    (staged / "VERSION").write_text(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}\n"
+                                    f"cmake {' '.join(recipe.cmake_flags())}\n"
                                     f"patched {patched}\nturned off: {recipe.turned_off or 'nothing'}\n")
     return staged
 

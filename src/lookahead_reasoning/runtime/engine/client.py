@@ -119,7 +119,8 @@ class EngineClient:
         """What both transports are made with: the endpoint's timeouts and key, up to 64 connections."""
         key = self.endpoint.api_key
         return {"timeout": httpx.Timeout(self.endpoint.timeout_s, connect=min(10.0, self.endpoint.timeout_s)),
-                "headers": {"Authorization": f"Bearer {key}"} if key else {}, "limits": httpx.Limits(max_connections=64)}
+                "headers": {"Authorization": f"Bearer {key}"} if key else {},
+                "limits": httpx.Limits(max_connections=64)}
 
     def _client(self) -> httpx.Client:
         if self._sync is None:

@@ -11,8 +11,9 @@ that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless t
   was started with ``--no-cache-prompt`` (every prompt evaluated whole: slower, and repeatable).
 * :class:`VLLM`: asks for ``return_token_ids``; tokenizes ``prompt``; applies the chat template with
   ``/tokenize`` given ``messages`` (the ids come back directly).
-* :class:`Dialect` itself, named "openai" (any other OpenAI-compatible server, SGLang for one): the vLLM-style fields, and no
-  chat-template route: the caller applies the served model's template with a local tokenizer.
+* :class:`Dialect` itself, named "openai" (any other OpenAI-compatible server, SGLang for one): the
+  vLLM-style fields, and no chat-template route: the caller applies the served model's template with a
+  local tokenizer.
 """
 
 from __future__ import annotations
