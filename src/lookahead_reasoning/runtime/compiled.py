@@ -290,7 +290,7 @@ class FastPath:
             logits, top = out
             return logits[:bsz], top[:bsz]
         hidden = out[:bsz]
-        return self.head(hidden if isinstance(keep, int) else hidden.index_select(1, keep)).float(), None
+        return self.logits(hidden if isinstance(keep, int) else hidden.index_select(1, keep)), None
 
     # ------------------------------------------------------------------ what the model's code needs
     def _model_code(self, attention: str) -> ExitStack:
@@ -326,6 +326,10 @@ class FastPath:
                     ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
                     held = torch.ones(rb, max(span, nb), dtype=torch.long, device=self.device)
                     self.run(ids, held, state, torch.arange(nb - 1, nb, device=self.device))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The language-model head on (B, keep, H) hidden states: (B, keep, V) float32."""
+        return self.head(hidden).float()
 
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "CUDA_ATTENTION", "CUDA_BACKEND", "FAST_PATH_CHOICES", "GRAPH_BACKENDS",
