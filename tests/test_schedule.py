@@ -72,7 +72,7 @@ def test_a_recorded_forward_is_timed_with_its_devices_work(monkeypatch):
             s.extend(0, [8 + t])
             s.argmax()
     assert waited == ["cpu"] * len(forwards(events, "target")) and len(waited) == 3
-    lm.recorder = None
+    ScheduleRecorder.detach(lm)
     lm.session([[5, 6, 7]]).logits()  # no recorder: no wait
     assert len(waited) == 3
 

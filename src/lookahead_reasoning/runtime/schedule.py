@@ -53,6 +53,10 @@ class ScheduleRecorder:
         """Record ``lm``'s sessions under the name ``model`` (e.g. "target", "draft")."""
         lm.recorder = (self, model)
 
+    @staticmethod
+    def detach(lm: Any) -> None:
+        lm.recorder = None
+
     @contextmanager
     def recording(self) -> Iterator[list[Event]]:
         """A fresh schedule for the block: the list it yields fills as the block runs."""
