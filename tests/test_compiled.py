@@ -124,7 +124,7 @@ def test_a_replay_that_runs_no_python_swaps_no_layer(monkeypatch):
 
     monkeypatch.setattr(backends, "RehearsedGraph", KernelsOnly)  # replays like a CUDA graph: no Python
     lm = LM.from_loaded(tiny_model("qwen2", seed=0)).use_fast_path("rehearsed-graphs")
-    assert lm.fast.fused.groups and lm.fast.norms.norms
+    assert len(lm.fast.fused.stacks) and len(lm.fast.norms.swaps)
     sets = []
     real = torch.nn.Module.__setattr__
     monkeypatch.setattr(torch.nn.Module, "__setattr__", lambda m, k, v: sets.append(k) or real(m, k, v))
@@ -562,7 +562,7 @@ def test_fused_products_run_one_product_a_group_over_the_models_own_memory(monke
     reference = eager.session([prompt, prompt[:-3]]).logits(keep=1)
     unfused = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64, fuse=False))
     fused = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
-    assert unfused.fast.fused is None and fused.fast.fused.groups == 2 * len(layers)
+    assert unfused.fast.fused is None and len(fused.fast.fused.stacks) == 2 * len(layers)
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         stack = attn._lookahead_stack.weight
@@ -620,12 +620,12 @@ def test_fused_norms_run_one_rms_norm_a_norm_and_give_the_models_logits(monkeypa
     reference = eager.session([prompt, prompt[:-3]]).logits(keep=2)
     fused = LM(model, tok).use_fast_path(FastPathConfig(backend="eager", length=64))
     unfused = LM(model, tok).use_fast_path(FastPathConfig(backend="eager", length=64, fuse=False))
-    assert fused.fast.norms.norms == (4 if arch == "qwen3" else 2) * layers + 1 and unfused.fast.norms is None
+    assert len(fused.fast.norms.swaps) == (4 if arch == "qwen3" else 2) * layers + 1 and unfused.fast.norms is None
     calls = []
     real = F.rms_norm
     monkeypatch.setattr(F, "rms_norm", lambda x, shape, w=None, eps=None: calls.append(x.shape) or real(x, shape, w, eps))
     got = fused.session([prompt, prompt[:-3]]).logits(keep=2)
-    assert len(calls) == fused.fast.norms.norms
+    assert len(calls) == len(fused.fast.norms.swaps)
     torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-4)
     calls.clear()
     unfused.session([prompt]).logits()
@@ -667,7 +667,7 @@ def test_a_group_with_some_layers_biased_and_some_not_stays_apart():
     prompt = eager.prompt_ids(QUESTION)
     reference = eager.session([prompt]).logits(keep=1)
     lm = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
-    assert lm.fast.fused.groups == len(loaded.model.model.layers)  # the MLPs only
+    assert len(lm.fast.fused.stacks) == len(loaded.model.model.layers)  # the MLPs only
     torch.testing.assert_close(lm.session([prompt]).logits(keep=1), reference, rtol=1e-4, atol=1e-4)
 
 
@@ -683,7 +683,7 @@ def test_a_quantised_draft_keeps_its_own_layers_and_a_changed_model_is_refused_b
     with pytest.raises(ConfigError, match="weights changed since its fast path was made"):
         stale.session([prompt]).logits()
     lm = LM(loaded.model, loaded.tokenizer).use_fast_path(FastPathConfig(backend="eager", length=64))
-    assert lm.fast.fused.groups == 0
+    assert len(lm.fast.fused.stacks) == 0
     eager = LM(loaded.model, loaded.tokenizer)
     torch.testing.assert_close(lm.session([prompt]).logits(keep=1), eager.session([prompt]).logits(keep=1),
                                rtol=1e-4, atol=1e-4)

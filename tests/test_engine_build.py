@@ -59,13 +59,13 @@ def builds(tmp_path, monkeypatch):
     model = tmp_path / "small.gguf"
     model.write_bytes(b"GGUF")
 
-    def compile_(source, build_path, recipe, log, jobs):
+    def compile_(source, build_path, recipe, log):
         compiled.append(recipe.name)
         with log.open("a") as out:
             out.write(f"compiled {recipe.name or 'native'} with {' '.join(recipe.cmake_flags())}\n")
         return _stand_in(build_path / "bin" / build.BINARY, DIES if recipe.name in dies else SERVES)
 
-    monkeypatch.setattr(build, "_fetch_source", lambda work, version, log: work / "source")
+    monkeypatch.setattr(build, "_fetch_source", lambda work, log: work / "source")
     monkeypatch.setattr(build, "_compile", compile_)
     monkeypatch.setattr(build, "smoke_model", lambda cache_dir=None: model)
     monkeypatch.setattr(build, "cpu_flags", lambda: set(AMX_CPU))

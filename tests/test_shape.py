@@ -46,7 +46,6 @@ BAG_FORWARDERS = {
     "generator.py:LookaheadGenerator.generate",  # Settings.with_overrides
     "models/gguf.py:load_gguf",  # transformers' from_pretrained
     "models/loading.py:load_model",  # LoadOptions (its fields)
-    "runtime/engine/process.py:ServerProcess.endpoint",  # Endpoint (its fields)
     "settings.py:Settings.preset",  # Settings (its fields)
     "settings.py:Settings.with_overrides",  # dataclasses.replace on Settings (its fields)
     "testing.py:tiny_model",  # the architecture's model config (TINY_SHAPE's names)

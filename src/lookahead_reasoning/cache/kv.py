@@ -31,8 +31,8 @@ class Columns:
     """What every KV state shares: B rows of T columns and the (B, T) ``mask`` of the real ones.
 
     The subclasses keep the keys and values (:class:`KVState` in a ``DynamicCache``,
-    :class:`~.static.StaticKVState` in preallocated tensors) and implement ``crop``; the verbs here
-    only read the mask or edit it.
+    :class:`~.static.StaticKVState` in preallocated tensors) and implement ``crop`` and ``_gather``; the
+    verbs here read the mask or edit it.
     """
 
     mask: torch.Tensor
@@ -80,6 +80,16 @@ class Columns:
         """Crop trailing columns that are holes in every row."""
         used = self.mask.any(dim=0).nonzero()
         return self.crop(int(used[-1]) + 1 if used.numel() else 0)
+
+    def compact(self) -> "Columns":
+        """Remove every column that is a hole in all rows (one gather of the kept columns, ``_gather``)."""
+        keep = self.mask.any(dim=0)
+        if bool(keep.all()):
+            return self
+        idx = keep.nonzero().flatten()
+        self._gather(idx)
+        self.mask = self.mask[:, idx]
+        return self
 
 
 @dataclass
@@ -141,15 +151,9 @@ class KVState(Columns):
             self.mask = self.mask[:, :length]
         return self
 
-    def compact(self) -> "KVState":
-        """Remove every column that is a hole in all rows (gathers the cache tensors once)."""
-        keep = self.mask.any(dim=0)
-        if bool(keep.all()):
-            return self
-        idx = keep.nonzero().flatten()
+    def _gather(self, idx: torch.Tensor) -> None:
+        """Keep only the columns ``idx`` of every layer's keys and values (:meth:`~Columns.compact`)."""
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
                 layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
                 layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
-        self.mask = self.mask[:, idx]
-        return self

@@ -253,10 +253,6 @@ class StaticKVState(Columns):
         self.mask = mask
         self.parked = parked
 
-    def room(self, new_columns: int) -> bool:
-        """Whether ``new_columns`` more columns fit in the arena's length L (else it must grow first)."""
-        return self.length + new_columns <= self.arena.shape.length
-
     def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
         cols = self.real_columns(row).to(self.arena.device)
         if self.parked is None:
@@ -305,12 +301,8 @@ class StaticKVState(Columns):
         self.mask = self.mask[:, :length]
         return self
 
-    def compact(self) -> "StaticKVState":
-        """Remove every column that is a hole in all rows (one gather of the rows' columns)."""
-        keep = self.mask.any(dim=0)
-        if bool(keep.all()):
-            return self
-        idx = keep.nonzero().flatten()
+    def _gather(self, idx: torch.Tensor) -> None:
+        """Keep only the columns ``idx`` of this state's rows, parked or working (:meth:`~.kv.Columns.compact`)."""
         if self.parked is not None:
             p = self.parked
             self.parked = Parked(tuple(k.index_select(2, idx.to(k.device)) for k in p.keys),
@@ -320,8 +312,6 @@ class StaticKVState(Columns):
             for work in self.arena.keys + self.arena.values:
                 work[:b, :, :at.numel()] = work[:b].index_select(2, at)
             self.arena.copies += b
-        self.mask = self.mask[:, idx]
-        return self
 
 
 __all__ = ["FIRST_SPAN", "ArenaShape", "Parked", "StaticArena", "StaticKVState", "attended_columns", "free_bytes",

@@ -167,17 +167,12 @@ def _register() -> None:
     AttentionInterface.register(FLEX_NAME, flex_masked_attention)
 
 
-def attention_name(kind: str) -> str:
-    """The name ``kind`` ("sdpa" or "flex") is registered under."""
-    return FLEX_NAME if kind == "flex" else ATTENTION_NAME
-
-
 @contextlib.contextmanager
-def using(config: Any, name: str) -> Iterator[None]:
-    """Run the model's attention layers through the attention registered as ``name`` for the block."""
+def using(config: Any, kind: str) -> Iterator[None]:
+    """Run the model's attention layers through ``kind``'s ("sdpa" or "flex"), as registered, for the block."""
     _register()
     saved = config._attn_implementation
-    config._attn_implementation = name
+    config._attn_implementation = FLEX_NAME if kind == "flex" else ATTENTION_NAME
     try:
         yield
     finally:
@@ -185,5 +180,5 @@ def using(config: Any, name: str) -> Iterator[None]:
 
 
 __all__ = ["ATTENTIONS", "ATTENTION_NAME", "BLOCK", "CUDA_ATTENTION", "FLEX_NAME", "additive_mask", "attended",
-           "attention_kernels", "attention_mask", "attention_name", "block_mask", "chosen_attention",
+           "attention_kernels", "attention_mask", "block_mask", "chosen_attention",
            "flex_masked_attention", "masked_attention", "used_blocks", "using"]

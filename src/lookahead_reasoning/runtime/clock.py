@@ -78,16 +78,13 @@ class EventClock:
         self.device = device
         self.event = event or (lambda: torch.cuda.Event(enable_timing=True))
 
-    def _stamp(self) -> Any:
+    def start(self) -> Any:
         event = self.event()
         event.record(torch.cuda.current_stream(self.device) if self.device is not None else None)
         return event
 
-    def start(self) -> Any:
-        return self._stamp()
-
     def stop(self, mark: Any) -> Lap:
-        return _EventLap(mark, self._stamp())
+        return _EventLap(mark, self.start())
 
 
 @dataclass

@@ -26,21 +26,16 @@ and the positions built inside from the (R, W) mask of real columns. The ``backe
 * ``"eager"``: called as it is, at the bucket shapes (the static cache without compiling: the
   reference of the compiled backends);
 * ``"inductor"``: ``torch.compile`` (inductor's fused kernels; on CPU, the same compiler), one compile per
-  rows x tokens bucket, the attended columns and the cache's length left symbolic so that a longer span or
-  a larger cache compiles nothing more (inductor keeps its kernels on disk, ``TORCHINDUCTOR_CACHE_DIR``,
-  and a later run loads them);
+  rows x tokens bucket that serves every span and cache length (:class:`~.backends.Compiler`);
 * ``"inductor+cuda-graphs"`` (the default on a GPU): inductor's kernels, recorded as CUDA graphs;
 * ``"cuda-graphs"``: recorded by hand as one CUDA graph per bucket (needs no compiler);
 * ``"rehearsed-graphs"``: the CUDA graphs' bookkeeping on any device (:mod:`.graphs`), each replay
   running the forward again: how the tests check the graphs' input copies without a GPU.
 
-Attention (:mod:`.attention`) runs the bucket shapes through flex attention under a block mask built from
-the cache's mask (``attention="flex"``: the key blocks that hold no used column are never read, and compiled,
-the key blocks are split over thread blocks, flash-decoding's split), or through PyTorch's SDPA under an
-additive mask (``"sdpa"``: every column of the span read). ``"auto"`` (the default) is flex where inductor
-compiles on a GPU, SDPA elsewhere; a forward beyond the buckets runs SDPA, the reference. Grouped-query
-heads are folded into the query (no copy of the keys per query head); flash-attn's kernels take no mask
-with holes.
+Attention (:mod:`.attention`) runs the bucket shapes through flex attention under a block mask
+(``attention="flex"``: key blocks that hold no used column are never read) or PyTorch's SDPA under an additive
+mask (``"sdpa"``); ``"auto"`` (the default) is flex where inductor compiles on a GPU, SDPA elsewhere; a forward
+beyond the buckets runs SDPA, the reference. (flash-attn's kernels take no mask with holes.)
 
 A forward of one new token a row (every decoding step) runs the language-model head and its argmax inside
 the recording, so a greedy token costs no launch after the graph's and its ids can feed the next forward where
@@ -48,12 +43,9 @@ they lie (:meth:`~.session.Session.argmax_ahead`); the head of a forward of seve
 positions only. The host hands a forward its ids and columns, and the arena its mask's new column, without
 waiting for the device (:func:`~lookahead_reasoning.cache.static.upload`).
 
-With ``fuse`` (the default) each layer's query, key and value projections run as one product, and so
-do the MLP's gate and up projections (:class:`~.fused.FusedProducts`): one matrix product over their stacked
-weights instead of three (or two) small ones. The model's own weights become views into the stacked
-ones, so no weight is held twice and the eager path, which still calls each projection, computes the
-same numbers from the same memory. Each RMS norm runs as PyTorch's ``F.rms_norm`` (:class:`~.fused.FusedNorms`),
-one kernel on a GPU where the model's code launches eight.
+With ``fuse`` (the default) each layer's q/k/v projections run as one matrix product over their stacked
+weights, and so do the MLP's gate and up projections (:class:`~.fused.FusedProducts`; the model's own weights
+become views into the stacks), and each RMS norm runs as one ``F.rms_norm`` kernel (:class:`~.fused.FusedNorms`).
 """
 
 from __future__ import annotations
@@ -67,7 +59,7 @@ import torch
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes, upload
 from ..errors import ConfigError, require
 from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, attention_kernels, attention_mask,
-                        attention_name, chosen_attention, masked_attention, using)
+                        chosen_attention, masked_attention, using)
 from .backends import Compiler, Recordings
 from .fused import FusedNorms, FusedProducts
 
@@ -155,7 +147,6 @@ class FastPath:
     ``captures`` the recordings (one more for each new span, all again after the cache grew)."""
 
     def __init__(self, model: Any, config: FastPathConfig, pad_id: int, cache_arg: str):
-        require(config.backend in BACKENDS, f"unknown backend {config.backend!r}")
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         require("cuda-graphs" not in config.backend or self.device.type == "cuda",
@@ -207,14 +198,11 @@ class FastPath:
             return rows, n, False
         return rb, nb, True
 
-    def new_state(self, rows: int) -> StaticKVState:
-        return self.arena.state(rows)
-
     def make_room(self, state: StaticKVState, n: int) -> None:
         """Make sure ``state`` can take ``n`` more columns: where it cannot, the arena grows
         (:meth:`StaticArena.reserve <lookahead_reasoning.cache.static.StaticArena.reserve>`, within 90% of the
         free memory)."""
-        if not state.room(n):
+        if state.length + n > self.arena.shape.length:
             self.arena.reserve(state.length + n, self._budget())
             self._allocated()
             self.grown += 1
@@ -312,7 +300,7 @@ class FastPath:
         is a module attribute set and set back (about 400 a token for the 1.5B), host time for nothing."""
         stack = ExitStack()
         stack.enter_context(torch.no_grad())
-        stack.enter_context(using(self.model.config, attention_name(attention)))
+        stack.enter_context(using(self.model.config, attention))
         stack.enter_context(attention_kernels(self.device))
         for fused in (self.fused, self.norms):
             if fused is not None:
@@ -334,7 +322,7 @@ class FastPath:
         for span in sorted({attended_columns(w, self.arena.shape.length) for w in spans}):
             for rb in rows or self.config.row_buckets:
                 for nb in tokens or self.config.token_buckets:
-                    state = self.new_state(rb)
+                    state = self.arena.state(rb)
                     ids = torch.full((rb, nb), self.pad_id, dtype=torch.long, device=self.device)
                     held = torch.ones(rb, max(span, nb), dtype=torch.long, device=self.device)
                     self.run(ids, held, state, torch.arange(nb - 1, nb, device=self.device))

@@ -114,10 +114,6 @@ class FusedProducts:
                 self.stacks.append(stack)
                 self.swaps += [(owner, n, m, _Part(stack, i)) for i, (n, m) in enumerate(zip(names, linears))]
 
-    @property
-    def groups(self) -> int:
-        return len(self.stacks)
-
     def check(self) -> None:
         """ConfigError when the model's weights were replaced since the stacks were made (cast, moved,
         quantised): the stacks, and any forward recorded over them, are stale. One layer is looked at."""
@@ -172,10 +168,6 @@ class FusedNorms:
             for name, child in owner.named_children():
                 if type(child).__name__ in RMS_NORMS and hasattr(child, "variance_epsilon"):
                     self.swaps.append((owner, name, child, _FusedNorm(child)))
-
-    @property
-    def norms(self) -> int:
-        return len(self.swaps)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:

@@ -30,6 +30,7 @@ decoding changes the key length at every forward, so each token paid that planni
 
 from __future__ import annotations
 
+import functools
 import inspect
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -137,19 +138,13 @@ class LM:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    @property
+    @functools.cached_property
     def vocab_size(self) -> int:
         """Rows of the output embedding (can exceed ``len(tokenizer)``: padded vocabularies).
 
         Read once and remembered: an int8 output layer rebuilds its float weight to tell its shape,
         which costs more than a forward pass.
         """
-        cached = self.__dict__.get("_vocab_size")
-        if cached is None:
-            cached = self.__dict__["_vocab_size"] = self._read_vocab_size()
-        return cached
-
-    def _read_vocab_size(self) -> int:
         out = self.model.get_output_embeddings()
         weight = out.weight() if callable(getattr(out, "weight", None)) else out.weight  # int8 linears: a method
         return int(weight.shape[0])
@@ -195,7 +190,7 @@ class LM:
         input_ids = upload(input_ids, device)  # queued, not waited for (ids on the device already stay there)
         bsz, n = input_ids.shape
         if state is None:
-            state = (self.fast.new_state(bsz) if self.fast is not None else
+            state = (self.fast.arena.state(bsz) if self.fast is not None else
                      KVState(DynamicCache(config=self.model.config), torch.zeros(bsz, 0, dtype=torch.long, device=device)))
         require(state.batch_size == bsz, f"state has {state.batch_size} rows, input_ids {bsz}")
         real_tokens = bsz * n if new_mask is None else int(new_mask.sum())
@@ -270,14 +265,13 @@ class LM:
                 "text as it is, or use an instruction-tuned model", PromptError)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def prompt_ids(self, prompt: str | list[dict[str, str]], *, raw: bool = False,
-                   system: str | None = None) -> list[int]:
+    def prompt_ids(self, prompt: str | list[dict[str, str]], *, raw: bool = False) -> list[int]:
         """Token ids of the prompt: the chat template unless ``raw``, in which case the text as is."""
         if raw:
             require(isinstance(prompt, str) and prompt.strip() != "", "the prompt is empty", PromptError)
             text = prompt
         else:
-            text = self.chat_prompt(prompt, system=system)
+            text = self.chat_prompt(prompt)
         ids = self.encode(text)
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids

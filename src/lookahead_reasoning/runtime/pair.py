@@ -30,13 +30,11 @@ class ModelPair:
 def as_lm(model: Any, **load_kwargs: Any) -> LM:
     """An LM from a name/path (loaded with :func:`lookahead_reasoning.models.load_model`), a
     LoadedModel, an LM, or a ``(model, tokenizer)`` pair."""
-    if isinstance(model, LM):
-        return model
     if isinstance(model, str):
         return LM.from_loaded(load_model(model, **load_kwargs))
     if isinstance(model, tuple) and len(model) == 2:
         return LM(model[0], model[1])
-    if hasattr(model, "model") and hasattr(model, "tokenizer"):
+    if hasattr(model, "model") and hasattr(model, "tokenizer"):  # an LM comes back as it is
         return LM.from_loaded(model)
     raise ConfigError(f"cannot use {type(model).__name__} as a model: give a name, a path, a LoadedModel, "
                       "an LM or a (model, tokenizer) pair")

@@ -106,11 +106,10 @@ def cpu_key() -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def build_dir(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION,
-              recipe: Recipe = RECIPES[0]) -> Path:
+def build_dir(cache_dir: str | os.PathLike | None = None, recipe: Recipe = RECIPES[0]) -> Path:
     """The folder a build of ``recipe`` for this CPU lives in (whether or not it has been built)."""
     suffix = f"-{recipe.name}" if recipe.name else ""
-    return cache_root(cache_dir) / "engines" / f"llama.cpp-{version}-{cpu_key()}{suffix}"
+    return cache_root(cache_dir) / "engines" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}-{cpu_key()}{suffix}"
 
 
 def recipes_for_this_cpu() -> list[Recipe]:
@@ -119,10 +118,10 @@ def recipes_for_this_cpu() -> list[Recipe]:
     return [r for r in RECIPES if not r.flags_needed or flags & set(r.flags_needed)]
 
 
-def built_server(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION) -> Path | None:
+def built_server(cache_dir: str | os.PathLike | None = None) -> Path | None:
     """The folder of this CPU's build that passed its smoke test (or found no model to run it on), if any."""
     for recipe in recipes_for_this_cpu():
-        home = build_dir(cache_dir, version, recipe)
+        home = build_dir(cache_dir, recipe)
         if (home / "bin" / BINARY).is_file() and (home / SMOKE_FILE).is_file():
             return home
     return None
@@ -176,8 +175,9 @@ def patch_source(source: Path) -> list[str]:
     return done
 
 
-def _fetch_source(work: Path, version: str, log: Path) -> Path:
+def _fetch_source(work: Path, log: Path) -> Path:
     """Download, unpack and patch the llama-cpp-python sdist; return its vendored llama.cpp directory."""
+    version = LLAMA_CPP_PYTHON_VERSION
     run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                 f"llama-cpp-python=={version}", "-d", str(work)], log,
                "building llama-server: downloading the llama-cpp-python sdist", work)
@@ -194,13 +194,13 @@ def _fetch_source(work: Path, version: str, log: Path) -> Path:
     return source
 
 
-def _compile(source: Path, build: Path, recipe: Recipe, log: Path, jobs: int | None) -> Path:
+def _compile(source: Path, build: Path, recipe: Recipe, log: Path) -> Path:
     """Configure and build ``llama-server`` from ``source`` into ``build`` as ``recipe`` says; the binary."""
     cmake, generator = _tool("cmake"), (["-G", "Ninja"] if shutil.which("ninja") else [])
     _tool("c++")
     run_logged([cmake, "-S", str(source), "-B", str(build), *generator, *recipe.cmake_flags()], log,
                "building llama-server: cmake configure", build.parent)
-    run_logged([cmake, "--build", str(build), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
+    run_logged([cmake, "--build", str(build), "--target", BINARY, "-j", str(os.cpu_count() or 2)],
                log, "building llama-server: cmake build", build.parent)
     built = next(iter(sorted(build.rglob(BINARY))), None)
     if built is None or not built.is_file():
@@ -218,10 +218,13 @@ def smoke_model(cache_dir: str | os.PathLike | None = None) -> Path | None:
         return None
 
 
-def _smoke(binary: Path, model: Path | None, log: Path) -> Smoke:
-    if model is None:
-        return Smoke(True, f"not run: no small model ({SMOKE_MODEL}) installed")
-    return smoke_test(binary, model, log)
+def _smoke(home: Path, model: Path | None, log: Path) -> Smoke:
+    """The smoke test of the build in ``home``, recorded there (:data:`SMOKE_FILE`) when it passes."""
+    seen = (Smoke(True, f"not run: no small model ({SMOKE_MODEL}) installed") if model is None
+            else smoke_test(home / "bin" / BINARY, model, log))
+    if seen.passed:
+        (home / SMOKE_FILE).write_text(seen.reason + "\n")
+    return seen
 
 
 def _say(log: Path, message: str) -> None:
@@ -250,41 +253,39 @@ def _failed(tried: list[tuple[Recipe, Smoke]], log: Path) -> EngineError:
 
 def _recheck(home: Path, model: Path | None, log: Path) -> Path | None:
     """A build made before builds were smoke-tested: tested now; kept if it runs, else removed."""
-    seen = _smoke(home / "bin" / BINARY, model, log)
+    seen = _smoke(home, model, log)
     if seen.passed:
-        (home / SMOKE_FILE).write_text(seen.reason + "\n")
         return home / "bin" / BINARY
     _say(log, f"the llama-server cached in {home} {seen.reason} on its smoke test: removed, building again")
     shutil.rmtree(home)
     return None
 
 
-def _stage(built: Path, work: Path, recipe: Recipe, version: str) -> Path:
+def _stage(built: Path, work: Path, recipe: Recipe) -> Path:
     staged = work / f"staged-{recipe.name or 'native'}"
     (staged / "bin").mkdir(parents=True)
     shutil.copy2(built, staged / "bin" / BINARY)
     patched = ", ".join(name for name, _, _ in PATCHES)
-    (staged / "VERSION").write_text(f"llama-cpp-python {version}\ncmake {' '.join(recipe.cmake_flags())}\n"
+    (staged / "VERSION").write_text(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}\n"
+                                    f"cmake {' '.join(recipe.cmake_flags())}\n"
                                     f"patched {patched}\nturned off: {recipe.turned_off or 'nothing'}\n")
     return staged
 
 
-def _build(cache_dir: str | os.PathLike | None, version: str, jobs: int | None, log: Path) -> Path:
+def _build(cache_dir: str | os.PathLike | None, log: Path) -> Path:
     """Build the recipes worth trying here in order until one passes its smoke test; its binary."""
     model, tried = smoke_model(cache_dir), []
     recipes = recipes_for_this_cpu()
     with tempfile.TemporaryDirectory(dir=log.parent, prefix=".build-") as tmp:
         work, source = Path(tmp), None
         for i, recipe in enumerate(recipes):
-            home = build_dir(cache_dir, version, recipe)
+            home = build_dir(cache_dir, recipe)
             if (home / "bin" / BINARY).is_file() and (found := _recheck(home, model, log)) is not None:
                 return found
-            source = source or _fetch_source(work, version, log)
-            staged = _stage(_compile(source, work / f"build-{recipe.name or 'native'}", recipe, log, jobs),
-                            work, recipe, version)
-            seen = _smoke(staged / "bin" / BINARY, model, log)
+            source = source or _fetch_source(work, log)
+            staged = _stage(_compile(source, work / f"build-{recipe.name or 'native'}", recipe, log), work, recipe)
+            seen = _smoke(staged, model, log)
             if seen.passed:
-                (staged / SMOKE_FILE).write_text(seen.reason + "\n")
                 os.replace(staged, home)
                 if recipe.name:
                     _say(log, f"llama-server: kept the build without {recipe.turned_off} ({home})")
@@ -297,19 +298,18 @@ def _build(cache_dir: str | os.PathLike | None, version: str, jobs: int | None, 
     raise _failed(tried, log)
 
 
-def llama_server_binary(cache_dir: str | os.PathLike | None = None, version: str = LLAMA_CPP_PYTHON_VERSION,
-                        jobs: int | None = None) -> Path:
+def llama_server_binary(cache_dir: str | os.PathLike | None = None) -> Path:
     """The path of a built ``llama-server`` that runs on this CPU, building and smoke-testing it first if
     the cache has none (about 8-10 min; twice that where a native build dies and is rebuilt)."""
-    home = built_server(cache_dir, version)
+    home = built_server(cache_dir)
     if home is not None:
         return home / "bin" / BINARY
-    base = build_dir(cache_dir, version)
+    base = build_dir(cache_dir)
     base.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(base.parent / f"{base.name}.lock"):
-        home = built_server(cache_dir, version)
+        home = built_server(cache_dir)
         if home is not None:
             return home / "bin" / BINARY
         log = base.parent / f"{base.name}.log"
         log.write_text("")
-        return _build(cache_dir, version, jobs, log)
+        return _build(cache_dir, log)

@@ -8,25 +8,87 @@ The request bodies and the replies' fields, per engine, are :mod:`.wire`'s.
 
 Faults come back as :class:`~lookahead_reasoning.errors.EngineError` naming the endpoint and the
 cause. A request is retried (at most ``retries`` times, with a short back-off) only where that is safe
-(:mod:`.faults`); a reply that is not the JSON the protocol promises is final.
+(:func:`retryable`): no connection could be made (in time) or it dropped, the engine answered 5xx, or 429
+(busy: tried again after the Retry-After it sent, at most the request timeout). Not: a request that outlived
+its timeout (the server may still be computing it, and a long generation would be computed once per try),
+any other 4xx, or a reply that is not the JSON the protocol promises.
+
+How busy an endpoint is: an engine batches every request it serves at once, so a cycle's rows share each
+forward with the requests of other runs: R rows sent while B others are in flight cost about what R + B
+rows cost alone (:func:`~...theory.costed.request_cycle` with ``load=B``). The client counts its requests
+as they go out and come back (:attr:`EngineClient.in_flight`); a planner reads the count when it plans a
+cycle, between its own requests, so what it reads is the others' load. Requests of other processes do not
+show here; an engine's own metrics would (llama.cpp's ``/slots``, vLLM's ``/metrics``), at one more request
+per plan.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import weakref
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import httpx
 
 from ...errors import EngineError
 from ...sampling import SamplingConfig
 from .dialects import Dialect, dialect_named, probe_dialect, token_list
-from .faults import HTTPStatus, pause, retry_after, retryable
-from .load import InFlight
 from .wire import ENDS, Completion, Endpoint, RequestSpan, TokenLogprob, parse_completion, request_body
+
+
+def retryable(exc: Exception) -> bool:
+    """Whether a request that failed with ``exc`` may be sent again (module docstring)."""
+    if isinstance(exc, HTTPStatus):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout
+                                                                      | httpx.PoolTimeout)
+
+
+class HTTPStatus(Exception):
+    """An HTTP error status, kept apart from transport failures to decide on a retry."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a Retry-After header asks for (a number; a date is not read), or None."""
+    try:
+        return max(0.0, float(response.headers["Retry-After"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def pause(exc: Exception, backoff_s: float, attempt: int, timeout_s: float) -> float:
+    """Seconds to wait before try ``attempt + 1``: what the server asked for (at most the timeout),
+    else the back-off."""
+    asked = getattr(exc, "retry_after", None)
+    return min(asked, timeout_s) if asked is not None else backoff_s * (attempt + 1)
+
+
+class InFlight:
+    """A count of requests under way, safe across threads (plain modes run requests in threads) and
+    coroutines (module docstring: how busy an endpoint is)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Count one request for as long as the block runs (until it returns or fails)."""
+        with self._lock:
+            self.now += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.now -= 1
 
 
 def _length(prompt: str | Sequence[int]) -> int:
@@ -43,7 +105,6 @@ class EngineClient:
 
     def __init__(self, endpoint: Endpoint | str):
         self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
-        self._headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         self._sync: httpx.Client | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
         self.load = InFlight()  # completions under way from this process (what a planner prices load by)
@@ -54,20 +115,22 @@ class EngineClient:
         return f"EngineClient({self.endpoint.url!r})"
 
     # ------------------------------------------------------------------------------- transport
-    def _timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.endpoint.timeout_s, connect=min(10.0, self.endpoint.timeout_s))
+    def _options(self) -> dict[str, Any]:
+        """What both transports are made with: the endpoint's timeouts and key, up to 64 connections."""
+        key = self.endpoint.api_key
+        return {"timeout": httpx.Timeout(self.endpoint.timeout_s, connect=min(10.0, self.endpoint.timeout_s)),
+                "headers": {"Authorization": f"Bearer {key}"} if key else {},
+                "limits": httpx.Limits(max_connections=64)}
 
     def _client(self) -> httpx.Client:
         if self._sync is None:
-            self._sync = httpx.Client(timeout=self._timeout(), headers=self._headers,
-                                      limits=httpx.Limits(max_connections=64))
+            self._sync = httpx.Client(**self._options())
         return self._sync
 
     def _aclient(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if loop not in self._async:
-            self._async[loop] = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers,
-                                                  limits=httpx.Limits(max_connections=64))
+            self._async[loop] = httpx.AsyncClient(**self._options())
         return self._async[loop]
 
     def _decode(self, response: httpx.Response, path: str) -> Any:
@@ -126,9 +189,7 @@ class EngineClient:
         start = time.perf_counter()
         with self.load.request():
             done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
-        done.seconds = time.perf_counter() - start
-        self._span(start, prompt, max_tokens, done)
-        return done
+        return self._timed(start, prompt, max_tokens, done)
 
     async def acomplete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
                         sampling: SamplingConfig = SamplingConfig(), seed: int | None = None,
@@ -143,34 +204,32 @@ class EngineClient:
             if self.spans is not None:
                 self.spans.append(RequestSpan(start, time.perf_counter(), _length(prompt), max_tokens, 0, True))
             raise
-        done.seconds = time.perf_counter() - start
-        self._span(start, prompt, max_tokens, done)
-        return done
+        return self._timed(start, prompt, max_tokens, done)
 
     def _body(self, body: dict) -> dict:
         """``body`` naming the endpoint's model, where one is set."""
         return body if self.endpoint.model is None else {**body, "model": self.endpoint.model}
 
-    def _score_body(self, ids: Sequence[int], dialect: Dialect) -> dict:
-        return self._body(dialect.score_body(ids))
-
     def score(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
         """The model's probability and rank (0: its most likely token) of each of ``ids[start:]`` after
         the ids before it: one prefill request (``start`` >= 1)."""
         dialect = self.dialect
-        data = self.request("POST", "/v1/completions", self._score_body(ids, dialect))
+        data = self.request("POST", "/v1/completions", self._body(dialect.score_body(ids)))
         return dialect.read_scores(data, ids, start, self.where)
 
     async def ascore(self, ids: Sequence[int], start: int) -> tuple[list[float], list[int]]:
         """:meth:`score` for asyncio."""
         dialect = await self.adialect()
-        data = await self.arequest("POST", "/v1/completions", self._score_body(ids, dialect))
+        data = await self.arequest("POST", "/v1/completions", self._body(dialect.score_body(ids)))
         return dialect.read_scores(data, ids, start, self.where)
 
-    def _span(self, start: float, prompt: str | Sequence[int], max_tokens: int, done: Completion) -> None:
+    def _timed(self, start: float, prompt: str | Sequence[int], max_tokens: int, done: Completion) -> Completion:
+        """``done`` with its seconds since ``start``, its span recorded where ``spans`` is set."""
+        done.seconds = time.perf_counter() - start
         if self.spans is not None:
             written = len(done.token_ids) if done.token_ids is not None else len(done.logprobs or ())
             self.spans.append(RequestSpan(start, start + done.seconds, _length(prompt), max_tokens, written))
+        return done
 
     @property
     def in_flight(self) -> int:
@@ -195,10 +254,7 @@ class EngineClient:
 
     def tokenize(self, text: str) -> list[int]:
         """The engine's token ids of ``text`` (``/tokenize``, in the endpoint's dialect)."""
-        body = self.dialect.tokenize_body(text)
-        if self.endpoint.model is not None:
-            body["model"] = self.endpoint.model
-        return token_list(self.request("POST", "/tokenize", body), self.where)
+        return token_list(self.request("POST", "/tokenize", self._body(self.dialect.tokenize_body(text))), self.where)
 
     def chat_ids(self, messages) -> list[int] | None:
         """Token ids of chat ``messages`` with the served model's template applied by the engine, or None
@@ -233,5 +289,5 @@ class EngineClient:
             self._sync = None
 
 
-__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "RequestSpan", "TokenLogprob", "parse_completion",
-           "request_body"]
+__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "HTTPStatus", "InFlight", "RequestSpan", "TokenLogprob",
+           "parse_completion", "pause", "request_body", "retry_after", "retryable"]

@@ -11,8 +11,9 @@ that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless t
   was started with ``--no-cache-prompt`` (every prompt evaluated whole: slower, and repeatable).
 * :class:`VLLM`: asks for ``return_token_ids``; tokenizes ``prompt``; applies the chat template with
   ``/tokenize`` given ``messages`` (the ids come back directly).
-* :class:`OpenAI` (any other OpenAI-compatible server, SGLang for one): the vLLM-style fields, and no
-  chat-template route: the caller applies the served model's template with a local tokenizer.
+* :class:`Dialect` itself, named "openai" (any other OpenAI-compatible server, SGLang for one): the
+  vLLM-style fields, and no chat-template route: the caller applies the served model's template with a
+  local tokenizer.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def token_list(data: Any, where: str) -> list[int]:
 
 
 class Dialect:
-    """The OpenAI protocol plus the extensions most engines read (:class:`OpenAI`'s behaviour)."""
+    """The OpenAI protocol plus the extensions most engines read: the "openai" dialect, and the base of the others."""
 
     name = "openai"
     scores_prompts = False  # whether :meth:`score_body` exists: the engine gives prompt log-probabilities
@@ -89,10 +90,6 @@ class Dialect:
     def read_scores(self, data: Any, ids: Sequence[int], start: int, where: str) -> tuple[list[float], list[int]]:
         """(probability, rank) of ``ids[start:]`` from the reply to :meth:`score_body`."""
         raise NotImplementedError
-
-
-class OpenAI(Dialect):
-    pass
 
 
 class VLLM(Dialect):
@@ -150,7 +147,7 @@ class LlamaCpp(Dialect):
         return client.tokenize(text)
 
 
-DIALECTS = {d.name: d for d in (LlamaCpp(), VLLM(), OpenAI())}
+DIALECTS = {d.name: d for d in (LlamaCpp(), VLLM(), Dialect())}
 OWNERS = {"llamacpp": "llama.cpp", "vllm": "vllm"}  # /v1/models' owned_by -> dialect
 
 
@@ -169,4 +166,4 @@ def probe_dialect(models: Any) -> Dialect:
     return DIALECTS[OWNERS.get(owner.lower(), "openai")]
 
 
-__all__ = ["DIALECTS", "Dialect", "Requester", "LlamaCpp", "OpenAI", "VLLM", "dialect_named", "probe_dialect", "token_list"]
+__all__ = ["DIALECTS", "Dialect", "Requester", "LlamaCpp", "VLLM", "dialect_named", "probe_dialect", "token_list"]

@@ -2,8 +2,7 @@
 
 :class:`LlamaServer` is a context manager: it builds the server if the cache has none
 (:func:`~lookahead_reasoning.runtime.engine.build.llama_server_binary`), then runs it as a
-:class:`~.process.ServerProcess`: a free loopback port, a log file, a wait until ``/health`` says the
-model is loaded, terminate-then-kill on exit, and a death while loading reported with its log.
+:class:`~.process.ServerProcess` (a loopback port, a log, a wait until ``/health`` says the model is loaded).
 
 Models are GGUF paths or the library's offline names (``qwen2.5-coder-1.5b``): those are joined
 from their PyPI parts and checked against their sha256 once, then served quantised as they are.

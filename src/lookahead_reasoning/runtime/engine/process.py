@@ -1,7 +1,7 @@
 """One engine server as a child process on a loopback port: started, waited for, stopped.
 
 :class:`ServerProcess` is what :class:`~.llamacpp.LlamaServer` and :class:`~.vllm.VLLMServer` share: a
-free port on 127.0.0.1, the process started with its log in a file (a temporary one unless given),
+free port on 127.0.0.1, the process started with its log in a temporary file,
 a wait until the engine answers ``/health``, and on exit terminate, then kill, for the whole process
 group (vLLM runs its engine and workers as processes of their own). A small watchdog process stands
 between this process and the server: when this process dies without stopping the server (killed
@@ -165,15 +165,14 @@ class ServerProcess:
     FATAL: tuple[str, ...] = ("Traceback (most recent call last)",)
     FATAL_GRACE_S = 10.0
 
-    def __init__(self, config: ServerConfig, startup_s: float | None = None, log_path: Path | None = None):
+    def __init__(self, config: ServerConfig, startup_s: float | None = None):
         require(not self.engine or getattr(config, "engine", None) == self.engine, f"a {self.label} runs a ServerConfig "
                 f"of engine {self.engine!r}, got {getattr(config, 'engine', config)!r}", ConfigError)
-        self.config, self.log_path, self.port = config, log_path, config.port
+        self.config, self.port = config, config.port
+        self.log_path: Path | None = None  # made by start, removed by stop
         self.startup_s = self.STARTUP_S if startup_s is None else startup_s
         self.process: subprocess.Popen | None = None
         self.started_s: float | None = None  # seconds from start to ready
-        self._temporary_log = False
-        self._log_start = 0
 
     # what to run (subclasses)
     def argv(self, port: int) -> list[str]:
@@ -186,26 +185,18 @@ class ServerProcess:
         """Build or install what this server runs and prepare its model (once); a line saying where they are."""
         raise NotImplementedError
 
-    def describe(self) -> str:
-        return str(self.config.model)
-
     @property
     def url(self) -> str:
         require(self.port is not None, f"the {self.label} has not been started", EngineError)
         return f"http://{LOOPBACK}:{self.port}"
 
-    def endpoint(self, **kwargs) -> Endpoint:
-        return Endpoint(self.url, **kwargs)
-
     def start(self) -> "ServerProcess":
         self.port = self.port or free_port()
         argv = self.argv(self.port)
-        if self.log_path is None:  # a log of our own, removed again when the server is stopped
-            fd, name = tempfile.mkstemp(prefix=f"{self.label.replace(' ', '-')}-", suffix=".log")
-            os.close(fd)
-            self.log_path, self._temporary_log = Path(name), True
+        fd, name = tempfile.mkstemp(prefix=f"{self.label.replace(' ', '-')}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
         began = time.monotonic()
-        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # an earlier run's lines
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv], stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -216,12 +207,12 @@ class ServerProcess:
 
     def _wait_healthy(self) -> None:
         client, deadline = EngineClient(Endpoint(self.url, retries=0, timeout_s=5.0)), time.monotonic() + self.startup_s
-        failed_at, read, carry = None, self._log_start, ""
+        failed_at, read, carry = None, 0, ""
         try:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise EngineError(f"{self.label} exited with code {self.process.returncode} while loading "
-                                      f"{self.describe()}:\n{self.log_tail()}")
+                                      f"{self.config.model}:\n{self.log_tail()}")
                 if client.healthy():
                     return
                 if failed_at is None:
@@ -235,7 +226,7 @@ class ServerProcess:
         tail = self.log_tail()
         self.stop()
         if failed_at is not None:
-            raise EngineError(f"{self.label} wrote an error to its log while loading {self.describe()} and did "
+            raise EngineError(f"{self.label} wrote an error to its log while loading {self.config.model} and did "
                               f"not become healthy in the {self.FATAL_GRACE_S:g} s after it:\n{tail}")
         raise EngineError(f"{self.label} did not become healthy within {self.startup_s:g} s:\n{tail}")
 
@@ -271,7 +262,7 @@ class ServerProcess:
                 self.process.wait(grace_s)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if self._temporary_log and self.log_path is not None:
+        if self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
 
     def __enter__(self):

@@ -30,13 +30,12 @@ SIGNAL_MEANING = {"SIGILL": "an illegal instruction", "SIGSEGV": "a segmentation
 
 @dataclass(frozen=True)
 class Smoke:
-    """What one smoke test saw: ``passed``, else ``signal`` (the name a crash died of, e.g. "SIGILL") or
-    ``exit_code``, and ``reason``, one line for the build log and the terminal."""
+    """What one smoke test saw: ``passed``, else ``signal`` (the name a crash died of, e.g. "SIGILL"), and
+    ``reason``, one line for the build log and the terminal."""
 
     passed: bool
     reason: str
     signal: str | None = None
-    exit_code: int | None = None
 
     @property
     def crashed(self) -> bool:
@@ -52,7 +51,7 @@ def death(returncode: int) -> Smoke:
             name = f"signal {-returncode}"
         meaning = SIGNAL_MEANING.get(name)
         return Smoke(False, f"died with {name}" + (f" ({meaning})" if meaning else ""), signal=name)
-    return Smoke(False, f"exited with code {returncode} before it answered", exit_code=returncode)
+    return Smoke(False, f"exited with code {returncode} before it answered")
 
 
 def _ask(port: int, process: subprocess.Popen, deadline: float) -> Smoke:

@@ -36,7 +36,6 @@ class EngineSteps:
         self._counter = itertools.count()
         self.name = client.endpoint.model or client.endpoint.url
         self.requests = 0
-        self.completion_tokens = 0
         self.scorer = None  # set: what scores given tokens in this endpoint's stead (EnginePair's ``scorer``)
 
     # ------------------------------------------------------------------------------- text
@@ -69,7 +68,6 @@ class EngineSteps:
     def _end_and_text(self, done: Completion) -> tuple[str, str]:
         """Why the step ended and its text with the stop string put back."""
         self.requests += 1
-        self.completion_tokens += done.completion_tokens
         if done.end != "stop_string":
             return done.end, done.text
         if done.stop is None and done.text == "" and done.completion_tokens <= 1:

@@ -45,15 +45,14 @@ SPEC_METHODS = {"ngram": "ngram", "draft": "draft_model"}
 READY = "INSTALLED"  # written last into a finished install
 
 
-def vllm_home(cache_dir: str | os.PathLike | None = None, version: str = VLLM_VERSION) -> Path:
-    return cache_root(cache_dir) / "engines" / f"{VLLM_PACKAGE}-{version}"
+def vllm_home(cache_dir: str | os.PathLike | None = None) -> Path:
+    return cache_root(cache_dir) / "engines" / f"{VLLM_PACKAGE}-{VLLM_VERSION}"
 
 
-def vllm_python(cache_dir: str | os.PathLike | None = None, version: str = VLLM_VERSION,
-                say=lambda line: print(line, file=sys.stderr, flush=True)) -> Path:
+def vllm_python(cache_dir: str | os.PathLike | None = None) -> Path:
     """The Python of an environment that has vLLM's CPU build, installing it first if the cache has
-    none (module docstring; ``say`` reports the one-time install and how long it took)."""
-    home = vllm_home(cache_dir, version)
+    none (module docstring; the one-time install and how long it took are said on stderr)."""
+    home, version = vllm_home(cache_dir), VLLM_VERSION
     python = home / "bin" / "python"
     if (home / READY).is_file():
         return python
@@ -63,7 +62,8 @@ def vllm_python(cache_dir: str | os.PathLike | None = None, version: str = VLLM_
             return python
         log = home.parent / f"{home.name}.log"
         log.write_text("")
-        say(f"installing {VLLM_PACKAGE}=={version} into {home} (2.5-5 minutes, once; log in {log})")
+        print(f"installing {VLLM_PACKAGE}=={version} into {home} (2.5-5 minutes, once; log in {log})",
+              file=sys.stderr, flush=True)
         began = time.monotonic()
         with tempfile.TemporaryDirectory(dir=home.parent, prefix=".install-") as tmp:
             staged = Path(tmp) / "venv"
@@ -78,7 +78,7 @@ def vllm_python(cache_dir: str | os.PathLike | None = None, version: str = VLLM_
             if home.exists():  # a stale install without its marker
                 shutil.rmtree(home)
             os.replace(staged, home)
-        say(f"installed {VLLM_PACKAGE}=={version} in {time.monotonic() - began:.0f} s")
+        print(f"installed {VLLM_PACKAGE}=={version} in {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     return python
 
 

@@ -80,7 +80,6 @@ class Completion:
     logprobs: list[TokenLogprob] | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int | None = None
     seconds: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -150,9 +149,8 @@ def parse_completion(data: Any, where: str) -> Completion:
     if ids is None and logprobs and all(t.id is not None for t in logprobs):
         ids = [t.id for t in logprobs]
     usage = data.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return Completion(text, end, stop, list(ids) if ids is not None else None, logprobs,
-                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), cached, raw=data)
+                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), raw=data)
 
 
 @dataclass(frozen=True)
