@@ -14,7 +14,7 @@ What ``load_model(name_or_path)`` tries, in order:
 4. a string that looks like a path but does not exist -> :class:`ModelLoadError` "no such file or directory";
 5. anything else is a hub id (``from_pretrained(id)``); a failure says so and lists the offline names.
 
-Four modules, four jobs:
+Four modules load:
 
 * :mod:`.offline`: the offline models' registry, their part packages, the sha256-checked join,
   the lock and the bf16 safetensors conversion cache;
@@ -22,6 +22,10 @@ Four modules, four jobs:
   :func:`~.placement.cpu_supports_int8_dot`) and :func:`resolve_attn_implementation`;
 * :mod:`.loading`: :class:`LoadedModel` and :func:`load_model`'s dispatch (with :class:`LoadOptions`);
 * :mod:`.gguf`: reading a GGUF file into a dense transformers model.
+
+Four more choose how a loaded model computes: :mod:`.precision` (the weight precision per model),
+:mod:`.int8_layers` (the int8 layers it swaps in), :mod:`.kernels` (the CPU's float32 matmul kernel, the
+draft's dynamic int8) and :mod:`.hardware` (the CPU's instruction flags they all read).
 """
 
 from .loading import LoadedModel, LoadOptions, load_model
