@@ -177,11 +177,12 @@ class Planner:
         """Expected tokens and seconds of one cycle of ``plan`` with ``context`` tokens cached (and
         ``prefill`` tokens that a model has never been fed, paid by this cycle)."""
         target, draft = self._costs_at(context)
-        token, step = self.book.token.model(plan.draft_stop_below), self.book.step.model()
+        step = self.book.step.model()
         if self.per_request:  # over an engine, at the load of this choice (the prompt is in its prefix cache already)
             if plan.k == 0:
                 return chunk_cycle(plan.chunk or step.target_tokens, target, self.busy)
             return request_cycle(plan.k, plan.schedule, step, target, draft, self.busy, self.costs.overlap)
+        token = self.book.token.model(plan.draft_stop_below)  # token SD inside the rows runs in this process only
         if plan.k == 0:
             cycle = step_cycle(plan.gamma, step, token, target, draft, self.book.token.iteration_overhead.value)
         else:
