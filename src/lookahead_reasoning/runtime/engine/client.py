@@ -25,6 +25,7 @@ per plan.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -54,21 +55,6 @@ class HTTPStatus(Exception):
     def __init__(self, status: int, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.status, self.retry_after = status, retry_after
-
-
-def retry_after(response: httpx.Response) -> float | None:
-    """The seconds a Retry-After header asks for (a number; a date is not read), or None."""
-    try:
-        return max(0.0, float(response.headers["Retry-After"]))
-    except (KeyError, ValueError):
-        return None
-
-
-def pause(exc: Exception, backoff_s: float, attempt: int, timeout_s: float) -> float:
-    """Seconds to wait before try ``attempt + 1``: what the server asked for (at most the timeout),
-    else the back-off."""
-    asked = getattr(exc, "retry_after", None)
-    return min(asked, timeout_s) if asked is not None else backoff_s * (attempt + 1)
 
 
 class InFlight:
@@ -134,9 +120,13 @@ class EngineClient:
         return self._async[loop]
 
     def _decode(self, response: httpx.Response, path: str) -> Any:
-        where = f"the engine at {self.endpoint.url}{path}"
+        where = f"{self.where}{path}"
         if response.status_code >= 400:
-            detail, wait = response.text[:300].strip(), retry_after(response)
+            try:  # the seconds a Retry-After header asks for (a number; a date is not read)
+                wait = max(0.0, float(response.headers["Retry-After"]))
+            except (KeyError, ValueError):
+                wait = None
+            detail = response.text[:300].strip()
             busy = f" (busy: it asked to be tried again in {wait:g} s)" if wait is not None else ""
             raise HTTPStatus(response.status_code, f"{where} answered HTTP {response.status_code}{busy}: {detail}", wait)
         try:
@@ -145,7 +135,7 @@ class EngineClient:
             raise EngineError(f"{where} answered something that is not JSON: {response.text[:200]!r}") from None
 
     def _failure(self, path: str, exc: Exception) -> EngineError:
-        where = f"the engine at {self.endpoint.url}{path}"
+        where = f"{self.where}{path}"
         if isinstance(exc, httpx.ConnectError):
             return EngineError(f"cannot connect to {where} ({exc}): is the server running? "
                                f"(`lookahead-reasoning serve-engine` starts a local llama.cpp server)")
@@ -156,29 +146,29 @@ class EngineClient:
             return EngineError(str(exc))
         return EngineError(f"{where} failed: {type(exc).__name__}: {exc}")
 
+    def _pause(self, path: str, exc: Exception, attempt: int) -> float:
+        """Seconds to wait before try ``attempt + 1`` after ``exc``: what the server asked for (at most the
+        timeout), else the back-off; the EngineError of the failure where no try is left or it is not retryable."""
+        if attempt == self.endpoint.retries or not retryable(exc):
+            raise self._failure(path, exc) from None
+        asked = getattr(exc, "retry_after", None)
+        return min(asked, self.endpoint.timeout_s) if asked is not None else self.endpoint.backoff_s * (attempt + 1)
+
     def request(self, method: str, path: str, body: dict | None = None) -> Any:
         """One JSON request with bounded retries; EngineError naming the endpoint and cause on failure."""
-        for attempt in range(self.endpoint.retries + 1):
+        for attempt in itertools.count():
             try:
-                response = self._client().request(method, self.endpoint.url + path, json=body)
-                return self._decode(response, path)
+                return self._decode(self._client().request(method, self.endpoint.url + path, json=body), path)
             except (httpx.HTTPError, HTTPStatus) as exc:
-                if attempt == self.endpoint.retries or not retryable(exc):
-                    raise self._failure(path, exc) from None
-                time.sleep(pause(exc, self.endpoint.backoff_s, attempt, self.endpoint.timeout_s))
-        raise AssertionError("unreachable")
+                time.sleep(self._pause(path, exc, attempt))
 
     async def arequest(self, method: str, path: str, body: dict | None = None) -> Any:
         """:meth:`request` for asyncio."""
-        for attempt in range(self.endpoint.retries + 1):
+        for attempt in itertools.count():
             try:
-                response = await self._aclient().request(method, self.endpoint.url + path, json=body)
-                return self._decode(response, path)
+                return self._decode(await self._aclient().request(method, self.endpoint.url + path, json=body), path)
             except (httpx.HTTPError, HTTPStatus) as exc:
-                if attempt == self.endpoint.retries or not retryable(exc):
-                    raise self._failure(path, exc) from None
-                await asyncio.sleep(pause(exc, self.endpoint.backoff_s, attempt, self.endpoint.timeout_s))
-        raise AssertionError("unreachable")
+                await asyncio.sleep(self._pause(path, exc, attempt))
 
     # ------------------------------------------------------------------------------- the protocol
     def complete(self, prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str] = (),
@@ -290,4 +280,4 @@ class EngineClient:
 
 
 __all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "HTTPStatus", "InFlight", "RequestSpan", "TokenLogprob",
-           "parse_completion", "pause", "request_body", "retry_after", "retryable"]
+           "parse_completion", "request_body", "retryable"]
