@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol, Sequence
 
-from ...errors import EngineError
+from ...errors import EngineError, require
 from ...sampling import SamplingConfig
 
 Messages = Sequence[dict[str, str]]
@@ -152,8 +152,7 @@ OWNERS = {"llamacpp": "llama.cpp", "vllm": "vllm"}  # /v1/models' owned_by -> di
 
 
 def dialect_named(name: str) -> Dialect:
-    if name not in DIALECTS:
-        raise EngineError(f"unknown engine kind {name!r}: pick one of {', '.join(DIALECTS)}")
+    require(name in DIALECTS, f"unknown engine kind {name!r}: pick one of {', '.join(DIALECTS)}", EngineError)
     return DIALECTS[name]
 
 

@@ -112,9 +112,7 @@ def speculative_config(config: ServerConfig) -> dict | None:
 def resolved_dtype(config: ServerConfig) -> str:
     """``config``'s dtype, with "auto" resolved for this CPU (:class:`~.process.ServerConfig`)."""
     dtype = config.get("dtype")
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if cpu_supports_bf16() else "float32"
+    return dtype if dtype != "auto" else "bfloat16" if cpu_supports_bf16() else "float32"
 
 
 def vllm_argv(config: ServerConfig, python: Path, port: int) -> list[str]:

@@ -16,7 +16,7 @@ Each engine reports that in its own extension fields, asked for by the endpoint'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...errors import EngineError, require
@@ -81,7 +81,6 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def request_body(prompt: str | Sequence[int], max_tokens: int, stop: Sequence[str],
@@ -150,7 +149,7 @@ def parse_completion(data: Any, where: str) -> Completion:
         ids = [t.id for t in logprobs]
     usage = data.get("usage") or {}
     return Completion(text, end, stop, list(ids) if ids is not None else None, logprobs,
-                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), raw=data)
+                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
 
 
 @dataclass(frozen=True)
