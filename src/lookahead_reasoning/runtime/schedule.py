@@ -151,11 +151,11 @@ def replay(events: Sequence[Event], models: dict[str, Any], sync: Any = None) ->
             sessions[sid] = models[model].session([tokens.take(n) for n in lengths])
         elif kind == "fwd":
             _, model, sid, extra, active, keep, fed = event[:7]
-            session = sessions[sid]
-            got = _fed(session, active)
+            session = sessions[sid]  # an active row feeds its uncached tokens (or its last one again), then the extra
+            got = [max(1, len(r) - c) + n if a else 0
+                   for r, c, n, a in zip(session.rows, session.cached, extra, active)]
             logits = session.logits(extra=[tokens.take(n) for n in extra], keep=keep, active=[bool(a) for a in active])
             logits.argmax(dim=-1).tolist()  # what a loop reads before its next forward (it waits for the device)
-            got = [g + n if a else 0 for g, n, a in zip(got, extra, active)]
             require(got == list(fed), f"replay of forward {counts[model]} of the {model} fed {got} tokens per row, "
                     f"the recorded run {fed}", ValueError)
             counts[model] += 1
@@ -191,11 +191,6 @@ def _set_rows(session: Session, cached: list[int], lengths: list[int], tokens: _
     session.set_rows(rows)
     require(list(session.cached) == list(cached), f"replay of a rollback kept {session.cached} cached tokens, "
             f"the recorded run {cached}", ValueError)
-
-
-def _fed(session: Session, active: Sequence[Any]) -> list[int]:
-    """Tokens each active row will feed of its own (its uncached ones, or its last one fed again)."""
-    return [max(1, len(r) - c) if a else 0 for r, c, a in zip(session.rows, session.cached, active)]
 
 
 def summary(events: Sequence[Event]) -> dict[str, Any]:
