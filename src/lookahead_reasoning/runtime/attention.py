@@ -106,13 +106,6 @@ def block_mask(mask: torch.Tensor, cols: torch.Tensor, groups: int, block: int =
                                     seq_lengths=(groups * n, mask.shape[1]), compute_q_blocks=False)  # no backward
 
 
-def attention_mask(kind: str, mask: torch.Tensor, cols: torch.Tensor, groups: int, dtype: torch.dtype,
-                   block: int = BLOCK) -> Any:
-    """What the decoder's attention layers get for ``kind`` ("sdpa" or "flex"): :func:`additive_mask` or
-    :func:`block_mask` (of ``block`` columns a block), built once a forward for all layers."""
-    return block_mask(mask, cols, groups, block) if kind == "flex" else additive_mask(mask, cols, groups, dtype)
-
-
 # ---------------------------------------------------------------------------------------------- attention
 def _folded(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     """(B, H_q, n, D) queries as (B, H_kv, g * n, D): row gi * n + t is query head kv_head * g + gi, token t."""
@@ -180,5 +173,5 @@ def using(config: Any, kind: str) -> Iterator[None]:
 
 
 __all__ = ["ATTENTIONS", "ATTENTION_NAME", "BLOCK", "CUDA_ATTENTION", "FLEX_NAME", "additive_mask", "attended",
-           "attention_kernels", "attention_mask", "block_mask", "chosen_attention",
+           "attention_kernels", "block_mask", "chosen_attention",
            "flex_masked_attention", "masked_attention", "used_blocks", "using"]

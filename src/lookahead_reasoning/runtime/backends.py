@@ -12,7 +12,7 @@ first allocation, or is sized for a run's budget). Inductor also keeps what it c
 
 A recording (:class:`~.graphs.Graph`, a CUDA graph; :class:`~.graphs.RehearsedGraph` on any device) has fixed
 shapes and addresses: one is made per rows x tokens x span, of the compiled forward or of the body as it is,
-and made again after the working rows were reallocated (:meth:`Recordings.clear`).
+and made again after the working rows were reallocated.
 """
 
 from __future__ import annotations
@@ -96,8 +96,10 @@ class Recordings:
         graph = self.graphs.get(key)
         if graph is None:
             kind = RehearsedGraph if self.rehearsed else Graph
+            if self._pool is None and not self.rehearsed:  # one memory pool, shared by every CUDA recording
+                self._pool = torch.cuda.graph_pool_handle()
             with model_code():
-                graph = self.graphs[key] = kind(fn, inputs, self._cuda_pool(), fixed=(False, True, False))
+                graph = self.graphs[key] = kind(fn, inputs, self._pool, fixed=(False, True, False))
             self.captures += 1
             return graph.output
         if not graph.runs_python:  # nothing of the model's code runs, but stale weights are refused all the same
@@ -105,16 +107,6 @@ class Recordings:
             return graph.replay(*inputs)
         with model_code():
             return graph.replay(*inputs)
-
-    def clear(self) -> None:
-        """Forget every recording (they read tensors that were reallocated); they are made again on use."""
-        self.graphs.clear()
-
-    def _cuda_pool(self) -> Any:
-        """The memory pool every CUDA recording of this model shares (one, made on first use); none rehearsed."""
-        if self._pool is None and not self.rehearsed:
-            self._pool = torch.cuda.graph_pool_handle()
-        return self._pool
 
 
 __all__ = ["Compiler", "Recordings"]

@@ -58,8 +58,8 @@ import torch
 
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes, upload
 from ..errors import ConfigError, require
-from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, attention_kernels, attention_mask,
-                        chosen_attention, masked_attention, using)
+from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, additive_mask, attention_kernels,
+                        block_mask, chosen_attention, masked_attention, using)
 from .backends import Compiler, Recordings
 from .fused import FusedNorms, FusedProducts
 
@@ -228,7 +228,7 @@ class FastPath:
         if self.compiler is not None:
             self.compiler.mark(self.arena)
         if self.recordings is not None:
-            self.recordings.clear()
+            self.recordings.graphs.clear()
 
     # ------------------------------------------------------------------ the forward
     def body(self, ids: torch.Tensor, mask: torch.Tensor,
@@ -246,7 +246,8 @@ class FastPath:
         (n = 1, every decoding step), the language-model head there: (float32 logits (R, 1, V), their argmax (R, 1))."""
         rows, length = mask.shape
         n = cols.shape[0]
-        masks = attention_mask(attention, mask, cols, self.groups, self.dtype, self.config.block)  # once, all layers
+        masks = (block_mask(mask, cols, self.groups, self.config.block) if attention == "flex"  # once, all layers
+                 else additive_mask(mask, cols, self.groups, self.dtype))
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0).index_select(1, cols)  # (R, n): real tokens before
         out = self.decoder(input_ids=ids, attention_mask=masks, position_ids=positions,
                            use_cache=True, **{self.cache_arg: _Writes(self.arena, rows, length, self.kv_heads, cols)})
@@ -281,11 +282,8 @@ class FastPath:
             out = self.recordings.run(self.compiler or self.body, (ids, mask, cols),
                                       lambda: self._model_code(self.attention), self._check)
         else:
-            with self._model_code(self.attention if bucketed else "sdpa"):
-                if bucketed:
-                    out = (self.compiler or self.body)(ids, mask, cols)
-                else:  # beyond the buckets: the reference attention
-                    out = self.forward(ids, mask, cols, "sdpa")
+            with self._model_code(self.attention if bucketed else "sdpa"):  # beyond the buckets: the reference
+                out = (self.compiler or self.body)(ids, mask, cols) if bucketed else self.forward(ids, mask, cols, "sdpa")
         if isinstance(out, tuple):  # one new token a row: the head and its argmax ran in the forward
             logits, top = out
             return logits[:bsz], top[:bsz]

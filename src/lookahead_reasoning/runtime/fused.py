@@ -63,17 +63,14 @@ def _stacked_already(owner: torch.nn.Module, linears: list[torch.nn.Linear]) -> 
 def _stack(linears: list[torch.nn.Linear]) -> _Stack:
     """Stack ``linears``' weights (and biases) into one tensor and make theirs views into it (no copy is
     kept: the eager path reads the same memory)."""
+    sizes = [m.weight.shape[0] for m in linears]
     weight = torch.cat([m.weight.detach() for m in linears])
-    biases = [m.bias for m in linears]
-    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-    at = 0
-    for m in linears:
-        size = m.weight.shape[0]
-        m.weight.data = weight[at:at + size]
+    bias = None if linears[0].bias is None else torch.cat([m.bias.detach() for m in linears])
+    for i, (m, part) in enumerate(zip(linears, weight.split(sizes))):
+        m.weight.data = part
         if bias is not None:
-            m.bias.data = bias[at:at + size]
-        at += size
-    return _Stack(weight, bias, [m.weight.shape[0] for m in linears])
+            m.bias.data = bias.split(sizes)[i]
+    return _Stack(weight, bias, sizes)
 
 
 @contextlib.contextmanager
@@ -103,11 +100,9 @@ class FusedProducts:
             for owner_name, names in self.GROUPS:
                 owner = getattr(layer, owner_name, None)
                 linears = [getattr(owner, n, None) for n in names]
-                if owner is None or not all(type(m) is torch.nn.Linear for m in linears):
-                    continue
-                if len({m.in_features for m in linears}) != 1 or any(hasattr(m, "_hf_hook") for m in linears):
-                    continue
-                if len({m.bias is None for m in linears}) != 1:  # some biased, some not: no one product
+                if (owner is None or not all(type(m) is torch.nn.Linear for m in linears)
+                        or len({(m.in_features, m.bias is None) for m in linears}) != 1  # one input, all biased or none
+                        or any(hasattr(m, "_hf_hook") for m in linears)):
                     continue
                 stack = _stacked_already(owner, linears) or _stack(linears)
                 owner._lookahead_stack = stack

@@ -113,9 +113,7 @@ class LM:
         """For the block: call ``listener`` with every forward's :class:`ForwardTiming`, and with
         ``pad_to`` run every forward at the n it gives (module docstring). Both leave with the block,
         and what was installed before comes back (blocks nest: the innermost ``pad_to`` holds)."""
-        saved = self.pad_to
-        if pad_to is not None:
-            self.pad_to = pad_to
+        saved, self.pad_to = self.pad_to, self.pad_to if pad_to is None else pad_to
         if listener is not None:
             self.listeners.append(listener)
         try:
@@ -151,17 +149,10 @@ class LM:
 
     # ------------------------------------------------------------------ sessions
     def session(self, rows: Sequence[Sequence[int]]) -> Session:
-        """A fresh :class:`~lookahead_reasoning.runtime.session.Session` of this model over ``rows``.
-
-        Args:
-            rows: B token-id lists (B >= 1, each with at least one token); nothing is fed yet.
-
-        Returns:
-            a Session with an empty cache; its first ``logits(keep=k)`` call feeds every row and
-            returns (B, k, V) float32 logits. Raises ValueError for no rows or an empty row, and
-            PromptError for a token id outside the model's vocabulary (torch's embedding would fail
-            deep inside the forward).
-        """
+        """A fresh :class:`~lookahead_reasoning.runtime.session.Session` of this model over ``rows`` (B >= 1
+        token-id lists, none empty: else ValueError), with an empty cache: nothing is fed until its first
+        ``logits``. PromptError for a token id outside the model's vocabulary (torch's embedding would fail
+        deep inside the forward)."""
         vocab = self.vocab_size
         outside = sorted({t for row in rows for t in row if not 0 <= t < vocab})
         require(not outside, f"token ids {outside[:5]} are outside {self.name}'s vocabulary [0, {vocab})", PromptError)
@@ -269,10 +260,7 @@ class LM:
         """Token ids of the prompt: the chat template unless ``raw``, in which case the text as is."""
         if raw:
             require(isinstance(prompt, str) and prompt.strip() != "", "the prompt is empty", PromptError)
-            text = prompt
-        else:
-            text = self.chat_prompt(prompt)
-        ids = self.encode(text)
+        ids = self.encode(prompt if raw else self.chat_prompt(prompt))
         require(len(ids) > 0, "the prompt encodes to no tokens", PromptError)
         return ids
 
@@ -320,9 +308,5 @@ def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
 
 
 def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> frozenset[int]:
-    ids: set[int] = set()
-    for source in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
-        if source is None:
-            continue
-        ids.update(int(i) for i in (source if isinstance(source, (list, tuple)) else [source]))
-    return frozenset(ids)
+    sources = (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    return frozenset(int(i) for s in sources if s is not None for i in (s if isinstance(s, (list, tuple)) else [s]))
