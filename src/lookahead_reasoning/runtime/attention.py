@@ -49,14 +49,6 @@ def attention_kernels(device: torch.device) -> AbstractContextManager:
     return sdpa_kernel(list(CUDA_ATTENTION)) if device.type == "cuda" else nullcontext()
 
 
-def chosen_attention(choice: str, backend: str, device: torch.device) -> str:
-    """The attention a fast path's bucket shapes run: ``choice``, or for "auto" flex where inductor compiles
-    the forward on a CUDA device (its decoding kernel), SDPA elsewhere (flex's reference code is slow)."""
-    if choice != "auto":
-        return choice
-    return "flex" if device.type == "cuda" and backend.startswith("inductor") else "sdpa"
-
-
 # ---------------------------------------------------------------------------------------------- masks
 def attended(mask: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """(R, n, W) bool: which of the W columns each of the n new tokens of each row attends to. ``mask``
@@ -173,5 +165,4 @@ def using(config: Any, kind: str) -> Iterator[None]:
 
 
 __all__ = ["ATTENTIONS", "ATTENTION_NAME", "BLOCK", "CUDA_ATTENTION", "FLEX_NAME", "additive_mask", "attended",
-           "attention_kernels", "block_mask", "chosen_attention",
-           "flex_masked_attention", "masked_attention", "used_blocks", "using"]
+           "attention_kernels", "block_mask", "flex_masked_attention", "masked_attention", "used_blocks", "using"]

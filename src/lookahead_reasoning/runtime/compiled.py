@@ -34,8 +34,9 @@ and the positions built inside from the (R, W) mask of real columns. The ``backe
 
 Attention (:mod:`.attention`) runs the bucket shapes through flex attention under a block mask
 (``attention="flex"``: key blocks that hold no used column are never read) or PyTorch's SDPA under an additive
-mask (``"sdpa"``); ``"auto"`` (the default) is flex where inductor compiles on a GPU, SDPA elsewhere; a forward
-beyond the buckets runs SDPA, the reference. (flash-attn's kernels take no mask with holes.)
+mask (``"sdpa"``); ``"auto"`` (the default) is flex where inductor compiles on a GPU, SDPA elsewhere (flex's
+uncompiled reference code is slow); a forward beyond the buckets runs SDPA, the reference. (flash-attn's
+kernels take no mask with holes.)
 
 A forward of one new token a row (every decoding step) runs the language-model head and its argmax inside
 the recording, so a greedy token costs no launch after the graph's and its ids can feed the next forward where
@@ -59,7 +60,7 @@ import torch
 from ..cache.static import FIRST_SPAN, ArenaShape, StaticArena, StaticKVState, attended_columns, free_bytes, upload
 from ..errors import ConfigError, require
 from .attention import (ATTENTION_NAME, ATTENTIONS, BLOCK, CUDA_ATTENTION, additive_mask, attention_kernels,
-                        block_mask, chosen_attention, masked_attention, using)
+                        block_mask, masked_attention, using)
 from .backends import Compiler, Recordings
 from .fused import FusedNorms, FusedProducts
 
@@ -165,7 +166,8 @@ class FastPath:
         heads = mc.num_attention_heads
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
         kv_heads = getattr(mc, "num_key_value_heads", None) or heads
-        self.attention = chosen_attention(config.attention, config.backend, self.device)  # the bucket shapes'
+        auto = "flex" if self.device.type == "cuda" and config.backend.startswith("inductor") else "sdpa"
+        self.attention = auto if config.attention == "auto" else config.attention  # the bucket shapes'
         block = config.block if self.attention == "flex" else 1  # flex reads whole blocks: all of them allocated
         shape = ArenaShape(mc.num_hidden_layers, kv_heads, head_dim, config.rows, -(-config.length // block) * block)
         free = free_bytes(self.device) if self.device.type == "cuda" else None
@@ -283,7 +285,8 @@ class FastPath:
                                       lambda: self._model_code(self.attention), self._check)
         else:
             with self._model_code(self.attention if bucketed else "sdpa"):  # beyond the buckets: the reference
-                out = (self.compiler or self.body)(ids, mask, cols) if bucketed else self.forward(ids, mask, cols, "sdpa")
+                out = ((self.compiler or self.body)(ids, mask, cols) if bucketed
+                       else self.forward(ids, mask, cols, "sdpa"))
         if isinstance(out, tuple):  # one new token a row: the head and its argmax ran in the forward
             logits, top = out
             return logits[:bsz], top[:bsz]

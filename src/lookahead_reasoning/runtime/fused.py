@@ -164,11 +164,9 @@ class FusedNorms:
                 if type(child).__name__ in RMS_NORMS and hasattr(child, "variance_epsilon"):
                     self.swaps.append((owner, name, child, _FusedNorm(child)))
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self) -> contextlib.AbstractContextManager:
         """For the block, every norm is its :class:`_FusedNorm`; the model's own come back after."""
-        with _swapped(self.swaps):
-            yield
+        return _swapped(self.swaps)
 
 
 __all__ = ["FusedNorms", "FusedProducts", "RMS_NORMS"]

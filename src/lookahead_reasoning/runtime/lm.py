@@ -127,9 +127,7 @@ class LM:
     @classmethod
     def from_loaded(cls, loaded: Any) -> "LM":
         """Wrap anything with ``.model``, ``.tokenizer`` and optionally ``.name`` (a LoadedModel)."""
-        if isinstance(loaded, LM):
-            return loaded
-        return cls(loaded.model, loaded.tokenizer, getattr(loaded, "name", None))
+        return loaded if isinstance(loaded, LM) else cls(loaded.model, loaded.tokenizer, getattr(loaded, "name", None))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -301,10 +299,9 @@ def _keep_positions(keep: int, n: int, padded: int, device: torch.device) -> int
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
-    for candidate in (tokenizer.pad_token_id, getattr(model.config, "pad_token_id", None), tokenizer.eos_token_id):
-        if candidate is not None:
-            return int(candidate if not isinstance(candidate, list) else candidate[0])
-    return 0
+    candidates = (tokenizer.pad_token_id, getattr(model.config, "pad_token_id", None), tokenizer.eos_token_id)
+    found = next((c for c in candidates if c is not None), 0)
+    return int(found[0] if isinstance(found, list) else found)
 
 
 def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> frozenset[int]:

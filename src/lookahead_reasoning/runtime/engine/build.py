@@ -244,23 +244,6 @@ def _described(recipe: Recipe) -> str:
     return "natively (-march=native)" if not recipe.name else f"without {recipe.turned_off} ({recipe.cflags})"
 
 
-def _failed(tried: list[tuple[Recipe, Smoke]], log: Path) -> EngineError:
-    how = "; ".join(f"built {_described(r)} it {s.reason}" for r, s in tried)
-    return EngineError(f"llama.cpp's llama-server does not run on this CPU: {how}, on its smoke test. The CPU "
-                       f"announces {instruction_sets()}. The engine features (serve-engine, --target-url runs, the "
-                       f"engine tests) need a server that runs; the build log is {log}")
-
-
-def _recheck(home: Path, model: Path | None, log: Path) -> Path | None:
-    """A build made before builds were smoke-tested: tested now; kept if it runs, else removed."""
-    seen = _smoke(home, model, log)
-    if seen.passed:
-        return home / "bin" / BINARY
-    _say(log, f"the llama-server cached in {home} {seen.reason} on its smoke test: removed, building again")
-    shutil.rmtree(home)
-    return None
-
-
 def _stage(built: Path, work: Path, recipe: Recipe) -> Path:
     staged = work / f"staged-{recipe.name or 'native'}"
     (staged / "bin").mkdir(parents=True)
@@ -280,8 +263,13 @@ def _build(cache_dir: str | os.PathLike | None, log: Path) -> Path:
         work, source = Path(tmp), None
         for i, recipe in enumerate(recipes):
             home = build_dir(cache_dir, recipe)
-            if (home / "bin" / BINARY).is_file() and (found := _recheck(home, model, log)) is not None:
-                return found
+            if (home / "bin" / BINARY).is_file():  # built before builds were smoke-tested: kept if it runs now
+                seen = _smoke(home, model, log)
+                if seen.passed:
+                    return home / "bin" / BINARY
+                _say(log, f"the llama-server cached in {home} {seen.reason} on its smoke test: removed, "
+                          "building again")
+                shutil.rmtree(home)
             source = source or _fetch_source(work, log)
             staged = _stage(_compile(source, work / f"build-{recipe.name or 'native'}", recipe, log), work, recipe)
             seen = _smoke(staged, model, log)
@@ -295,7 +283,10 @@ def _build(cache_dir: str | os.PathLike | None, log: Path) -> Path:
                 break
             _say(log, f"llama.cpp's llama-server built {_described(recipe)} {seen.reason} on its smoke test "
                       f"(this CPU: {instruction_sets()}); rebuilding it without {recipes[i + 1].turned_off}")
-    raise _failed(tried, log)
+    how = "; ".join(f"built {_described(r)} it {s.reason}" for r, s in tried)
+    raise EngineError(f"llama.cpp's llama-server does not run on this CPU: {how}, on its smoke test. The CPU "
+                      f"announces {instruction_sets()}. The engine features (serve-engine, --target-url runs, the "
+                      f"engine tests) need a server that runs; the build log is {log}")
 
 
 def llama_server_binary(cache_dir: str | os.PathLike | None = None) -> Path:

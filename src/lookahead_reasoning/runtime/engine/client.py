@@ -16,7 +16,7 @@ any other 4xx, or a reply that is not the JSON the protocol promises.
 How busy an endpoint is: an engine batches every request it serves at once, so a cycle's rows share each
 forward with the requests of other runs: R rows sent while B others are in flight cost about what R + B
 rows cost alone (:func:`~...theory.costed.request_cycle` with ``load=B``). The client counts its requests
-as they go out and come back (:attr:`EngineClient.in_flight`); a planner reads the count when it plans a
+as they go out and come back (``EngineClient.in_flight``); a planner reads the count when it plans a
 cycle, between its own requests, so what it reads is the others' load. Requests of other processes do not
 show here; an engine's own metrics would (llama.cpp's ``/slots``, vLLM's ``/metrics``), at one more request
 per plan.
@@ -57,26 +57,6 @@ class HTTPStatus(Exception):
         self.status, self.retry_after = status, retry_after
 
 
-class InFlight:
-    """A count of requests under way, safe across threads (plain modes run requests in threads) and
-    coroutines (module docstring: how busy an endpoint is)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.now = 0
-
-    @contextmanager
-    def request(self) -> Iterator[None]:
-        """Count one request for as long as the block runs (until it returns or fails)."""
-        with self._lock:
-            self.now += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.now -= 1
-
-
 def _length(prompt: str | Sequence[int]) -> int:
     """A prompt's length in tokens (0 for a text prompt, which the engine tokenizes)."""
     return 0 if isinstance(prompt, str) else len(prompt)
@@ -93,12 +73,25 @@ class EngineClient:
         self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
         self._sync: httpx.Client | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its client
-        self.load = InFlight()  # completions under way from this process (what a planner prices load by)
+        self.in_flight = 0  # completions under way from this process at the endpoint (what a planner prices load by)
+        self._counting = threading.Lock()
         self._dialect: Dialect | None = None if self.endpoint.engine is None else dialect_named(self.endpoint.engine)
         self.spans: list[RequestSpan] | None = None
 
     def __repr__(self) -> str:
         return f"EngineClient({self.endpoint.url!r})"
+
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Count one completion in ``in_flight`` while the block runs (until it returns or fails), safe across
+        threads (plain modes run requests in threads) and coroutines (module docstring: how busy an endpoint is)."""
+        with self._counting:
+            self.in_flight += 1
+        try:
+            yield
+        finally:
+            with self._counting:
+                self.in_flight -= 1
 
     # ------------------------------------------------------------------------------- transport
     def _options(self) -> dict[str, Any]:
@@ -177,7 +170,7 @@ class EngineClient:
         ``sampling`` has a temperature, ``seed`` for a sampled one to be repeated."""
         body = self._body(request_body(prompt, max_tokens, stop, sampling, seed, logprobs, self.dialect))
         start = time.perf_counter()
-        with self.load.request():
+        with self._counted():
             done = parse_completion(self.request("POST", "/v1/completions", body), self.where)
         return self._timed(start, prompt, max_tokens, done)
 
@@ -188,7 +181,7 @@ class EngineClient:
         body = self._body(request_body(prompt, max_tokens, stop, sampling, seed, logprobs, await self.adialect()))
         start = time.perf_counter()
         try:
-            with self.load.request():
+            with self._counted():
                 done = parse_completion(await self.arequest("POST", "/v1/completions", body), self.where)
         except asyncio.CancelledError:
             if self.spans is not None:
@@ -220,11 +213,6 @@ class EngineClient:
             written = len(done.token_ids) if done.token_ids is not None else len(done.logprobs or ())
             self.spans.append(RequestSpan(start, start + done.seconds, _length(prompt), max_tokens, written))
         return done
-
-    @property
-    def in_flight(self) -> int:
-        """Completion requests this process has under way at the endpoint now."""
-        return self.load.now
 
     @property
     def where(self) -> str:
@@ -279,5 +267,5 @@ class EngineClient:
             self._sync = None
 
 
-__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "HTTPStatus", "InFlight", "RequestSpan", "TokenLogprob",
+__all__ = ["ENDS", "Completion", "Endpoint", "EngineClient", "HTTPStatus", "RequestSpan", "TokenLogprob",
            "parse_completion", "request_body", "retryable"]

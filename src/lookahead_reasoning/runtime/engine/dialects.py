@@ -19,26 +19,15 @@ that ``/v1/models`` names (llama.cpp says ``llamacpp``, vLLM ``vllm``), unless t
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ...errors import EngineError, require
 from ...sampling import SamplingConfig
 
+if TYPE_CHECKING:  # a dialect asks its client for JSON requests, the endpoint's tokenizer and names
+    from .client import EngineClient
+
 Messages = Sequence[dict[str, str]]
-
-
-class Requester(Protocol):
-    """What a dialect asks of a client (:class:`~.client.EngineClient` is one): JSON requests, the
-    endpoint's text tokenized, its model's name and a name for messages."""
-
-    where: str
-
-    @property
-    def endpoint(self) -> Any: ...
-
-    def request(self, method: str, path: str, body: dict | None = None) -> Any: ...
-
-    def tokenize(self, text: str) -> list[int]: ...
 
 
 def token_list(data: Any, where: str) -> list[int]:
@@ -76,7 +65,7 @@ class Dialect:
     def tokenize_body(self, text: str) -> dict[str, Any]:
         return {"prompt": text, "add_special_tokens": False}
 
-    def chat_ids(self, client: Requester, messages: Messages) -> list[int] | None:
+    def chat_ids(self, client: EngineClient, messages: Messages) -> list[int] | None:
         """Token ids of ``messages`` with the chat template applied and the assistant's turn opened,
         or None where this engine has no route for it."""
         return None
@@ -96,7 +85,7 @@ class VLLM(Dialect):
     name = "vllm"
     scores_prompts = True
 
-    def chat_ids(self, client: Requester, messages: Messages) -> list[int] | None:
+    def chat_ids(self, client: EngineClient, messages: Messages) -> list[int] | None:
         body = {"messages": list(messages), "add_generation_prompt": True, "add_special_tokens": False}
         if client.endpoint.model is not None:
             body["model"] = client.endpoint.model
@@ -139,7 +128,7 @@ class LlamaCpp(Dialect):
     def tokenize_body(self, text: str) -> dict[str, Any]:
         return {"content": text, "add_special": False}
 
-    def chat_ids(self, client: Requester, messages: Messages) -> list[int] | None:
+    def chat_ids(self, client: EngineClient, messages: Messages) -> list[int] | None:
         data = client.request("POST", "/apply-template", {"messages": list(messages)})
         text = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(text, str):
@@ -165,4 +154,4 @@ def probe_dialect(models: Any) -> Dialect:
     return DIALECTS[OWNERS.get(owner.lower(), "openai")]
 
 
-__all__ = ["DIALECTS", "Dialect", "Requester", "LlamaCpp", "VLLM", "dialect_named", "probe_dialect", "token_list"]
+__all__ = ["DIALECTS", "Dialect", "LlamaCpp", "VLLM", "dialect_named", "probe_dialect", "token_list"]
