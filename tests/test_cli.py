@@ -341,6 +341,7 @@ def test_a_cache_that_cannot_be_written_is_refused_when_auto_needs_it(no_loading
 
 def test_ctrl_c_in_a_benchmark_keeps_every_finished_run_and_resumes(dataset, tmp_path, capsys, monkeypatch):
     import lookahead_reasoning.bench.runner as runner
+    from lookahead_reasoning.bench.results import setup_of
 
     class FakeRunner:
         """Writes a record per run without a model; Ctrl-C arrives during the run after ``stop_after``."""
@@ -358,7 +359,7 @@ def test_ctrl_c_in_a_benchmark_keeps_every_finished_run_and_resumes(dataset, tmp
             if FakeRunner.stop_after is not None and len(FakeRunner.runs) == FakeRunner.stop_after:
                 raise KeyboardInterrupt
             FakeRunner.runs.append((problem.id, mode))
-            return {"problem_id": problem.id, "mode": mode, "sample": sample, **runner.setup_of(self.config)}
+            return {"problem_id": problem.id, "mode": mode, "sample": sample, **setup_of(self.config)}
 
     monkeypatch.setattr(runner, "ModeRunner", FakeRunner)
     out = tmp_path / "r.jsonl"

@@ -75,13 +75,11 @@ def parse_entries(text: str) -> list[Entry]:
         if not spec:
             continue
         name, _, value = spec.partition("@")
-        threshold = None
-        if value:
-            try:
-                threshold = float(value)
-            except ValueError:
-                raise ConfigError(f"--verifiers: bad threshold in {spec!r}; write name@number, "
-                                  "e.g. embedding@0.85") from None
+        try:
+            threshold = float(value) if value else None
+        except ValueError:
+            raise ConfigError(f"--verifiers: bad threshold in {spec!r}; write name@number, "
+                              "e.g. embedding@0.85") from None
         entries.append(Entry(spec, name.strip(), threshold))
     require(bool(entries), "--verifiers lists no verifier")
     specs = [e.spec for e in entries]
@@ -165,9 +163,7 @@ def run_ablation(pairs: Sequence[dict[str, Any]], entries: Sequence[Entry], make
             accepted = decisions[entry.spec] = [rethreshold(v, threshold) for v in runs[source]]
             rows.append(summarize(entry.spec, accepted, differ, runs[source], f"scores of {source}"))
             continue
-        verifier = make(entry)
-        verdicts = judge_pairs(verifier, pairs)
-        runs[entry.spec] = verdicts
+        verdicts = runs[entry.spec] = judge_pairs(make(entry), pairs)
         if family is not None:
             ran_for[family] = entry.spec
         decisions[entry.spec] = [v.accepted for v in verdicts]
@@ -209,36 +205,30 @@ def _ms(ms: float) -> str:
 
 def plot_tradeoff(rows: Sequence[AblationRow], runs: dict[str, list[Any]], entries: Sequence[Entry],
                   pairs: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
-    """PNG: acceptance rate against the numbers-differ share, a curve per threshold verifier."""
+    """PNG: acceptance rate against the numbers-differ share, a curve per threshold verifier (None: no data)."""
+    by_spec = {e.spec: e for e in entries}
+    curves = [(verdicts, by_spec[spec].family) for spec, verdicts in runs.items() if by_spec[spec].family is not None]
+    points = [r for r in rows if by_spec[r.verifier].family is None and r.numbers_differ_accepted is not None]
+    if not curves and not points:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     differ = numbers_differ(pairs)
-    by_spec = {e.spec: e for e in entries}
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    drawn = False
-    for spec, verdicts in runs.items():
-        family = by_spec[spec].family
-        if family is None:
-            continue
-        points = [(t, a, d) for t, a, d in sweep(verdicts, differ, _GRIDS[_FAMILY_GRID[family]]) if d == d]
-        line, = ax.plot([d for _, _, d in points], [a for _, a, _ in points], marker=".", lw=1, label=family)
+    for verdicts, family in curves:
+        curve = [(t, a, d) for t, a, d in sweep(verdicts, differ, _GRIDS[_FAMILY_GRID[family]]) if d == d]
+        line, = ax.plot([d for _, _, d in curve], [a for _, a, _ in curve], marker=".", lw=1, label=family)
         for entry in entries:
             if entry.family == family and entry.threshold is not None:
                 [(_, a, d)] = sweep(verdicts, differ, [entry.threshold])
                 if d == d:
                     ax.annotate(f"{entry.threshold:g}", (d, a), fontsize=7, color=line.get_color())
-        drawn = True
-    for r in rows:
-        if by_spec[r.verifier].family is None and r.numbers_differ_accepted is not None:
-            ax.scatter([r.numbers_differ_accepted], [r.accept_rate], marker="s", zorder=3)
-            ax.annotate(r.verifier, (r.numbers_differ_accepted, r.accept_rate), fontsize=8)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
+    for r in points:
+        ax.scatter([r.numbers_differ_accepted], [r.accept_rate], marker="s", zorder=3)
+        ax.annotate(r.verifier, (r.numbers_differ_accepted, r.accept_rate), fontsize=8)
     ax.set_xlabel("share of accepted pairs whose numbers differ (lower is safer)")
     ax.set_ylabel("acceptance rate")
     ax.set_title("verifiers on recorded step pairs: acceptance vs. a harm proxy")
@@ -299,25 +289,21 @@ def run_ablation_command(args: Any) -> int:
     first = Path(as_paths(args.pairs)[0])
     out = Path(args.out) if args.out is not None else first.with_name(first.stem + "-verifiers.md")
     check_writable(out, "the table")
-    make = verifier_maker(args, settings)
     decisions: dict[str, list[bool]] = {}
-    rows, runs = run_ablation(pairs, entries, make, decisions)
+    rows, runs = run_ablation(pairs, entries, verifier_maker(args, settings), decisions)
     table = markdown_table(rows, pairs)
     if getattr(args, "flips", None):  # the measured harm of each verifier, from continued pairs
         flips = list(read_records(Path(args.flips)))
         table += "\n\n" + harm_table(harm_rows(pairs, decisions, flips), flips)
     print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
     plot = plot_tradeoff(rows, runs, entries, pairs, out.with_suffix(".png"))
     body = f"{table}\n" + (f"\n![acceptance vs numbers-differ share]({plot.name})\n" if plot else "")
     out.write_text(body, encoding="utf-8")
     accepted = {spec: "".join("1" if a else "0" for a in d) for spec, d in decisions.items()}  # per pair, keys' order
-    out.with_suffix(".json").write_text(json.dumps({"pairs": list(map(str, as_paths(args.pairs))),
-                                                    "n_pairs": len(pairs), "rows": [asdict(r) for r in rows],
-                                                    "accepted": accepted,
-                                                    "keys": [[p["problem_id"], p["mode"]] for p in pairs],
-                                                    "time": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1),
-                                        encoding="utf-8")
+    summary = {"pairs": list(map(str, as_paths(args.pairs))), "n_pairs": len(pairs), "rows": [asdict(r) for r in rows],
+               "accepted": accepted, "keys": [[p["problem_id"], p["mode"]] for p in pairs],
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(f"\ntable: {out}" + (f"\nplot: {plot}" if plot else ""))
     return 0
 

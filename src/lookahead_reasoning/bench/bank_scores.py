@@ -45,11 +45,8 @@ DIGITS = 6  # probabilities are stored rounded to this many decimals (the pairs 
 
 
 def own_probabilities(session: Any, prefix: list[int], tokens: list[int]) -> list[float]:
-    """The session's model's probability of each of ``tokens`` after ``prefix``, from ONE forward.
-
-    The cache keeps ``prefix`` (what it shares with the row now); on return the row is
-    ``prefix + tokens``, all cached.
-    """
+    """The session's model's probability of each of ``tokens`` after ``prefix``, from ONE forward. The cache
+    keeps ``prefix`` (what it shares with the row now); on return the row is ``prefix + tokens``, all cached."""
     if not tokens:
         return []
     session.set_rows([prefix])
@@ -149,8 +146,7 @@ def add_score_pairs_command(sub: argparse._SubParsersAction) -> None:
 
 def cmd_score_pairs(args: argparse.Namespace) -> int:
     bank_records(args.pairs, args.out)  # a file of nothing to score is refused before the model loads
-    loaded = load_model(args.target, dtype=args.dtype, device=args.device)
-    lm = LM.from_loaded(loaded)
+    lm = LM.from_loaded(load_model(args.target, dtype=args.dtype, device=args.device))
     scored_by = f"{lm.name} ({str(next(lm.model.parameters()).dtype).replace('torch.', '')})"
     try:
         path = run_score_pairs(args.pairs, args.out, lm, scored_by)

@@ -88,8 +88,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(markdown_table(rows))
     fidelity = fidelity_table(records)
     if fidelity:
-        print()
-        print(fidelity)
+        print(f"\n{fidelity}")
     if not args.no_plots:
         folder = args.plots or str(Path(paths[0]).with_suffix("")) + "-plots"
         for p in plot(rows, records, folder):

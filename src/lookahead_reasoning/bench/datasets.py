@@ -67,11 +67,8 @@ class SkippedLine:
 
 
 class ProblemList(list):
-    """A ``list[Problem]`` that also says where it came from and which records were skipped.
-
-    ``skipped`` lists every malformed record of the whole source (not only of the selected slice).
-    Slicing gives a plain list.
-    """
+    """A ``list[Problem]`` that also says where it came from and which records were skipped: ``skipped`` lists
+    every malformed record of the whole source (not only of the selected slice). Slicing gives a plain list."""
 
     def __init__(self, problems: Iterable[Problem] = (), *, source: str = "",
                  skipped: Iterable[SkippedLine] = ()):
@@ -91,10 +88,7 @@ class _BadRecord(Exception):
 def _strip_thousands(text: str) -> str:
     """``"1,234"`` -> ``"1234"``, ``"-1,234.5"`` -> ``"-1234.5"``; anything else unchanged."""
     candidate = text.replace(",", "")
-    body = candidate.lstrip("+-")
-    if "," in text and body.replace(".", "", 1).isdigit():
-        return candidate
-    return text
+    return candidate if "," in text and candidate.lstrip("+-").replace(".", "", 1).isdigit() else text
 
 
 def _gsm8k_gold(answer: str) -> str:
@@ -127,19 +121,15 @@ def _parse_record(record: Any, fmt: Format = "auto") -> tuple[str, str, str | No
         raise _BadRecord("missing 'question' (or 'problem')")
     if not isinstance(question, str) or not question.strip():
         raise _BadRecord("'question' must be a non-empty string")
-    if "answer" not in rec or rec["answer"] is None:
+    answer = rec.get("answer")
+    if answer is None:
         raise _BadRecord("missing 'answer'")
-    answer = rec["answer"]
-    if fmt == "gsm8k":
-        if not isinstance(answer, str):
-            raise _BadRecord("GSM8K 'answer' must be a string ending in '#### <final answer>'")
-        gold = _gsm8k_gold(answer)
-    elif fmt == "aime":
-        gold = _bare_gold(answer, auto=False)
-    elif isinstance(answer, str) and "####" in answer:
+    if fmt == "gsm8k" and not isinstance(answer, str):
+        raise _BadRecord("GSM8K 'answer' must be a string ending in '#### <final answer>'")
+    if fmt == "gsm8k" or (fmt == "auto" and isinstance(answer, str) and "####" in answer):
         gold = _gsm8k_gold(answer)
     else:
-        gold = _bare_gold(answer, auto=True)
+        gold = _bare_gold(answer, auto=fmt == "auto")
     own_id = rec.get("id")
     if own_id is not None and (isinstance(own_id, bool) or not isinstance(own_id, (str, int))
                                or not str(own_id).strip()):
@@ -211,13 +201,10 @@ def _json_lines(text: str) -> Iterator[tuple[int, Any]]:
 
 def load_jsonl(path: str | Path, *, format: Format = "auto", limit: int | None = None, offset: int = 0,
                sample: int | None = None, seed: int = 0, on_error: str = "raise") -> ProblemList:
-    """Problems of a JSON-lines file (GSM8K or AIME records; see the module docstring).
-
-    A ``.json`` file holding one JSON array of records is read too; its "lines" are then the
-    1-based record numbers. Blank lines are ignored. A malformed record raises
-    :class:`DatasetError` naming the file and line, or with ``on_error="skip"`` is reported with
-    :func:`warnings.warn` and listed in the result's ``skipped``.
-    """
+    """Problems of a JSON-lines file (GSM8K or AIME records; see the module docstring), or of a ``.json`` file
+    holding one JSON array of records (its "lines" are then the 1-based record numbers). Blank lines are
+    ignored. A malformed record raises :class:`DatasetError` naming the file and line, or with
+    ``on_error="skip"`` is reported with :func:`warnings.warn` and listed in the result's ``skipped``."""
     _check_selection(format, on_error, limit, offset, sample, seed)
     p = BUNDLED.get(str(path), Path(path).expanduser())
     if not p.exists():
@@ -230,16 +217,12 @@ def load_jsonl(path: str | Path, *, format: Format = "auto", limit: int | None =
         raise DatasetError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise DatasetError(f"cannot read dataset file {p}: {e.strerror or e}") from None
-    records: Iterable[tuple[int, Any]]
-    unit = "line"
+    records, unit = _json_lines(text), "line"
     if p.suffix.lower() == ".json" and text.lstrip().startswith("["):
         try:
-            array = json.loads(text)
+            records, unit = enumerate(json.loads(text)), "record"
         except json.JSONDecodeError as e:
             raise DatasetError(f"{p}: invalid JSON array ({e.msg} at line {e.lineno}, column {e.colno})") from None
-        records, unit = enumerate(array), "record"
-    else:
-        records = _json_lines(text)
     problems = _build(records, where=str(p), source=str(p), stem=p.stem, fmt=format, on_error=on_error,
                       unit=unit)
     return select(problems, limit=limit, offset=offset, sample=sample, seed=seed)
@@ -275,20 +258,15 @@ def load_hf(name: str, split: str | None = None, *, config: str | None = None, f
     except Exception as e:  # noqa: BLE001 - network, missing dataset, bad split: all one kind for us
         raise DatasetError(f"could not load dataset {name!r} (config {config!r}, split {split!r}) "
                            f"with the datasets library: {type(e).__name__}: {e}") from e
-    where = f"{name} [{split}]"
-    stem = f"{name.rsplit('/', 1)[-1]}-{split}"
-    problems = _build(enumerate(ds), where=where, source=f"{name}:{split}", stem=stem, fmt=format,
-                      on_error=on_error, unit="row")
+    problems = _build(enumerate(ds), where=f"{name} [{split}]", source=f"{name}:{split}",
+                      stem=f"{name.rsplit('/', 1)[-1]}-{split}", fmt=format, on_error=on_error, unit="row")
     return select(problems, **selection)
 
 
 def load_dataset(spec: str | Path, **kw: Any) -> ProblemList:
-    """Load problems from a file or a dataset name.
-
-    A path ending in ``.jsonl``/``.json`` (or any existing file or directory) goes to
-    :func:`load_jsonl`; anything else is a ``datasets``-library name for :func:`load_hf`, written
-    ``name`` or ``name:split`` (``"openai/gsm8k:test"``). Keyword arguments are passed on.
-    """
+    """Problems of a file or a dataset name: a path ending in ``.jsonl``/``.json`` (or any existing file or
+    directory) goes to :func:`load_jsonl`; anything else is a ``datasets``-library name for :func:`load_hf`,
+    written ``name`` or ``name:split`` (``"openai/gsm8k:test"``). Keyword arguments are passed on."""
     text = str(spec)
     path = Path(text).expanduser()
     if text in BUNDLED or isinstance(spec, Path) or path.suffix.lower() in (".jsonl", ".json") or path.exists():

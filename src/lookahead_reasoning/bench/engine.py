@@ -159,11 +159,9 @@ class EngineRunner:
 
         window = bench.window if mode == "ar" and bench.window else None
         result = await runtime.agenerate(ids, mode, settings, k=k, on_cycle=each, window=window)
-        extra: dict[str, Any] = {"timeline": timeline} if bench.window else {}
-        if mode == "ar":
-            return result, extra
-        extra = {**cycle_records(result), **extra}
-        return result, ({"plans": result.stats.plan_counts(), **extra} if base == "auto" else extra)
+        plans = {"plans": result.stats.plan_counts()} if base == "auto" else {}
+        cycles = cycle_records(result) if mode != "ar" else {}
+        return result, {**plans, **cycles, **({"timeline": timeline} if bench.window else {})}
 
     def record(self, problem: Problem, mode: str, result: GenerationResult, extra: dict[str, Any],
                batch_s: float | None) -> dict[str, Any]:
@@ -240,14 +238,10 @@ def batch_order(problems: list[Problem], modes: tuple[str, ...], size: int,
     a batch that follows a batch of other problems finds the server's slots and caches in another state
     (the first batch after eight of another mode ran 33-37% slower, whichever mode it was), and that
     must not fall on one mode. Pairs in ``done`` ((problem id, mode, 0)) are left out."""
-    batches = []
-    for g, start in enumerate(range(0, len(problems), size)):
-        group = problems[start:start + size]
-        for mode in mode_order(modes, g):
-            batch = [(p, mode) for p in group if (p.id, mode, 0) not in done]
-            if batch:
-                batches.append(batch)
-    return batches
+    groups = [problems[start:start + size] for start in range(0, len(problems), size)]
+    batches = [[(p, mode) for p in group if (p.id, mode, 0) not in done]
+               for g, group in enumerate(groups) for mode in mode_order(modes, g)]
+    return [batch for batch in batches if batch]
 
 
 def run_engine_bench(bench: EngineBench, progress: bool = True) -> Path:

@@ -109,12 +109,9 @@ def _number(match: re.Match) -> str:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a model output: the last boxed answer, else the last number.
-
-    A boxed answer is returned as written (stripped). A number is returned tidied: commas,
-    ``$`` signs and a sentence's final period dropped, a minus sign kept (``"-$1,234."`` ->
-    ``"-1234"``), and a plain fraction kept whole (``"3/4"``). None when neither is found.
-    """
+    """The last boxed answer as written (stripped), else the last number, tidied: commas, ``$`` signs and a
+    sentence's final period dropped, a minus sign kept (``"-$1,234."`` -> ``"-1234"``), a plain fraction kept
+    whole (``"3/4"``); None when neither is found."""
     if not isinstance(text, str):
         return None
     boxed = extract_boxed(text)
@@ -135,11 +132,9 @@ def normalize_answer(answer: Any) -> str:
     s = str(answer).strip().replace("−", "-")
     s = s.replace("\\$", "").replace("$", "").replace("{,}", ",")
     s = s.strip().rstrip(".,;:!? \t\n").strip()
-    text = _TEXT_RE.fullmatch(s)
-    if text:  # the whole answer written as text: \text{18 dollars}
+    if text := _TEXT_RE.fullmatch(s):  # the whole answer written as text: \text{18 dollars}
         s = text.group(1).strip().rstrip(".,;:!? ").strip()
-    m = _NUMBER_WITH_UNIT_RE.fullmatch(s)
-    if m:
+    if m := _NUMBER_WITH_UNIT_RE.fullmatch(s):
         s = m.group("num")
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace(",", "")
@@ -149,9 +144,7 @@ def normalize_answer(answer: Any) -> str:
 def _timeout_here(timeout: float | None) -> int | None:
     """math-verify's timeout for this thread: None (off) unless this is the main thread of a POSIX
     process, where its signal.alarm works."""
-    if not timeout or timeout <= 0 or os.name != "posix":
-        return None
-    if threading.current_thread() is not threading.main_thread():
+    if not timeout or timeout <= 0 or os.name != "posix" or threading.current_thread() is not threading.main_thread():
         return None
     return max(1, math.ceil(timeout))
 
@@ -181,23 +174,15 @@ def _too_big(items: tuple) -> bool:
     from sympy import Basic, Pow, postorder_traversal
     from sympy.functions.combinatorial.factorials import factorial, factorial2
 
-    for item in items:
-        if not isinstance(item, Basic):
+    for node in (node for item in items if isinstance(item, Basic) for node in postorder_traversal(item)):
+        arg = node.exp if isinstance(node, Pow) else node.args[0] if isinstance(node, (factorial, factorial2)) else None
+        if arg is None or not arg.is_number:
             continue
-        for node in postorder_traversal(item):
-            if isinstance(node, Pow):
-                arg = node.exp
-            elif isinstance(node, (factorial, factorial2)):
-                arg = node.args[0]
-            else:
-                continue
-            if not arg.is_number:
-                continue
-            try:
-                if float(abs(arg.evalf(15))) > MAX_EXPONENT:
-                    return True
-            except (TypeError, ValueError, OverflowError):
+        try:
+            if float(abs(arg.evalf(15))) > MAX_EXPONENT:
                 return True
+        except (TypeError, ValueError, OverflowError):
+            return True
     return False
 
 
@@ -208,6 +193,7 @@ def same_answer(a: Any, b: Any) -> bool:
 
 def answers_match(predicted: Any, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> bool:
     """Whether an extracted answer equals the gold one by math-verify; False on any failure."""
+    from math_verify import verify
     from math_verify.errors import TimeoutException
 
     if predicted is None or gold is None:
@@ -222,16 +208,10 @@ def answers_match(predicted: Any, gold: Any, *, timeout: float | None = DEFAULT_
         gold_parsed, pred_parsed = _parse(g, t), _parse(p, t)
         if not gold_parsed or not pred_parsed or _too_big(gold_parsed) or _too_big(pred_parsed):
             return False
-        return bool(_verify(gold_parsed, pred_parsed, t))
+        return bool(_with_timeout(lambda t: verify(list(gold_parsed), list(pred_parsed), timeout_seconds=t), t))
     except (Exception, TimeoutException):  # TimeoutException is a BaseException
         logger.debug("grading %r against %r failed", p, g, exc_info=True)
         return False
-
-
-def _verify(gold_parsed: tuple, pred_parsed: tuple, timeout: int | None) -> bool:
-    from math_verify import verify
-
-    return _with_timeout(lambda t: verify(list(gold_parsed), list(pred_parsed), timeout_seconds=t), timeout)
 
 
 def grade(text: str, gold: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> Grade:

@@ -103,9 +103,8 @@ class PairRecorder:
                 "decode greedily (temperature 0)", ConfigError)
         self.generator, self.max_new_tokens = generator, max_new_tokens
         self.settings = generator.settings.with_overrides(max_new_tokens=max_new_tokens)
-        engine = generator.engine
-        if engine is not None:
-            pair = engine.pair
+        if generator.engine is not None:
+            pair = generator.engine.pair
             require(pair.draft is not None, "pairs over engines need a draft: give --draft-url (or --draft-model "
                     "on the target's engine)", ConfigError)
             self.names = {"target_model": pair.target.client.model_name(), "draft_model": pair.draft.client.model_name(),

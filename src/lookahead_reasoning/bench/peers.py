@@ -36,12 +36,9 @@ class Peer:
 
 def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, peer: Peer = Peer(), *,
                 sampling: Any = None, seed: int = 0) -> list[int]:
-    """transformers' own ``generate`` (the peer baselines): plain, assisted or prompt-lookup (``peer``).
-
-    Greedy unless ``sampling`` (a SamplingConfig) says otherwise. Returns the new token ids.
-    """
-    assistant, assistant_tokens = peer.assistant, peer.assistant_tokens
-    prompt_lookup_num_tokens = peer.prompt_lookup_num_tokens
+    """The new token ids of transformers' own ``generate``: plain, assisted or prompt-lookup (``peer``), greedy
+    unless ``sampling`` (a SamplingConfig) says otherwise."""
+    assistant = peer.assistant
     kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": lm.pad_id}
     if sampling is not None and not sampling.greedy:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
@@ -51,16 +48,16 @@ def hf_generate(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, peer: Pe
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     if assistant is not None:
         kwargs["assistant_model"] = assistant.model
-    if prompt_lookup_num_tokens:
-        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
+    if peer.prompt_lookup_num_tokens:
+        kwargs["prompt_lookup_num_tokens"] = peer.prompt_lookup_num_tokens
     if lm.eos_ids:
         kwargs["eos_token_id"] = sorted(lm.eos_ids)
     ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
     saved = None
-    if assistant is not None and assistant_tokens:
+    if assistant is not None and peer.assistant_tokens:
         config = assistant.model.generation_config
         saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
-        config.num_assistant_tokens, config.num_assistant_tokens_schedule = int(assistant_tokens), "constant"
+        config.num_assistant_tokens, config.num_assistant_tokens_schedule = int(peer.assistant_tokens), "constant"
     # the peers get the same LM-head fix as LM.forward (see _keep_positions), so that the comparison
     # measures the decoding loops, not a strided-matmul slow path that only one side avoids
     hooks = [m.get_output_embeddings().register_forward_pre_hook(_compact_input)

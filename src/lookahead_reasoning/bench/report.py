@@ -55,9 +55,7 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if not (isinstance(rec, dict) and {"problem_id", "mode"} <= rec.keys()):
-                continue
-            if _key(rec) not in seen:
+            if isinstance(rec, dict) and {"problem_id", "mode"} <= rec.keys() and _key(rec) not in seen:
                 seen.add(_key(rec))
                 records.append(rec)
     if not records:
@@ -152,9 +150,7 @@ def fidelity_table(records: list[dict[str, Any]]) -> str:
     lines = ["| mode | runs vs ar | kept | lost | won | same answer as ar | same text as ar | target tokens thrown away (mean) |"
              + (f" tokens per target request (mean; ar {statistics.mean(per_request):.1f}) |" if per_request else ""),
              "|---|---|---|---|---|---|---|---|" + ("---|" if per_request else "")]
-    for mode in dict.fromkeys(r["mode"] for r in records):
-        if mode == "ar":
-            continue
+    for mode in dict.fromkeys(r["mode"] for r in records if r["mode"] != "ar"):
         pairs = [(r, ar[(r["problem_id"], r.get("sample", 0))]) for r in records
                  if r["mode"] == mode and (r["problem_id"], r.get("sample", 0)) in ar]
         if not pairs:
@@ -187,8 +183,7 @@ def _predict(mode: str, stats: dict[str, Any]) -> float | None:
     """The theory's speedup for this mode from the measured rates, where the inputs exist."""
     try:
         as_int = {key: int(round(stats[key])) if stats.get(key) is not None else None for key in ("gamma", "k")}
-        pred = predict({"alpha": stats.get("alpha"), "gamma": as_int["gamma"], "c": stats.get("c"),
-                        "alpha1": stats.get("alpha1"), "c1": stats.get("c1"), "k": as_int["k"]})
+        pred = predict({**stats, **as_int})  # alpha, gamma, c, alpha1, c1, k
     except Exception:  # incomplete or out-of-range measurements: no prediction
         return None
     field = {"sd": "sd", "sd-ngram": "sd", "lr": "lr_sync", "lr-sd": "lr_sd"}.get(mode.partition("@")[0])  # auto: its own column
@@ -247,13 +242,8 @@ def _plot_speedup(plt: Any, rows: list[ModeRow]) -> Any:
 
 def summed_histogram(records: list[dict[str, Any]], mode: str) -> list[int]:
     """SD iterations per number of drafted tokens accepted, summed over ``mode``'s records."""
-    total: list[int] = []
-    for r in records:
-        if r["mode"] == mode:
-            for i, c in enumerate(r.get("accept_histogram") or []):
-                total += [0] * (i + 1 - len(total))
-                total[i] += c
-    return total
+    hists = [r.get("accept_histogram") or [] for r in records if r["mode"] == mode]
+    return [sum(h[i] for h in hists if i < len(h)) for i in range(max(map(len, hists), default=0))]
 
 
 def _plot_acceptance(plt: Any, rows: list[ModeRow], records: list[dict[str, Any]]) -> Any:

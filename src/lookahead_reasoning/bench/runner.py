@@ -28,9 +28,7 @@ from ..verifiers.options import VerifierSettings
 from .datasets import Problem, load_dataset
 from .grading import graded
 from .peers import Peer, hf_generate
-from .results import (  # noqa: F401
-    SETUP_FIELDS, append_record, check_same_setup, check_scope, check_writable, done_pairs, setup_of, shard_path
-)
+from .results import append_record, check_same_setup, check_scope, check_writable, done_pairs, shard_path
 
 OUR_MODES = MODES
 PEER_MODES = ("hf-generate", "hf-assisted", "hf-lookup")
@@ -121,8 +119,8 @@ class ModeRunner:
 
     def __init__(self, config: BenchConfig, generator: Any = None):
         self.config = config
+        self.bases = bases = list(dict.fromkeys(parse_mode(m)[0] for m in config.modes))
         if generator is None:
-            bases = list(dict.fromkeys(parse_mode(m)[0] for m in config.modes))
             settings = config.generator
             if not set(bases) & set(STEP_MODES):  # no verifier needed: do not load one
                 settings = dataclasses.replace(settings, verifier=VerifierSettings(name="exact"))
@@ -137,10 +135,9 @@ class ModeRunner:
 
     def warmup(self, tokens: int = 8) -> None:
         """Run every mode once on a short question, untimed (a fresh process's first forwards are slow)."""
-        bases = list(dict.fromkeys(parse_mode(m)[0] for m in self.config.modes))
-        self.gen.warmup([b for b in bases if b in OUR_MODES], tokens=tokens)
+        self.gen.warmup([b for b in self.bases if b in OUR_MODES], tokens=tokens)
         probe = self.gen.target.prompt_ids([{"role": "user", "content": "What is 2 + 3?"}])
-        for base in bases:
+        for base in self.bases:
             if base in PEER_MODES:
                 self._peer(base, probe, tokens, None, 0)
 
@@ -238,8 +235,7 @@ def run_bench(config: BenchConfig, *, runner: ModeRunner | None = None, progress
 
 def _rotated(modes: tuple[str, ...], i: int) -> Iterable[str]:
     """The modes in a different order for each problem (problem i starts at mode i mod n)."""
-    n = len(modes)
-    return [modes[(i + j) % n] for j in range(n)]
+    return modes[i % len(modes):] + modes[:i % len(modes)]
 
 
 def _accelerate_rank() -> tuple[int, int]:
@@ -259,5 +255,5 @@ def _accelerate_rank() -> tuple[int, int]:
     return 0, 1
 
 
-__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "SETUP_FIELDS", "check_same_setup", "done_pairs", "parse_mode",
-           "parse_modes", "run_bench", "setup_of", "shard_path"]
+__all__ = ["ALL_MODES", "BenchConfig", "ModeRunner", "check_same_setup", "done_pairs", "parse_mode", "parse_modes",
+           "run_bench", "shard_path"]
