@@ -132,8 +132,7 @@ class StepVerbs:
         steps = await asyncio.gather(*(self.draft_model.awrite(r) for r in asks))
         for step in steps:
             step.author = "draft-alt"
-        per = width - 1
-        return [list(steps[j * per:(j + 1) * per]) for j in range(len(chain))]
+        return [steps[j:j + width - 1] for j in range(0, len(steps), width - 1)]
 
     async def _rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         contexts, budgets = row_contexts(self.x, self.budget, drafted)

@@ -62,8 +62,7 @@ class TorchVerbs:
         steps = tools.alt_writer.write(branches, budgets)
         for step in steps:
             step.author = "draft-alt"
-        per = width - 1
-        return [steps[j * per:(j + 1) * per] for j in range(len(chain))]
+        return [steps[j:j + width - 1] for j in range(0, len(steps), width - 1)]
 
     def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         """Step 2 (module docstring): the head starts (:func:`score_chain`), the ``gate``, then every row in one
