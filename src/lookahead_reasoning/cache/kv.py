@@ -31,8 +31,8 @@ class Columns:
     """What every KV state shares: B rows of T columns and the (B, T) ``mask`` of the real ones.
 
     The subclasses keep the keys and values (:class:`KVState` in a ``DynamicCache``,
-    :class:`~.static.StaticKVState` in preallocated tensors) and implement ``crop`` and ``_gather``; the
-    verbs here read the mask or edit it.
+    :class:`~.static.StaticKVState` in preallocated tensors) and implement ``_gather`` (and ``_drop``, where a
+    crop frees them); the verbs here read the mask or edit it.
     """
 
     mask: torch.Tensor
@@ -56,7 +56,16 @@ class Columns:
         return torch.nonzero(self.mask[row], as_tuple=False).flatten()
 
     def crop(self, length: int) -> "Columns":
-        raise NotImplementedError
+        """Keep the first ``length`` columns of every row."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"crop length {length} outside [0, {self.length}]")
+        self._drop(length)
+        self.mask = self.mask[:, :length]
+        return self
+
+    def _drop(self, length: int) -> None:
+        """Drop the keys and values past column ``length`` (a static arena keeps them: the next forward writes
+        over them)."""
 
     def real_kv(self, layer: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values ``row`` holds at its real columns in ``layer``: (H_kv, n_real, D) each."""
@@ -141,15 +150,9 @@ class KVState(Columns):
             if keys is not None and keys.dim() == 4 and keys.shape[-2] == 0:
                 layer.keys, layer.values = edit(keys), edit(layer.values)
 
-    def crop(self, length: int) -> "KVState":
-        """Keep the first ``length`` columns of every row."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"crop length {length} outside [0, {self.length}]")
-        remove = self.length - length
-        if remove:
-            self.cache.crop(-remove)
-            self.mask = self.mask[:, :length]
-        return self
+    def _drop(self, length: int) -> None:
+        if length < self.length:
+            self.cache.crop(length - self.length)
 
     def _gather(self, idx: torch.Tensor) -> None:
         """Keep only the columns ``idx`` of every layer's keys and values (:meth:`~Columns.compact`)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -170,7 +170,7 @@ class StaticArena:
         need = -(-columns // 1024) * 1024
 
         def size(length: int) -> int:
-            return ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, length).bytes(self.keys[0].dtype)
+            return replace(old, length=length).bytes(self.keys[0].dtype)
 
         length = max(need, 2 * old.length)
         if budget is not None and size(length) >= budget:
@@ -184,8 +184,7 @@ class StaticArena:
 
     def columns_within(self, budget: float) -> int:
         """The most columns a row can have, in steps of 1024, with every working row in ``budget`` bytes."""
-        old = self.shape
-        column = ArenaShape(old.layers, old.kv_heads, old.head_dim, old.rows, 1).bytes(self.keys[0].dtype)
+        column = replace(self.shape, length=1).bytes(self.keys[0].dtype)
         return int(budget // column) // 1024 * 1024
 
     def grow(self, length: int) -> None:
@@ -196,7 +195,7 @@ class StaticArena:
             return
         resident = self.resident
         t = 0 if resident is None else resident.length
-        self.shape = ArenaShape(self.shape.layers, self.shape.kv_heads, self.shape.head_dim, self.shape.rows, length)
+        self.shape = replace(self.shape, length=length)
         for works in (self.keys, self.values):
             for layer, old in enumerate(works):
                 new = old.new_zeros((self.shape.rows, self.shape.kv_heads, length + 1, self.shape.head_dim))
@@ -292,13 +291,6 @@ class StaticKVState(Columns):
                 work[:idx.numel(), :, :t] = work.index_select(0, idx)[:, :, :t]
             self.arena.copies += idx.numel()
         self.mask = self.mask[order.to(self.mask.device)]
-        return self
-
-    def crop(self, length: int) -> "StaticKVState":
-        """Keep the first ``length`` columns of every row (the data stays; the next forward writes over it)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"crop length {length} outside [0, {self.length}]")
-        self.mask = self.mask[:, :length]
         return self
 
     def _gather(self, idx: torch.Tensor) -> None:

@@ -135,8 +135,7 @@ def generate(
     ``on_text`` receives the text as it grows (deltas), for streaming.
     """
     sampling = sampling or SamplingConfig()
-    stop = StopCondition(lm.eos_ids, tuple(stop_strings), max_new_tokens)
-    checker = StopChecker(stop, lm.decode)
+    checker = StopChecker(StopCondition(lm.eos_ids, tuple(stop_strings), max_new_tokens), lm.decode)
     streamer = stream_for(on_text, lm.decode)
     generator = make_generator(seed)
     session = lm.session([list(prompt_ids)])

@@ -1,16 +1,13 @@
 """Drafters: who proposes the gamma tokens that the target checks in one pass, and learns what it kept.
 
-A drafter is anything with ``propose(rows, gamma, active) -> Proposal`` and ``update(outcome)``;
-:class:`NGramDrafter` (prompt lookup) and :class:`ModelDrafter` (the draft model) are the two here. ``propose`` sees the
-committed token ids of each row (prompt and accepted text) and returns up to gamma drafted tokens per
-row, with their draft probabilities q when it has them. After the target has checked them, the loop
-calls ``update`` with a :class:`DraftOutcome`: per checked row, how many tokens it drafted (m) and how
-many the target accepted (n): where a drafter of one's own may adapt (the two here have nothing to
-adapt; who learns acceptance rates reads them off the run's counters, ``SDStats.log``, which every
-iteration's outcome also reaches). A drafter keeps whatever other state it wants in step with the rows
-by itself: the model drafter syncs its KV cache to the rows on every call
-(keeping the longest common prefix, so accepted drafted tokens are never recomputed and rejected ones
-are dropped), the n-gram drafter keeps none.
+A drafter (:class:`Drafter`) is anything with ``propose(rows, gamma, active) -> Proposal``: up to gamma drafted
+tokens per row after its committed token ids (prompt and accepted text), with their draft probabilities q when
+it has them; and ``update(outcome)``: what the target accepted of them (:class:`DraftOutcome`), where a drafter
+of one's own may adapt (:class:`NGramDrafter` and :class:`ModelDrafter`, the two here, have nothing to adapt;
+who learns acceptance rates reads the run's counters, ``SDStats.log``). A drafter keeps any other state in step
+with the rows by itself: the model drafter syncs its KV cache to the rows on every call (keeping the longest
+common prefix, so accepted drafted tokens are never recomputed and rejected ones are dropped), the n-gram
+drafter keeps none.
 """
 
 from __future__ import annotations

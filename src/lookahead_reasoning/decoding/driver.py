@@ -9,13 +9,10 @@ the budget, each cycle the plan a :class:`CyclePolicy` gives, on a runtime's :cl
   3. learn   ``policy.learn(trace)``: the finished cycle's :class:`~.results.CycleTrace` carries all a
              policy learns from (steps, verdicts, timings, forward seconds, SD iterations).
 
-Two runtimes implement :class:`Cycles`, both running the one cycle :func:`~.lookahead.run_cycle`:
-:class:`TorchCycles` (this process's PyTorch models, :class:`~.torch_verbs.TorchVerbs`: KV forks, rows
-batched in one forward, token SD inside rows) and :class:`~.stepwise.StepCycles` (any
-:class:`~lookahead_reasoning.steps.StepModel`, such as a serving engine, :class:`~.stepwise.StepVerbs`:
-rows as concurrent requests, sync or async). The driver and the cycle are plain functions; over step
-models they run in a thread of their own while the requests run on the caller's event loop
-(:func:`~.stepwise.agenerate_stepwise`).
+Two runtimes implement :class:`Cycles` (their verbs: :mod:`.lookahead`): :class:`TorchCycles` (this process's
+models) and :class:`~.stepwise.StepCycles` (any :class:`~lookahead_reasoning.steps.StepModel`, such as a serving
+engine), where the driver, plain Python, runs in a thread of its own beside the caller's event loop that runs
+the requests (:func:`~.stepwise.agenerate_stepwise`).
 
 A mode is a plan. :class:`FixedPolicy` plans the same cycle every time and learns nothing: ``ar`` is k = 0
 with no token SD, ``sd`` and ``sd-ngram`` are k = 0 with token SD in the target's row, each one cycle
@@ -276,8 +273,7 @@ def mode_plan(mode: str, settings: Settings, *, engine: bool = False) -> tuple[S
     if mode in ("sd", "sd-ngram"):
         gamma = mode_gamma(mode, settings.gamma)
         drafter = "draft" if mode == "sd" else "ngram"
-        token_sd = TokenSD(target=drafter, gamma=gamma, ngram_max=(settings.token_sd or TokenSD()).ngram_max,
-                           ngram_min=(settings.token_sd or TokenSD()).ngram_min)
+        token_sd = replace(settings.token_sd or TokenSD(), target=drafter, draft=None, gamma=gamma)
         return (settings.with_overrides(token_sd=token_sd),
                 FixedPolicy(0, stop if mode == "sd" else None, mode, gamma=gamma))
     k = mode_k(mode, settings.k)

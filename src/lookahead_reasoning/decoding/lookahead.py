@@ -146,10 +146,7 @@ class Judge:
     def wants(self, row: int) -> bool:
         """Whether row ``row`` has a drafted step to judge and no earlier row was rejected."""
         step = self.drafted[row] if row < len(self.drafted) else None
-        return step is not None and step.complete and not self.rejected_before(row)
-
-    def rejected_before(self, row: int) -> bool:
-        return any(not v.accepted for r, v in self.verdicts.items() if r < row)
+        return step is not None and step.complete and all(v.accepted for r, v in self.verdicts.items() if r < row)
 
     def __call__(self, row: int, target_text: str, scores: TokenScores | None = None) -> bool:
         if row in self.verdicts:
@@ -181,10 +178,8 @@ def rescue(alternatives: list[list[Step]], verdicts: list[Verdict], m: int, writ
     """With width > 1: judge the alternatives at position m (the first rejected draft); the first one
     the verifier accepts stands in for the target's correction there. Nothing happens when no
     drafted step was rejected (row m is then a bonus row, not a correction)."""
-    rejected = m < len(verdicts) and not verdicts[m].accepted
-    if not rejected or m >= len(alternatives) or m >= len(written.steps) or not alternatives[m]:
-        return [], None
-    candidates = [a for a in alternatives[m] if a.complete]
+    rejected = m < len(verdicts)  # verdicts end at the first rejection
+    candidates = [a for a in alternatives[m] if a.complete] if rejected and m < len(alternatives) else []
     if not candidates:
         return [], None
     pairs = [(a.text, written.steps[m].text) for a in candidates]

@@ -148,13 +148,34 @@ class TokenSDRun:
         self.stats = self.stats if self.stats is not None else SDStats()
         self.stats.gamma = max(self.stats.gamma, self.gamma)
 
+    def accept(self, b: int, start: int, checker: StopChecker, row: list[int], draft: list[int],
+               row_logits: torch.Tensor, proposal: Proposal) -> tuple[list[int], StopHit | None, RowOutcome]:
+        """Step 3 for row b (its answer from ``start``, stopped by ``checker``; ``row`` ends with the m tokens
+        of ``draft``): its tokens after one iteration (the accepted prefix of ``draft`` and one target token),
+        its stop if it stops, and its outcome (recorded in the run's counters). ``row_logits``: (m + 1, V), the
+        target at every drafted position."""
+        m = len(draft)
+        if self.sampling.greedy:
+            acc = greedy_accept(draft, row_logits.argmax(dim=-1).tolist())
+        else:
+            p = probs_from_logits(row_logits, self.sampling)
+            q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
+            acc = speculative_accept(draft, q, p, self.generator)
+        outcome = RowOutcome(b, m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
+                             proposal.confidence[b][:m] if proposal.confidence is not None else None)
+        self.stats.record(outcome.drafted, outcome.accepted, outcome.sure, outcome.confidence)
+        new = row[:len(row) - m] + draft[:acc.n_accepted] + [acc.next_token]
+        hit = checker.check(new[start:])
+        if hit is not None and self.overshoot and hit.reason == "stop_string":
+            hit = _past_stop(new[start:], hit, checker)
+        return (new if hit is None else new[:start + hit.keep]), hit, outcome
+
 
 def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[StopChecker], run: TokenSDRun,
                    on_token: Callable[[int, list[int]], None] | None = None,
                    on_done: OnDone | None = None) -> list[StopHit]:
     """Like ``decode_rows`` but each target forward checks up to ``run.gamma`` drafted tokens per row."""
-    sampling, drafter, gamma, stats = run.sampling, run.drafter, run.gamma, run.stats
-    rows = _Rows(starts, checkers, sampling, run.generator, stats, run.overshoot)
+    drafter, gamma = run.drafter, run.gamma
     hits = first_checks(session, starts, checkers, on_done)
     while any(h is None for h in hits):
         active = [h is None for h in hits]
@@ -170,58 +191,18 @@ def decode_rows_sd(session: Session, starts: Sequence[int], checkers: Sequence[S
         outcomes = []
         for b in live:  # 3. accept a prefix of the draft, plus one target token
             m = len(drafts[b])
-            new_rows[b], hits[b], outcome = rows.accept(b, session.rows[b][:len(session.rows[b]) - m], drafts[b],
-                                                        logits[b, keep - (m + 1):], proposal)
+            new_rows[b], hits[b], outcome = run.accept(b, starts[b], checkers[b], session.rows[b], drafts[b],
+                                                       logits[b, keep - (m + 1):], proposal)
             outcomes.append(outcome)
-        hear(drafter, DraftOutcome(tuple(outcomes)))  # what the target made of the proposal
+        update = getattr(drafter, "update", None)  # a drafter written with propose alone learns nothing
+        if update is not None:
+            update(DraftOutcome(tuple(outcomes)))  # what the target made of the proposal
         # 4. move target (and, on its next call, the drafter) to the accepted text
         session.set_rows(new_rows)
         for b in live if on_token is not None else ():
             on_token(b, session.rows[b][starts[b]:])
         notify_done(session, starts, hits, [b for b in live if hits[b] is not None], on_done)
     return [h for h in hits if h is not None]
-
-
-def hear(drafter: Drafter, outcome: DraftOutcome) -> None:
-    """Tell ``drafter`` what the target accepted; a drafter written with ``propose`` alone (before
-    drafters had ``update``) has nothing to learn and is left alone."""
-    update = getattr(drafter, "update", None)
-    if update is not None:
-        update(outcome)
-
-
-@dataclass
-class _Rows:
-    """What step 3 needs to know of every row: where its answer starts, when it stops, how to accept."""
-
-    starts: Sequence[int]
-    checkers: Sequence[StopChecker]
-    sampling: SamplingConfig
-    generator: torch.Generator | None
-    stats: SDStats
-    overshoot: bool
-
-    def accept(self, b: int, committed: list[int], draft: list[int], row_logits: torch.Tensor,
-               proposal: Proposal) -> tuple[list[int], StopHit | None, RowOutcome]:
-        """Row b's new tokens after one iteration (the accepted prefix of ``draft`` and one target
-        token), its stop if it stops, and its outcome (recorded in the run's counters).
-        ``row_logits``: (m + 1, V), the target at every drafted position."""
-        m = len(draft)
-        if self.sampling.greedy:
-            acc = greedy_accept(draft, row_logits.argmax(dim=-1).tolist())
-        else:
-            p = probs_from_logits(row_logits, self.sampling)
-            q = _align_vocab(proposal.q[b][:m], p.shape[-1]) if proposal.q[b] is not None else None
-            acc = speculative_accept(draft, q, p, self.generator)
-        outcome = RowOutcome(b, m, acc.n_accepted, proposal.sure[b][:m] if proposal.sure is not None else None,
-                             proposal.confidence[b][:m] if proposal.confidence is not None else None)
-        self.stats.record(outcome.drafted, outcome.accepted, outcome.sure, outcome.confidence)
-        new = committed + draft[:acc.n_accepted] + [acc.next_token]
-        start, checker = self.starts[b], self.checkers[b]
-        hit = checker.check(new[start:])
-        if hit is not None and self.overshoot and hit.reason == "stop_string":
-            hit = _past_stop(new[start:], hit, checker)
-        return (new if hit is None else new[:start + hit.keep]), hit, outcome
 
 
 def generate_sd(target: LM, prompt_ids: Sequence[int], drafter: Drafter | LM, settings: Settings | None = None, *,

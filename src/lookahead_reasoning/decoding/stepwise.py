@@ -9,15 +9,13 @@ session per prefix, the plain form of Algorithm 1).
 
 :class:`StepVerbs` gives the cycle its verbs over two step models: drafted steps one after another,
 alternatives and rows as concurrent requests, each row judged as its reply comes back (in row order;
-a rejection cancels the requests after it). Two schedules, same text:
+a rejection cancels the requests after it). Two schedules, same text (with greedy decoding and the exact
+verifier, the target's greedy text whatever k, width and schedule):
 
 * ``sync``  draft every step, then send every row at once (Algorithm 1; f_sync in the theory);
 * ``async`` a row is sent as soon as its prefix exists, while the draft goes on writing deeper
             (f_async): the target's work overlaps the draft's. Drafting stops early once a row that
             came back already rejected its drafted step.
-
-With greedy decoding and the exact verifier both schedules keep exactly the target's own steps, so the
-text is the target's greedy text whatever k, width and schedule.
 """
 
 from __future__ import annotations
@@ -73,8 +71,7 @@ class StepVerbs:
 
     def _start_row(self, j: int, context: Sequence[int], budget: int, chunk: int = 0) -> None:
         if j not in self.row_tasks:
-            request = StepRequest(tuple(context), min(budget, chunk), free=True) if chunk else \
-                StepRequest(tuple(context), budget)
+            request = StepRequest(tuple(context), min(budget, chunk) if chunk else budget, free=bool(chunk))
             self.row_tasks[j] = asyncio.ensure_future(self.target_model.awrite(request))
 
     def _start_scores(self, j: int, context: Sequence[int], step: Step) -> None:
@@ -135,8 +132,7 @@ class StepVerbs:
         steps = await asyncio.gather(*(self.draft_model.awrite(r) for r in asks))
         for step in steps:
             step.author = "draft-alt"
-        per = width - 1
-        return [list(steps[j * per:(j + 1) * per]) for j in range(len(chain))]
+        return [steps[j:j + width - 1] for j in range(0, len(steps), width - 1)]
 
     async def _rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
         contexts, budgets = row_contexts(self.x, self.budget, drafted)

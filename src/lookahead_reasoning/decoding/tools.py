@@ -80,9 +80,8 @@ class StepWriter:
         ``rule.gamma`` override the writer's own token-level SD for this call (:class:`WriteRule`).
         """
         starts = [len(r) for r in session.rows] if starts is None else list(starts)
-        conditions = [StopCondition(self.lm.eos_ids, (), b) if rule.free else self.steps.stop_condition(self.lm.eos_ids, b)
-                      for b in budgets]
-        checkers = [StopChecker(condition, self.lm.decode) for condition in conditions]
+        checkers = [StopChecker(StopCondition(self.lm.eos_ids, (), b) if rule.free
+                                else self.steps.stop_condition(self.lm.eos_ids, b), self.lm.decode) for b in budgets]
         drafter = drafter or self.sd_drafter
         if drafter is None:
             hits = decode_rows(session, starts, checkers, self.sampling, self.generator, on_token=on_token,
@@ -147,18 +146,14 @@ class CycleTools:
         return CyclePlan(k, draft_stop_below=self.draft_stop_below)
 
 
-def make_tools(pair: ModelPair, verifier: Verifier, settings: Settings | None = None, *,
-               generator: torch.Generator, stats: CycleStats) -> CycleTools:
+def make_tools(pair: ModelPair, verifier: Verifier, settings: Settings, *, generator: torch.Generator,
+               stats: CycleStats) -> CycleTools:
     """Wire the writers, drafters and translator of one generation over ``pair`` (the target p, the draft q,
     and whether they share one vocabulary: drafted steps then cross as ids, and token-level SD with the
     draft model is possible).
 
-    ``settings`` (default ``Settings()``; change fields with :meth:`~..settings.Settings.with_overrides`):
-    ``settings.token_sd`` None: no SD in steps. The draft model drafting for the target's rows reports each
-    drafted token's top probability (what mode auto learns its confidence stop from), and a single row
-    drafts on the draft's own session instead of a copy of it.
+    ``settings.token_sd`` None: no SD in steps; the draft model drafts for the target's rows as :class:`ModelRows`.
     """
-    settings = settings or Settings()
     token_sd, sampling = settings.token_sd, settings.sampling
     target_drafter = draft_drafter = row_drafter = None
     gamma = token_sd.gamma if token_sd is not None else TokenSD().gamma  # without token SD, no writer drafts

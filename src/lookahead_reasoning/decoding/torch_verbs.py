@@ -1,23 +1,19 @@
 """This process's PyTorch runtime for the one LR cycle (:func:`.lookahead.run_cycle`): its verbs on KV
-sessions, gathered by :class:`TorchVerbs` (step 2 is its method, the others functions below).
+sessions, gathered by :class:`TorchVerbs`.
 
   1. :func:`draft`      the draft continues its own session, one step after another;
-     :func:`draft_alternatives`  the W - 1 alternatives per position in one batched draft pass;
+     :meth:`TorchVerbs.alternatives`  the W - 1 alternatives per position in one batched draft pass;
   2. :meth:`TorchVerbs.rows`  ONE batched generation over the R rows, which start from copies of x's KV cache
                         (nothing of x is recomputed); each stops at its own step end and is judged as
-                        it finishes, a rejection stopping the rows after it;
+                        it finishes (:class:`EarlyJudge`), a rejection stopping the rows after it;
   4. :func:`accept`     the target keeps the cache of the row it took, the draft crops its cache back to
                         the accepted text.
 
-What this runtime adds (none of it changes the text, :mod:`.reference` says why):
-
-* *head start* (:func:`score_chain`): before forking, one forward of the target over x + s^_1..s^_k
-  scores every drafted token; row j starts with the prefix of s^_j the target accepts token by token
-  (so a drafted step the target would write identically costs no further forward);
-* *the row gate*: a policy may keep only the first R rows once the drafted tokens are scored (:data:`Gate`);
-* *token SD inside steps* (``TokenSD``): for the draft's steps with an n-gram drafter, for the target's
-  rows with an n-gram drafter or with the draft model (forked from the draft's own cache of the
-  drafted steps); drafts with another tokenizer cross as text (:class:`~.tools.Translator`).
+What this runtime adds (none of it changes the text, :mod:`.reference` says why): the head start
+(:func:`score_chain`), the row gate (:data:`~.tools.Gate`) and token SD inside steps (``TokenSD``: for the
+draft's steps with an n-gram drafter, for the target's rows with an n-gram drafter or with the draft model,
+forked from the draft's own cache of the drafted steps); drafts with another tokenizer cross as text
+(:class:`~.tools.Translator`).
 """
 
 from __future__ import annotations
@@ -49,18 +45,30 @@ class TorchVerbs:
         return draft(self.state, plan.k, self.tools)
 
     def alternatives(self, drafted: list[Step], width: int) -> list[list[Step]]:
-        return draft_alternatives(self.state, drafted, self.tools, width)
+        """With width W > 1: W - 1 extra drafts at each complete drafted position, in one batched draft pass."""
+        state, tools = self.state, self.tools
+        chain = [s for s in drafted if s.complete]
+        if width <= 1 or not chain:
+            return [[] for _ in chain]
+        base = state.draft.rows[0][:len(state.draft.rows[0]) - sum(len(s.ids) for s in drafted)]
+        contexts, budgets, prefix, used = [], [], list(base), 0
+        for step in chain:
+            contexts += [list(prefix)] * (width - 1)
+            budgets += [state.remaining - used] * (width - 1)
+            prefix += step.ids
+            used += len(tools.translator.to_target(step))
+        branches = state.draft.fork(len(contexts))
+        branches.set_rows(contexts)
+        steps = tools.alt_writer.write(branches, budgets)
+        for step in steps:
+            step.author = "draft-alt"
+        return [steps[j:j + width - 1] for j in range(0, len(steps), width - 1)]
 
     def rows(self, drafted: list[Step], plan: CyclePlan) -> TargetPass:
-        """Step 2: the target writes its own step on every row x + s^_1..s^_j, all rows in one batch.
-
-        One forward first scores every drafted token (the rows' head starts, :func:`score_chain`); a
-        ``gate`` may then keep only the first R rows. Rows are judged as they finish
-        (:class:`EarlyJudge`), so a rejection stops the rows after it. ``plan`` gives the rows' gamma (0: token
-        by token), the draft's stop, whether an SD iteration may run past the step's end, and ``chunk``: with
-        nothing drafted, the target writes up to that many tokens regardless of step ends (the whole answer,
-        for plans that speculate on no step); nothing is then scored or judged.
-        """
+        """Step 2 (module docstring): the head starts (:func:`score_chain`), the ``gate``, then every row in one
+        batch. ``plan`` gives the rows' gamma (0: token by token), the draft's stop, whether an SD iteration may
+        run past the step's end, and ``chunk``: with nothing drafted, the target writes up to that many tokens
+        regardless of step ends (the whole answer, for plans that speculate on no step), unscored and unjudged."""
         require(plan.schedule == "sync", f"plan {plan.label}: this process's runtime runs the sync schedule "
                 "(its rows run in one batched forward)")
         state, tools, gate = self.state, self.tools, self.gate
@@ -90,7 +98,14 @@ class TorchVerbs:
         return TargetPass(rows, steps, judge.verdicts, judge.seconds, judged, agreements, held=branches)
 
     def scores(self, written: TargetPass, m: int, candidates: list[Step]) -> list[TokenScores]:
-        return score_alternatives(written, m, candidates, self.tools.translator)
+        """The target's scores of alternative drafts at position m (not in the scored chain): one forward
+        of copies of row m's cache, one row per alternative."""
+        own = [self.tools.translator.to_target(a) for a in candidates]
+        probe = written.held.fork(1).select([m]).fork(len(own))
+        probe.set_rows([written.rows[m]] * len(own))
+        logits = probe.logits(extra=own, keep=max(len(o) for o in own) + 1)  # (n, keep, V), right-aligned
+        return [TokenScores.of(*token_scores(logits[b, logits.shape[1] - len(o) - 1:-1], o))
+                for b, o in enumerate(own)]
 
     def accept(self, written: TargetPass, m: int, rescued: Step | None) -> tuple[int, bool]:
         return accept(self.state, written.judged, written, m, rescued, self.tools.translator)
@@ -117,27 +132,6 @@ def draft(state: CycleState, k: int, tools: CycleTools) -> list[Step]:
         if not step.boundary:
             break
     return drafted
-
-
-def draft_alternatives(state: CycleState, drafted: list[Step], tools: CycleTools, width: int) -> list[list[Step]]:
-    """With width W > 1: W - 1 extra drafts at each complete drafted position, in one batched draft pass."""
-    chain = [s for s in drafted if s.complete]
-    if width <= 1 or not chain:
-        return [[] for _ in chain]
-    base = state.draft.rows[0][:len(state.draft.rows[0]) - sum(len(s.ids) for s in drafted)]
-    contexts, budgets, prefix, used = [], [], list(base), 0
-    for step in chain:
-        contexts += [list(prefix)] * (width - 1)
-        budgets += [state.remaining - used] * (width - 1)
-        prefix += step.ids
-        used += len(tools.translator.to_target(step))
-    branches = state.draft.fork(len(contexts))
-    branches.set_rows(contexts)
-    steps = tools.alt_writer.write(branches, budgets)
-    for step in steps:
-        step.author = "draft-alt"
-    per = width - 1
-    return [steps[j * per:(j + 1) * per] for j in range(len(chain))]
 
 
 # ---------------------------------------------------------------------------------------- 2. target
@@ -183,40 +177,21 @@ def score_chain(state: CycleState, rows: list[list[int]], drafted: list[Step], t
     return openings, agreements
 
 
-class EarlyJudge:
-    """The decoding loop's ``on_done``: the cycle's :class:`~.lookahead.Judge` on row j's text as soon
-    as the target's step j is finished; a rejection cancels the rows after j."""
+class EarlyJudge(Judge):
+    """The cycle's :class:`~.lookahead.Judge` as the decoding loop's ``on_done``: it judges row j on its text as
+    soon as the target's step j is finished; a rejection cancels the rows after j."""
 
     def __init__(self, drafted: list[Step], branches: Session, starts: list[int], translator: Translator,
                  verifier, scores: list[TokenScores] | None = None):
-        self.judge, self.branches, self.starts = Judge(drafted, verifier), branches, starts
-        self.translator, self.scores = translator, scores or []
+        super().__init__(drafted, verifier)
+        self.branches, self.starts, self.translator, self.scores = branches, starts, translator, scores or []
 
-    @property
-    def verdicts(self):
-        return self.judge.verdicts
-
-    @property
-    def seconds(self) -> float:
-        return self.judge.seconds
-
-    def __call__(self, row: int) -> list[int]:
-        if not self.judge.wants(row):
+    def __call__(self, row: int) -> list[int]:  # type: ignore[override]
+        if not self.wants(row):
             return []  # nothing to judge, or an earlier row was rejected (this one is then of no use)
         target_text = self.translator.target.decode(self.branches.rows[row][self.starts[row]:])
-        useful = self.judge(row, target_text, self.scores[row] if row < len(self.scores) else None)
+        useful = super().__call__(row, target_text, self.scores[row] if row < len(self.scores) else None)
         return [] if useful else list(range(row + 1, self.branches.batch_size))
-
-
-def score_alternatives(written: TargetPass, m: int, candidates: list[Step],
-                       translator: Translator) -> list[TokenScores]:
-    """The target's scores of alternative drafts at position m (not in the scored chain): one forward
-    of copies of row m's cache, one row per alternative."""
-    own = [translator.to_target(a) for a in candidates]
-    probe = written.held.fork(1).select([m]).fork(len(own))
-    probe.set_rows([written.rows[m]] * len(own))
-    logits = probe.logits(extra=own, keep=max(len(o) for o in own) + 1)  # (n, keep, V), right-aligned
-    return [TokenScores.of(*token_scores(logits[b, logits.shape[1] - len(o) - 1:-1], o)) for b, o in enumerate(own)]
 
 
 # ---------------------------------------------------------------------------------------- 4. accept
@@ -252,5 +227,4 @@ def accept(state: CycleState, drafted: list[Step], written: TargetPass, m: int, 
     return m, appended
 
 
-__all__ = ["EarlyJudge", "TorchVerbs", "accept", "draft", "draft_alternatives", "score_alternatives", "score_chain",
-           "target_rows", "torch_cycle"]
+__all__ = ["EarlyJudge", "TorchVerbs", "accept", "draft", "score_chain", "target_rows", "torch_cycle"]
