@@ -25,7 +25,6 @@ from .decoding.driver import check_auto_width, drive, mode_plan, prepare
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
-    LOCAL_ONLY_SETTINGS,
     EngineRuntime,
     check_scheme,
     engine_verifier,
@@ -143,8 +142,7 @@ class LookaheadGenerator:
                     "with one); a PlannerConfig is for models this process loads")
             refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
                                  precision)
-            refuse_local_settings({**{name: getattr(settings, name) for name in ("gamma",) if settings is not None},
-                                   **{name: knobs.get(name) for name in LOCAL_ONLY_SETTINGS}})
+            refuse_local_settings(knobs)  # settings' own gamma: refused by the first generate (EngineRuntime.check)
             self.pair, self.draft_quantize = None, None
             self.engine = EngineRuntime(target, draft, self.settings, None, own)  # connects: a dead URL fails first
             self.verifier = self.engine.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
