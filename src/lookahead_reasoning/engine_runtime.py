@@ -147,6 +147,9 @@ class EngineRuntime:
         """The prompt's token ids (a question string is wrapped as a math problem unless ``raw``)."""
         return self.pair.prompt_ids(prompt if raw or not isinstance(prompt, str) else math_messages(prompt))
 
+    def warm(self) -> None:
+        self.pair.warm()
+
 
 def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
     """Plain decoding by the target's engine, for synchronous callers: the ``ar`` plan of the one loop (one

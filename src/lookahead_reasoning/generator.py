@@ -267,7 +267,7 @@ class LookaheadGenerator:
             if lm is not None and lm.fast is not None:
                 lm.fast.warm()  # every bucket shape compiled or recorded now, none during a timed run
         if self.engine is not None:  # a short completion from each endpoint: the servers' first forwards
-            self.engine.pair.warm()
+            self.engine.warm()
             modes = ()
         for mode in modes:
             self.generate(probe, mode=mode, max_new_tokens=tokens, learn=False)
