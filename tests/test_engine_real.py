@@ -165,9 +165,11 @@ def test_lr_over_the_engine_writes_the_engines_greedy_text(pair, problems):
 def test_plain_decoding_in_windows_writes_the_engines_greedy_text(pair, problems):
     messages = math_messages(problems[2].question)
     reference, logprobs = _engine_greedy(pair, messages)
-    result, timeline = runs.ar_windows(pair, messages, TOKENS, 32)
+    timeline = []
+    result = asyncio.run(closing(runs.alr(pair, messages, make_verifier("exact"), runs.window_plan(32), TOKENS,
+                                          lambda trace, run: timeline.append(len(run.new))), pair))
     assert_engine_text(result.token_ids, reference, logprobs)
-    assert [t for t, _ in timeline] == [min(32 * (i + 1), len(result.token_ids)) for i in range(len(timeline))]
+    assert timeline == [min(32 * (i + 1), len(result.token_ids)) for i in range(len(timeline))]
 
 
 def test_async_and_sync_schedules_agree(pair, problems):

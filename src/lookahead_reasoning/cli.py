@@ -18,6 +18,7 @@ a second, naming the option.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -82,9 +83,7 @@ def _question(args: argparse.Namespace) -> tuple[str | list, str | None]:
     return (question if args.raw else math_messages(question)), gold
 
 
-def _stream(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+_stream = functools.partial(print, end="", flush=True)  # the text as it is written
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -226,12 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_pairs_commands(sub)
     add_score_pairs_command(sub)
     add_flips_command(sub)
-    bench = sub.choices["bench"]  # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine)
-    add_url_options(bench)
-    bench.set_defaults(func=_local_or_engine(bench.get_default("func"), engine_cli.run_bench_over_engine))
-    pairs = sub.choices["pairs"]  # with --target-url, the engines write the pairs (lookahead_reasoning.bench.pairs, over the engines)
-    add_url_options(pairs, "pairs")
-    pairs.set_defaults(func=_local_or_engine(pairs.get_default("func"), engine_cli.run_pairs_over_engine))
+    # with --target-url, bench runs the engine modes (lookahead_reasoning.bench.engine), the engines write the pairs
+    for command, uses, over_engine in (("bench", "all", engine_cli.run_bench_over_engine),
+                                       ("pairs", "pairs", engine_cli.run_pairs_over_engine)):
+        add_url_options(sub.choices[command], uses)
+        sub.choices[command].set_defaults(func=_local_or_engine(sub.choices[command].get_default("func"), over_engine))
     _mark_options(sub)
     return parser
 
@@ -248,17 +246,6 @@ def _mark_options(sub: argparse._SubParsersAction) -> None:
             action.help = f"{action.help} [{note}]" if action.help else f"[{note}]"
 
 
-def run_harness(argv: list[str]) -> int:
-    """``lookahead-reasoning eval ...``: lm-eval's command line (``--model lookahead``, task ``gsm8k_lookahead``;
-    see :mod:`lookahead_reasoning.integrations.harness`), with the ``eval`` extra installed."""
-    try:
-        harness.main(argv)
-    except LookaheadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def _local_or_engine(local, over_engine):
     """A command that runs ``over_engine`` when --target-url is given, else ``local``."""
     def run(args: argparse.Namespace) -> int:
@@ -271,11 +258,13 @@ def _local_or_engine(local, over_engine):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["eval"]:  # lm-evaluation-harness's own command line, with this library's model and task
-        return run_harness(argv[1:])
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if argv[:1] == ["eval"]:  # lm-eval's own command line with this library's model and task, the eval extra
+            harness.main(argv[1:])  # installed (lookahead_reasoning.integrations.harness)
+            return 0
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
         refuse_engine_options(args)
         return args.func(args)
     except LookaheadError as exc:

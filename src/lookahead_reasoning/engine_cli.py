@@ -43,30 +43,25 @@ def add_url_options(p: argparse.ArgumentParser, uses: str = "all") -> None:
     (``engine_options``) so that :func:`refuse_engine_options` can tell which were given."""
     g = p.add_argument_group("serving engines (OpenAI-compatible: llama.cpp's llama-server, vLLM, SGLang)")
     g.add_argument("--target-url", help="run over the engine at this URL instead of this process's PyTorch loops")
-    only = [g.add_argument("--target-model",
-                           help="the model name the target's engine serves (servers of several models)")]
+    g.add_argument("--target-model", help="the model name the target's engine serves (servers of several models)")
     if uses != "generate":
-        only.append(g.add_argument("--draft-url",
-                                   help="the draft's engine (default: --draft-model on the target's engine)"))
-        only.append(g.add_argument("--draft-model", help="the draft's model name on its engine"))
-    only.append(g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), "
-                               "for chat prompts to an engine that applies no chat template itself (default: the "
-                               "engine's own, else the tokenizer of the model name it serves)"))
-    only.append(g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S,
-                               help="seconds one engine request may take"))
+        g.add_argument("--draft-url", help="the draft's engine (default: --draft-model on the target's engine)")
+        g.add_argument("--draft-model", help="the draft's model name on its engine")
+    g.add_argument("--template", help="the served model's tokenizer (offline name, directory or hub id), for chat "
+                   "prompts to an engine that applies no chat template itself (default: the engine's own, else the "
+                   "tokenizer of the model name it serves)")
+    g.add_argument("--engine-timeout", type=float, default=ENGINE_TIMEOUT_S, help="seconds one engine request may take")
     if uses == "all":
-        only.append(g.add_argument("--scorer", help="for the likelihood verifiers over an engine that scores no prompt "
-                                   "(llama.cpp): the target's model loaded here (offline name, directory or hub id) "
-                                   "or an engine URL that does (vLLM)"))
-        only.append(g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD "
-                                   "(modes sd, lr-sd)"))
-        only.append(g.add_argument("--ngram-url",
-                                   help="bench: a target engine started with its own n-gram SD (mode ngram)"))
-        only.append(g.add_argument("--concurrency", type=int, default=1,
-                                   help="bench: problems run at once against the engine"))
-        only.append(g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
-                                   help="lr over an engine: draft every step then send the rows (sync), or send each "
-                                        "row as soon as its drafted prefix exists (async)"))
+        g.add_argument("--scorer", help="for the likelihood verifiers over an engine that scores no prompt "
+                       "(llama.cpp): the target's model loaded here (offline name, directory or hub id) or an engine "
+                       "URL that does (vLLM)")
+        g.add_argument("--sd-url", help="bench: a target engine started with its own draft-model SD (modes sd, lr-sd)")
+        g.add_argument("--ngram-url", help="bench: a target engine started with its own n-gram SD (mode ngram)")
+        g.add_argument("--concurrency", type=int, default=1, help="bench: problems run at once against the engine")
+        g.add_argument("--schedule", default=SCHEDULE, choices=["sync", "async"],
+                       help="lr over an engine: draft every step then send the rows (sync), or send each row as soon "
+                            "as its drafted prefix exists (async)")
+    only = g._group_actions[1:]  # every option but --target-url, which says that the target is an engine
     p.set_defaults(engine_options={a.dest: (a.option_strings[0], a.default) for a in only})
 
 
@@ -126,9 +121,8 @@ def refuse_local_only_options(args: argparse.Namespace, command: str) -> None:
     engine would not honour (:data:`OVER_ENGINE`); nothing is sent before."""
     if not getattr(args, "target_url", None):
         return
-    honoured = OVER_ENGINE[command]
     given = [flag for dest, (flag, default) in getattr(args, "option_flags", {}).items()
-             if dest not in honoured and getattr(args, dest, default) != default]
+             if dest not in OVER_ENGINE[command] and getattr(args, dest, default) != default]
     require(not given, f"{', '.join(given)}: not with --target-url: {command} over an engine runs the engine's own "
             "model (its loading is set where the engine starts) and no token-level SD in this process (start the "
             "engine with its own SD for that)")
@@ -138,14 +132,12 @@ def engine_settings(args: argparse.Namespace) -> Settings:
     """The settings the shared options describe for a run over engines (steps, sampling, seed, width,
     schedule, timeout); a command without an option gets its default (``pairs``: greedy). A bad one is refused
     naming its option."""
-    def made() -> Settings:
-        steps = StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
-                           getattr(args, "max_step_tokens", MAX_STEP_TOKENS))
-        sampling = SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
-                                  getattr(args, "top_p", 1.0))
-        return Settings(steps=steps, sampling=sampling, seed=getattr(args, "seed", 0), width=getattr(args, "width", 1),
-                        schedule=getattr(args, "schedule", SCHEDULE), timeout_s=args.engine_timeout)
-    return named_check(made)
+    return named_check(lambda: Settings(
+        steps=StepConfig(tuple(getattr(args, "delimiter", None) or STEP_DELIMITERS),
+                         getattr(args, "max_step_tokens", MAX_STEP_TOKENS)),
+        sampling=SamplingConfig(getattr(args, "temperature", 0.0), getattr(args, "top_k", None),
+                                getattr(args, "top_p", 1.0)), timeout_s=args.engine_timeout,
+        seed=getattr(args, "seed", 0), width=getattr(args, "width", 1), schedule=getattr(args, "schedule", SCHEDULE)))
 
 
 def engine_generator(args: argparse.Namespace):

@@ -19,7 +19,7 @@ policy of the one loop (:func:`alr`: the driver over the step-model runtime of
 
 * ``ar``    a fixed plan of no drafted step whose one cycle writes the whole answer: one completion
             request (the engine's own speed, with the engine's own token-level speculation if it was
-            started with it); :func:`ar` and :func:`ar_windows` (requests of a fixed number of tokens) are it;
+            started with it); :func:`ar` is it, and :func:`window_plan` (requests of a fixed number of tokens);
 * ``lr``    a fixed plan of k drafted steps, the rows sent as concurrent requests (``sync`` or ``async``);
 * ``auto``  every cycle planned by mode ``auto``'s planner, pricing requests.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
@@ -151,35 +150,11 @@ class EngineRuntime:
     def warm(self) -> None:
         self.pair.warm()
 
-    def close(self) -> None:
-        self.pair.close()
-
 
 def ar(pair: EnginePair, prompt: Prompt, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> GenerationResult:
     """Plain decoding by the target's engine, for synchronous callers: the ``ar`` plan of the one loop (one
     completion request, no stop string)."""
-    return ar_windows(pair, prompt, max_new_tokens, None)[0]
-
-
-def ar_windows(pair: EnginePair, prompt: Prompt, max_new_tokens: int,
-               window: int | None) -> tuple[GenerationResult, list[tuple[int, float]]]:
-    """Plain decoding in requests of ``window`` tokens (None: one request), each continuing the ids so far
-    (the engine's prefix cache holds them, so a request costs its new tokens): the result and, after each
-    request, (tokens so far, seconds since the start): the cost of decoding at each position of a long
-    answer. A fixed plan of the one loop, each cycle one request."""
-    require(window is None or (isinstance(window, int) and window >= 1),
-            f"window must be an integer >= 1, got {window!r}")
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1,
-            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    timeline: list[tuple[int, float]] = []
-    start = time.perf_counter()
-
-    def each(trace, run) -> None:
-        timeline.append((len(run.new), round(time.perf_counter() - start, 4)))
-
-    result = asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), window_plan(window), max_new_tokens, each),
-                                 pair))
-    return result, timeline
+    return asyncio.run(closing(alr(pair, prompt, make_verifier("exact"), window_plan(None), max_new_tokens), pair))
 
 
 def window_plan(window: int | None) -> FixedPolicy:
@@ -215,5 +190,5 @@ def refuse_local_options(options: dict[str, Any], precision: Any) -> None:
             "loads its own (set them where the engine starts)")
 
 
-__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "ar_windows", "check_scheme", "engine_verifier", "is_url",
+__all__ = ["ENGINE_MODES", "ENGINE_NAMES", "LOCAL_ONLY_SETTINGS", "EngineRuntime", "refuse_local_settings", "alr", "ar", "check_scheme", "engine_verifier", "is_url",
            "refuse_local_options"]

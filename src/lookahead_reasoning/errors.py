@@ -43,5 +43,10 @@ def require(condition: bool, message: str, error: type[LookaheadError] = ConfigE
         raise error(message)
 
 
+def whole(value: object, least: int = 0) -> bool:
+    """Whether ``value`` is an integer (a bool is not one) of at least ``least``: the rule of every count."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 class EngineError(LookaheadError):
     """A serving engine could not be built, started or reached, or answered something unusable."""

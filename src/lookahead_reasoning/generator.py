@@ -25,7 +25,6 @@ from .decoding.driver import check_auto_width, drive, mode_plan, prepare
 from .decoding.results import GenerationResult
 from .engine_runtime import (
     ENGINE_NAMES,
-    LOCAL_ONLY_SETTINGS,
     EngineRuntime,
     check_scheme,
     engine_verifier,
@@ -45,7 +44,6 @@ from .presets import (
     LR_SD_TOKEN_SD,
     MODE_READS,
     STEP_MODES,
-    check_k,
     check_mode,
     mode_k,
     no_model,
@@ -144,8 +142,7 @@ class LookaheadGenerator:
                     "with one); a PlannerConfig is for models this process loads")
             refuse_local_options({**load_kwargs, "fast_path": None if self.fast_path == "auto" else self.fast_path},
                                  precision)
-            refuse_local_settings({**{name: getattr(settings, name) for name in ("gamma",) if settings is not None},
-                                   **{name: knobs.get(name) for name in LOCAL_ONLY_SETTINGS}})
+            refuse_local_settings(knobs)  # settings' own gamma: refused by the first generate (EngineRuntime.check)
             self.pair, self.draft_quantize = None, None
             self.engine = EngineRuntime(target, draft, self.settings, None, own)  # connects: a dead URL fails first
             self.verifier = self.engine.verifier = engine_verifier(verifier, own.get("verifier_kwargs"))
@@ -187,10 +184,9 @@ class LookaheadGenerator:
         drafts are refused by name. Returns the draft to load (None for "none")."""
         if self.mode == "auto":
             check_auto_width(self.settings)
-        if self.mode in STEP_MODES:
-            mode_k(self.mode, self.settings.k)  # k=0 is a cap for auto only
-        if self.mode == "auto":
             auto_token_sd(self.settings.token_sd, self.planner or PlannerConfig())
+        elif self.mode in STEP_MODES:
+            mode_k(self.mode, self.settings.k)  # k=0 is a cap for auto only (Settings checked the rest)
         require(self.planner is None or isinstance(self.planner, PlannerConfig), f"planner must be a PlannerConfig, "
                 f"got {self.planner!r}")
         check_any_verifier(verifier, own.get("verifier_kwargs"))
@@ -259,7 +255,7 @@ class LookaheadGenerator:
     def close(self) -> None:
         """Close the connections to the engines (nothing to do for models in this process)."""
         if self.engine is not None:
-            self.engine.close()
+            self.engine.pair.close()
 
     # ------------------------------------------------------------------ warm-up
     def warmup(self, modes: Sequence[str] = ("lr",), tokens: int = 8) -> None:
@@ -306,9 +302,8 @@ class LookaheadGenerator:
         refuse_unread(mode, call, {name: name for name in given_settings(call) if name in passed})
         if self.engine is not None:
             refuse_local_settings(overrides)
-            return self.engine.generate(prompt, mode, settings, k=self.settings.k if k is None else k,
-                                        learn=learn, raw=raw, on_text=on_text)
-        settings, policy = mode_plan(mode, local_settings(settings).with_overrides(k=self.settings.k if k is None else k))
+            return self.engine.generate(prompt, mode, settings, k=call.k, learn=learn, raw=raw, on_text=on_text)
+        settings, policy = mode_plan(mode, local_settings(call))
         if policy is None:
             return self._generate_auto(prompt, raw, settings, on_text, settings.k, learn)
         target_ids, draft_ids = self._prompts(prompt, raw)
@@ -324,7 +319,6 @@ class LookaheadGenerator:
         """Mode auto: the planner's loop, on this pair's cost tables and learned rates (a throwaway copy
         of them when ``learn`` is False)."""
         auto_token_sd(settings.token_sd, self.planner or PlannerConfig())  # refused before any cost table is measured
-        check_k(max_k, "auto")  # the most drafted steps a plan may use
         config, planning = self.planner or PlannerConfig(), self.planning()
         if not learn:
             config = dataclasses.replace(config, learn=False, refine=False)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import ConfigError, LookaheadError, require
+from .errors import ConfigError, LookaheadError, require, whole
 from .generator import LookaheadGenerator
 from .models.loading import context_window
 from .models.offline import cache_root
@@ -80,13 +81,9 @@ def named_check(check: Any) -> Any:
 
 
 def decoding_settings(options: Mapping[str, Any]) -> Settings:
-    """The one :class:`Settings` of the decoding options, by their argparse names (``k``, ``gamma``,
-    ``width``, ``draft_stop_below``, ``token_sd_target``, ``token_sd_draft``, ``delimiter``,
-    ``max_step_tokens``, ``temperature``, ``top_k``, ``top_p``).
-
-    A missing option, or a None one, takes the preset (``draft_stop_below`` and ``token_sd_draft``:
-    None or 0 / "none" turn the stop / prompt lookup off). Raises ConfigError naming the option.
-    """
+    """The one :class:`Settings` of the decoding options of :func:`add_generator_args` but ``mode`` and
+    ``reprofile``, by argparse name. A missing or None one takes the preset, but ``draft_stop_below`` None or 0
+    and ``token_sd_draft`` None or "none" turn the stop / prompt lookup off. Raises ConfigError naming the option."""
     def given(*names: str) -> dict[str, Any]:
         return {name: options[name] for name in names if options.get(name) is not None}
 
@@ -166,9 +163,8 @@ MAX_NEW_TOKENS_LIMIT = 131072
 
 def check_max_new_tokens(value: Any) -> None:
     """``--max-new-tokens`` is a whole number from 1 to :data:`MAX_NEW_TOKENS_LIMIT`. Loads nothing."""
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"--max-new-tokens must be at least 1 (the tokens to write; with none there is nothing to time or "
-            f"grade), got {value!r}")
+    require(whole(value, 1), f"--max-new-tokens must be at least 1 (the tokens to write; with none there is nothing "
+            f"to time or grade), got {value!r}")
     require(value <= MAX_NEW_TOKENS_LIMIT, f"--max-new-tokens {value} is more than any model here can hold in its "
                                            f"context: give at most {MAX_NEW_TOKENS_LIMIT}")
 
@@ -192,8 +188,6 @@ def check_fits_context(model: Any, max_new_tokens: int) -> None:
 
 def check_cache_writable(why: str) -> None:
     """Refuse, before any model loads, a cache folder that cannot be written (``why``: what needs it)."""
-    import tempfile
-
     root = cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)

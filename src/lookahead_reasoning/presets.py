@@ -22,7 +22,7 @@ command line check with them.
 
 from __future__ import annotations
 
-from .errors import require
+from .errors import require, whole
 
 MODES = ("auto", "lr", "lr-sd", "ar", "sd", "sd-ngram")
 STEP_MODES = ("auto", "lr", "lr-sd")  # modes that use a verifier
@@ -105,8 +105,7 @@ def check_k(k: int | None, mode: str | None = None) -> int | None:
     """The one rule for ``k``, wherever it is given: None (the mode's preset) or an integer >= 0, the
     drafted steps per cycle; in mode ``auto`` the most a plan may use, so 0 there means token-level plans
     only, while a mode with a fixed k (``lr``, ``lr-sd``) needs at least one drafted step."""
-    require(k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 0),
-            f"k (drafted steps per cycle) must be an integer >= 0, got {k!r}")
+    require(k is None or whole(k), f"k (drafted steps per cycle) must be an integer >= 0, got {k!r}")
     require(not (k == 0 and mode is not None and mode != "auto"), f"k=0 drafts no step: mode {mode} needs k >= 1 "
             "(k=0 is a cap for mode auto: its plans then use token SD or the target alone)")
     return k
@@ -125,8 +124,7 @@ def mode_gamma(mode: str, gamma: int | None = None, row_drafter: str | None = "d
     if gamma is None:
         gamma = NGRAM_GAMMA if mode == "lr-sd" and row_drafter == "ngram" else PRESET_GAMMA.get(mode)
     gamma = TOKEN_GAMMA if gamma is None else gamma  # modes without gamma: any valid value
-    require(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1,
-            f"gamma (drafted tokens per iteration) must be an integer >= 1, got {gamma!r}")
+    require(whole(gamma, 1), f"gamma (drafted tokens per iteration) must be an integer >= 1, got {gamma!r}")
     return gamma
 
 

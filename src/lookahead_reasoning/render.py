@@ -45,9 +45,7 @@ def render_terminal(result: GenerationResult, color: bool = True, details: bool 
     (and, in mode auto, its plan with the predicted and the realised speed)."""
     paint = (lambda c, s: f"{c}{s}{RESET}") if color else (lambda c, s: s)
     out = [paint(GREEN if kind == "draft" else YELLOW, text) for kind, text in _accepted_pieces(result)]
-    lines = ["".join(out), ""]
-    legend = f"{paint(GREEN, 'drafted step, accepted')}  {paint(YELLOW, 'target step')}"
-    lines.append(legend)
+    lines = ["".join(out), "", f"{paint(GREEN, 'drafted step, accepted')}  {paint(YELLOW, 'target step')}"]
     if details:
         for i, cycle in enumerate(_cycles(result)):
             lines.append(paint(DIM, _cycle_line(i, cycle)))
@@ -62,10 +60,8 @@ def render_terminal(result: GenerationResult, color: bool = True, details: bool 
 def render_html(result: GenerationResult) -> str:
     """A standalone HTML page: the answer with accepted drafts and target steps highlighted, a table
     of every verdict, and (mode auto) every cycle's plan."""
-    spans = []
-    for kind, text in _accepted_pieces(result):
-        color = "#c8f7c5" if kind == "draft" else "#fff3b0"
-        spans.append(f'<span style="background:{color}" title="{kind}">{html.escape(text)}</span>')
+    spans = [f'<span style="background:{"#c8f7c5" if kind == "draft" else "#fff3b0"}" title="{kind}">'
+             f'{html.escape(text)}</span>' for kind, text in _accepted_pieces(result)]
     rows, plans = [], []
     for i, cycle in enumerate(_cycles(result)):
         if cycle.plan is not None:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
-from .errors import ConfigError, require
+from .errors import ConfigError, require, whole
 from .presets import (
     ALT_TEMPERATURE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -37,10 +37,6 @@ from .presets import (
 )
 from .sampling import SamplingConfig
 from .steps import StepConfig
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -94,24 +90,22 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_k(self.k)
-        require(self.gamma is None or _positive_int(self.gamma),
+        require(self.gamma is None or whole(self.gamma, 1),
                 f"gamma (drafted tokens per iteration) must be an integer >= 1, got {self.gamma!r}")
-        require(_positive_int(self.width), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
+        require(whole(self.width, 1), f"width (drafts per position) must be an integer >= 1, got {self.width!r}")
         for name, kind in (("steps", StepConfig), ("sampling", SamplingConfig), ("token_sd", (TokenSD, type(None)))):
             require(isinstance(getattr(self, name), kind), f"{name} must be a {getattr(kind, '__name__', 'TokenSD')}"
                     f"{' or None' if name == 'token_sd' else ''}, got {getattr(self, name)!r}")
         require(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
                 f"seed must be an integer or None, got {self.seed!r}")
-        require(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
-                and self.max_new_tokens >= 0, f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        require(whole(self.max_new_tokens), f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         require(isinstance(self.alt_temperature, (int, float)) and self.alt_temperature > 0,
                 f"alt_temperature must be a number > 0, got {self.alt_temperature!r}")
         check_draft_stop_below(self.draft_stop_below)
         require(self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         require(isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0,
                 f"timeout_s (seconds one engine request may take) must be > 0, got {self.timeout_s!r}")
-        require(isinstance(self.retries, int) and not isinstance(self.retries, bool) and self.retries >= 0,
-                f"retries (of one engine request) must be an integer >= 0, got {self.retries!r}")
+        require(whole(self.retries), f"retries (of one engine request) must be an integer >= 0, got {self.retries!r}")
 
     @classmethod
     def preset(cls, **fields_: Any) -> "Settings":
@@ -164,8 +158,7 @@ class CyclePlan:
         check_draft_stop_below(self.draft_stop_below)  # the Settings' rule: a plan runs what Settings let through
         require(isinstance(self.chunk, int) and self.chunk >= 0 and (self.chunk == 0 or self.k == 0),
                 f"chunk must be an integer >= 0, and only with k = 0, got chunk {self.chunk!r} with k {self.k!r}")
-        require(self.rows is None or (isinstance(self.rows, int) and not isinstance(self.rows, bool) and self.rows >= 1
-                                      and self.k >= 1 and self.schedule == "sync"),
+        require(self.rows is None or (whole(self.rows, 1) and self.k >= 1 and self.schedule == "sync"),
                 f"rows (the most target rows a cycle runs) must be None or an integer >= 1, with k >= 1 on the sync "
                 f"schedule, got rows {self.rows!r} with k {self.k!r} ({self.schedule})")
 

@@ -88,7 +88,4 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     n = min(len(a), len(b), limit)
     if list(a[:n]) == list(b[:n]):
         return n
-    i = 0
-    while a[i] == b[i]:
-        i += 1
-    return i
+    return next(i for i in range(n) if a[i] != b[i])

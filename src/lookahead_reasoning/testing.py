@@ -63,9 +63,8 @@ def _tokenizer_json() -> str:
         return "".join(byte_char[b] for b in text.encode("utf-8"))
 
     vocab = {byte_char[b]: b for b in range(256)}
-    merges = []
+    merges = [(as_bytes(left), as_bytes(right)) for left, right in MERGES]
     for left, right in MERGES:
-        merges.append((as_bytes(left), as_bytes(right)))
         vocab.setdefault(as_bytes(left + right), len(vocab))
     tok = Tokenizer(BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -74,11 +73,8 @@ def _tokenizer_json() -> str:
 
 
 def tiny_tokenizer():
-    """A fresh byte-level BPE ``PreTrainedTokenizerFast``: 256 bytes + merges + 3 special tokens.
-
-    eos ``<|im_end|>``, pad ``<|endoftext|>``, no bos; ChatML ``chat_template``; no space cleanup,
-    so ``decode(encode(text)) == text`` for any string.
-    """
+    """A fresh byte-level BPE ``PreTrainedTokenizerFast``: 256 bytes + merges + 3 special tokens, no bos, no
+    space cleanup (``decode(encode(text)) == text``; the module docstring)."""
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
         pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, additional_special_tokens=[BOS_TOKEN],

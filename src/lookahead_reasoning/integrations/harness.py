@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import torch
 
 from ..bench.datasets import load_jsonl
-from ..errors import ConfigError, DatasetError, require
+from ..errors import ConfigError, DatasetError, require, whole
 from ..options import GeneratorSpec, decoding_settings, option_defaults, refuse_unread_options
 from ..presets import MODE_READS, MODES, no_model
 from ..sampling import SamplingConfig
@@ -87,8 +87,6 @@ def harness_spec(model_args: dict[str, Any]) -> GeneratorSpec:
     require(not wrong, f"{', '.join(f'{n}={model_args[n]!r}' for n in wrong)}: give a name (text)", ConfigError)
     loading = {name: model_args[name] for name in LOADING_ARGS if model_args.get(name) is not None}
     decoding = {name: model_args[name] for name in DECODING_ARGS if name in model_args}
-    if isinstance(decoding.get("delimiter"), str):
-        decoding["delimiter"] = (decoding["delimiter"],)
     try:
         mode = loading.get("mode", "auto")
         require(mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -117,17 +115,15 @@ class LookaheadLM(HarnessBase):
         require(str(own["batch_size"]) in ("1", "auto") or own["batch_size"] is None,
                 f"batch_size {own['batch_size']}: requests run one at a time (batch_size=1)", ConfigError)
         cap = own["max_batch_size"]
-        require(cap is None or (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1),
-                f"max_batch_size must be None or a whole number >= 1 (requests run one at a time), got {cap!r}",
-                ConfigError)
+        require(cap is None or whole(cap, 1), f"max_batch_size must be None or a whole number >= 1 (requests run one "
+                f"at a time), got {cap!r}", ConfigError)
         device = model_args.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             log.warning("device %s: CUDA is not available here, running on the CPU (the harness asks for cuda:0 "
                         "unless --device says otherwise)", device)
             model_args["device"] = None
         budget = own["max_gen_toks"]
-        require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1,
-                f"max_gen_toks must be a whole number of tokens >= 1, got {budget!r}", ConfigError)
+        require(whole(budget, 1), f"max_gen_toks must be a whole number of tokens >= 1, got {budget!r}", ConfigError)
         spec = harness_spec(model_args)
         self.mode, self.max_gen_toks = spec.mode, budget
         self.gen = spec.build()

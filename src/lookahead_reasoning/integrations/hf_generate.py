@@ -46,7 +46,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from ..errors import ConfigError, require
+from ..errors import ConfigError, require, whole
 from ..generator import LookaheadGenerator
 from ..presets import check_mode
 from ..sampling import SamplingConfig
@@ -87,9 +87,8 @@ def options_from(bag: dict[str, Any]) -> dict[str, Any]:
     transformers' name for the draft's tokenizer, included), and checked: an unknown mode, or a setting
     its rule refuses, is a ConfigError naming it."""
     taken = {name: bag.pop(name) for name in OWN if name in bag}
-    if bag.get("assistant_tokenizer") is not None:
-        taken["draft_tokenizer"] = bag.pop("assistant_tokenizer")
-    bag.pop("assistant_tokenizer", None)
+    if (assistant := bag.pop("assistant_tokenizer", None)) is not None:
+        taken["draft_tokenizer"] = assistant
     check_mode(taken.setdefault("mode", "auto"))
     Settings.preset().with_overrides(**{name: taken[name] for name in SETTING_OWN if name in taken})
     return taken
@@ -211,8 +210,7 @@ def _output(input_ids: torch.Tensor, results: list[Any], pad: int, as_dict: bool
 
 def check_config(config: Any) -> None:
     """ConfigError naming every option of ``config`` these loops cannot honour."""
-    used = [name for name, unused in UNSUPPORTED.items()
-            if hasattr(config, name) and getattr(config, name) not in (unused, None) and getattr(config, name) != unused]
+    used = [name for name, unused in UNSUPPORTED.items() if getattr(config, name, unused) not in (unused, None)]
     require(not used, f"{', '.join(used)}: not supported by Lookahead Reasoning's generate (set "
             f"{', '.join(f'{n}={UNSUPPORTED[n]!r}' for n in used)}: the model's own generation config may set them)",
             ConfigError)
@@ -266,8 +264,7 @@ def _eos_ids(config: Any, target: Any) -> frozenset[int]:
     if eos is None:
         return target.eos_ids
     ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-    require(all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids),
-            f"eos_token_id must be a token id or a list of them, got {eos!r}", ConfigError)
+    require(all(whole(i) for i in ids), f"eos_token_id must be a token id or a list of them, got {eos!r}", ConfigError)
     return frozenset(ids)
 
 
