@@ -65,11 +65,7 @@ async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list
     request caches the prefix first. The overlap is timed at the shortest length (a bad overlap can
     be very slow); without a draft there is nothing to overlap (1)."""
     await target.client.acomplete(context, 1, ())
-    points: dict[int, dict[int, float]] = {}
-    for r in range(1, rows + 1):
-        for n in lengths:
-            tokens, seconds = await _point(target, context, r, n, repeats)
-            points.setdefault(r, {})[tokens] = seconds
+    points = {r: dict([await _point(target, context, r, n, repeats) for n in lengths]) for r in range(1, rows + 1)}
     table = CostTable(request_grid(points), None, per="request")
     if draft is not None:
         await draft.client.acomplete(context, 1, ())

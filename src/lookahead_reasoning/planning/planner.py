@@ -41,7 +41,7 @@ from ..settings import CyclePlan
 from ..presets import PRESET_K, SCHEDULES
 from ..theory.breakeven import BreakEven, Machine, break_even, break_even_requests
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
-from .costs import CostTable
+from .costs import CostGrid, CostTable
 from .estimates import Book
 
 
@@ -149,11 +149,10 @@ class Planner:
 
     def _costs_at(self, context: int):
         """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
-        memo, costs = self._memo, self.costs
+        memo = self._memo
 
-        def priced(which: str):
+        def priced(which: str, grid: CostGrid | None):
             def cost(r: int, n: int) -> float:
-                grid = costs.target if which == "t" else costs.draft
                 if grid is None:  # no draft's table (an engine measured alone): drafts are free
                     return 0.0
                 key = (which, r, n, context)
@@ -161,7 +160,7 @@ class Planner:
                     memo[key] = grid(r, n, context)
                 return memo[key]
             return cost
-        return priced("t"), priced("d")
+        return priced("t", self.costs.target), priced("d", self.costs.draft)
 
     def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()

@@ -39,9 +39,7 @@ class Prediction:
 def _field(stats: Any, name: str) -> Any:
     """``stats[name]`` or ``stats.name``; None when absent, None or NaN."""
     value = stats.get(name) if isinstance(stats, Mapping) else getattr(stats, name, None)
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def judged_alpha(stats: Any) -> float | None:

@@ -37,10 +37,8 @@ def _iteration(rng: np.random.Generator, gamma: int, model: TokenRates) -> tuple
         drafted += 1
         sure = rng.random() < model.sigma
         ok = rng.random() < (model.alpha_sure if sure else model.alpha_unsure)
-        if leading and ok:
-            accepted += 1
-        else:
-            leading = False
+        leading = leading and ok
+        accepted += leading
         if not sure:
             break
     return drafted, accepted
@@ -54,7 +52,7 @@ def simulate_costed_sd(gamma: int, model: TokenRates, target: CostFn, draft: Cos
     n = int(check_count(iterations, "iterations"))
     tokens, seconds = np.empty(n), np.empty(n)
     for i in range(n):
-        d, a = _iteration(rng, gamma, model) if gamma else (0, 0)
+        d, a = _iteration(rng, gamma, model)
         tokens[i] = a + 1
         seconds[i] = target(1, 1 + d) + d * draft(1, 1) + overhead
     return _ratio(tokens, seconds)
@@ -76,7 +74,7 @@ def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[boo
             live[j + 1:] = [False] * (rows - j - 1)
     seconds = 0.0
     while any(live):
-        draws = [(_iteration(rng, gamma, model) if gamma else (0, 0)) if live[j] else (0, 0) for j in range(rows)]
+        draws = [_iteration(rng, gamma, model) if live[j] else (0, 0) for j in range(rows)]
         n = 1 + max(d for d, _ in draws)  # new tokens per row of the target's forward
         seconds += target(rows, n) + (n - 1) * draft(rows, 1)
         for j in range(rows):
