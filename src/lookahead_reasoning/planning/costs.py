@@ -120,8 +120,7 @@ class CostGrid:
         if not (timing.seconds > 0 and predicted > 0 and math.isfinite(timing.seconds)):
             return
         ratio = min(max(timing.seconds / predicted, 0.25), 4.0)  # one odd forward cannot wreck the table
-        rows = min(self.points, key=lambda r: abs(r - timing.rows))
-        curve = self.points[rows]
+        curve = self.points[min(self.points, key=lambda r: abs(r - timing.rows))]
         ns = sorted(curve)
         i = bisect_left(ns, timing.n)
         if i in (0, len(ns)) or ns[i] == timing.n:

@@ -3,10 +3,8 @@
 Every rate starts from a prior (from earlier runs of the same pair when a saved book exists) and is
 updated after every SD iteration and every LR cycle:
 
-* token level (:class:`TokenBook`), the :class:`~lookahead_reasoning.theory.TokenRates` of the draft
-  model with any confidence stop: sigma (the draft is sure of a token and drafts on), alpha_sure and
-  alpha_unsure (the target accepts a sure / an unsure drafted token), from acceptance counted per band
-  of the draft's confidence;
+* token level (:class:`TokenBook`): acceptance counted per band of the draft's confidence, which gives the
+  :class:`~lookahead_reasoning.theory.TokenRates` (sigma, alpha_sure, alpha_unsure) of any confidence stop;
 * step level (:class:`StepBook`): alpha1 (the verifier accepts a drafted step), and per band of the
   *agreement* of a drafted step (the share of its tokens the target accepted token by token in the
   scoring pass, known before any row runs) the acceptance in that band: the step-level analogue of

@@ -65,10 +65,8 @@ def _token_fields(stats: Any) -> tuple[Any, Any, Any]:
     values = [_field(stats, name) for name in ("alpha", "gamma", "c")]
     if values[0] is None:
         values[0] = _field(stats, "alpha_judged")
-    inner = _field(stats, "target_sd")
-    if inner is not None:
-        values = [v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c"))]
-    return tuple(values)
+    inner = _field(stats, "target_sd")  # where absent, every field read from it is None
+    return tuple(v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c")))
 
 
 def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Prediction:

@@ -143,11 +143,8 @@ def simulate_lr_async(k1: int, alpha1: float, c1: float, *, cycles: int = 100_00
     exist. At the first rejection the target's step is kept, the speculative rows are dropped and both
     clocks restart. Each cycle's run length X is drawn, its end time read off :func:`async_schedule`.
     """
-    k = int(check_count(k1, "k1"))
-    a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
-    x = sample_run_lengths(a, int(check_count(cycles, "cycles")), seed)
-    schedule = async_schedule(k, cost, int(x.max()) + 1)
-    return _ratio(x + 1, schedule.settled[x])
+    x = sample_run_lengths(float(check_rate(alpha1, "alpha1")), int(check_count(cycles, "cycles")), seed)
+    return _ratio(x + 1, async_schedule(k1, c1, int(x.max()) + 1).settled[x])  # which checks k1 and c1
 
 
 def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[int, float]:
