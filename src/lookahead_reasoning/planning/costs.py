@@ -20,6 +20,7 @@ import statistics
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import combinations, pairwise
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -119,8 +120,7 @@ class CostGrid:
         if not (timing.seconds > 0 and predicted > 0 and math.isfinite(timing.seconds)):
             return
         ratio = min(max(timing.seconds / predicted, 0.25), 4.0)  # one odd forward cannot wreck the table
-        rows = min(self.points, key=lambda r: abs(r - timing.rows))
-        curve = self.points[rows]
+        curve = self.points[min(self.points, key=lambda r: abs(r - timing.rows))]
         ns = sorted(curve)
         i = bisect_left(ns, timing.n)
         if i in (0, len(ns)) or ns[i] == timing.n:
@@ -271,22 +271,11 @@ def out_of_order(points: dict[int, dict[int, float]], slack: float = 0.05) -> se
     never cost less (T(R, n) <= T(R, n') for n < n'), and more rows never cost less (T(R, n) <=
     T(R', n) for R < R', read off the interpolated curve of R' within its measured n). Of each
     broken pair the dearer point is returned: a passing load only ever makes a forward slower."""
-    bad: set[tuple[int, int]] = set()
-    for rows, curve in points.items():
-        ns = sorted(curve)
-        for a, b in zip(ns, ns[1:]):
-            if curve[a] > curve[b] * (1 + slack):
-                bad.add((rows, a))
-    grid = CostGrid({r: dict(c) for r, c in points.items()})
-    for r_small in points:
-        for r_big in points:
-            if r_big <= r_small:
-                continue
-            lo, hi = min(points[r_big]), max(points[r_big])
-            for n, t in points[r_small].items():
-                if lo <= n <= hi and t > grid._curve(r_big, n) * (1 + slack):
-                    bad.add((r_small, n))
-    return bad
+    bad = {(rows, a) for rows, curve in points.items() for a, b in pairwise(sorted(curve))
+           if curve[a] > curve[b] * (1 + slack)}
+    grid = CostGrid(points)  # read only
+    return bad | {(small, n) for small, big in combinations(sorted(points), 2) for n, t in points[small].items()
+                  if min(points[big]) <= n <= max(points[big]) and t > grid._curve(big, n) * (1 + slack)}
 
 
 __all__ = ["COST_UNITS", "CostGrid", "CostTable", "DRAFT_GRID", "TARGET_GRID", "forward_seconds", "out_of_order", "price_schedule",

@@ -9,10 +9,9 @@ and the ``overlap``: what a draft and a target request cost sent at once, over t
 (1 where the two endpoints share nothing; about ``(T_t + T_d) / max`` where they share a CPU's cores
 fairly; far more where each server's threads spin while the other's hold the cores).
 
-Between the measured lengths a request's time is linear in n (a fixed part plus a part per token),
-and past them it follows the line through the last two; between and past the row counts it is
-linear in R (:class:`~.costs.CostGrid`). A run's own sync cycles move the grid toward what their rows
-took (:meth:`~.costs.CostGrid.observe`, through the policy's ``learn``).
+The grid reads a request's time as it reads a forward's (:class:`~.costs.CostGrid`: linear in n, a fixed
+part plus a part per token, and in R). A run's own sync cycles move the grid toward what their rows took
+(:meth:`~.costs.CostGrid.observe`, through the policy's ``learn``).
 """
 
 from __future__ import annotations
@@ -65,11 +64,7 @@ async def ameasure(target: EngineSteps, draft: EngineSteps | None, context: list
     request caches the prefix first. The overlap is timed at the shortest length (a bad overlap can
     be very slow); without a draft there is nothing to overlap (1)."""
     await target.client.acomplete(context, 1, ())
-    points: dict[int, dict[int, float]] = {}
-    for r in range(1, rows + 1):
-        for n in lengths:
-            tokens, seconds = await _point(target, context, r, n, repeats)
-            points.setdefault(r, {})[tokens] = seconds
+    points = {r: dict([await _point(target, context, r, n, repeats) for n in lengths]) for r in range(1, rows + 1)}
     table = CostTable(request_grid(points), None, per="request")
     if draft is not None:
         await draft.client.acomplete(context, 1, ())
@@ -86,9 +81,8 @@ async def ameasured_planner(target: EngineSteps, draft: EngineSteps | None, cont
     """Mode ``auto``'s planner over these endpoints: their costs measured after ``context``
     (:func:`ameasure`), the book's priors, :meth:`PlannerConfig.over_engine`, the load read from the
     target's client (its requests in flight)."""
-    client = target.client
     return Planner(await ameasure(target, draft, context), Book(), PlannerConfig.over_engine(max_k),
-                   load=lambda: client.in_flight)
+                   load=lambda: target.client.in_flight)
 
 
 __all__ = ["PROBE_TOKENS", "ameasure", "ameasured_planner", "request_grid"]

@@ -3,10 +3,8 @@
 Every rate starts from a prior (from earlier runs of the same pair when a saved book exists) and is
 updated after every SD iteration and every LR cycle:
 
-* token level (:class:`TokenBook`), the :class:`~lookahead_reasoning.theory.TokenRates` of the draft
-  model with any confidence stop: sigma (the draft is sure of a token and drafts on), alpha_sure and
-  alpha_unsure (the target accepts a sure / an unsure drafted token), from acceptance counted per band
-  of the draft's confidence;
+* token level (:class:`TokenBook`): acceptance counted per band of the draft's confidence, which gives the
+  :class:`~lookahead_reasoning.theory.TokenRates` (sigma, alpha_sure, alpha_unsure) of any confidence stop;
 * step level (:class:`StepBook`): alpha1 (the verifier accepts a drafted step), and per band of the
   *agreement* of a drafted step (the share of its tokens the target accepted token by token in the
   scoring pass, known before any row runs) the acceptance in that band: the step-level analogue of
@@ -116,14 +114,10 @@ class TokenBook:
         worth ``weight`` tokens on each side of the stop (uniform over the bins of each side)."""
         edge = _edge(draft_stop_below)
         require(0 < edge < CONFIDENCE_BINS, f"draft_stop_below must lie inside (0, 1), got {draft_stop_below!r}")
-        book = cls([0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS, [0.0] * CONFIDENCE_BINS)
-        for i in range(CONFIDENCE_BINS):
-            above = i >= edge
-            n = edge if not above else CONFIDENCE_BINS - edge
-            share, rate = (sigma, alpha_sure) if above else (1 - sigma, alpha_unsure)
-            book.seen[i] = 2 * weight * share / n
-            book.accepted[i], book.rejected[i] = weight * rate / n, weight * (1 - rate) / n
-        return book
+        bins = [(sigma, alpha_sure, CONFIDENCE_BINS - edge) if i >= edge else (1 - sigma, alpha_unsure, edge)
+                for i in range(CONFIDENCE_BINS)]  # per bin: its side's share of tokens, acceptance and bins
+        return cls([2 * weight * share / n for share, _, n in bins], [weight * rate / n for _, rate, n in bins],
+                   [weight * (1 - rate) / n for _, rate, n in bins])
 
     def record(self, sure: Sequence[bool] | None, drafted: int, accepted: int,
                confidence: Sequence[float] | None = None) -> None:
@@ -268,9 +262,7 @@ class Book:
                 obj = obj.capped()
             if isinstance(obj, list):
                 return [dump(x) for x in obj]
-            if isinstance(obj, dict):
-                return {key: dump(value) for key, value in obj.items()}
-            return {name: dump(value) for name, value in vars(obj).items()}
+            return {name: dump(value) for name, value in (obj if isinstance(obj, dict) else vars(obj)).items()}
         return {"format": BOOK_FORMAT, "token": dump(self.token), "step": dump(self.step),
                 "calibration": dump(self.calibration), "calibrated_by": CALIBRATED_BY}
 
@@ -296,10 +288,8 @@ class Book:
                    {**{k: Mean(1.0, 3.0) for k in PLAN_KINDS}, **calibration})
 
 
-def load_book(path: Path | None) -> Book:
-    """The saved book at ``path``, or a fresh one (with a warning when the file is unreadable)."""
-    if path is None or not path.exists():
-        return Book()
+def load_book(path: Path) -> Book:
+    """The saved book at ``path`` (which exists), or a fresh one with a warning when the file is unreadable."""
     try:
         return Book.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # json errors are ValueErrors

@@ -41,7 +41,7 @@ from ..settings import CyclePlan
 from ..presets import PRESET_K, SCHEDULES
 from ..theory.breakeven import BreakEven, Machine, break_even, break_even_requests
 from ..theory.costed import CycleEstimate, ScoredChain, chunk_cycle, gated_cycle, lr_cycle, request_cycle, step_cycle
-from .costs import CostTable
+from .costs import CostGrid, CostTable
 from .estimates import Book
 
 
@@ -122,10 +122,9 @@ class Choice:
 
 
 class Planner:
-    """Prices plans with a cost table and a book; picks one per cycle with hysteresis. Plans that draft
-    tokens try ``draft_stop_below`` (the generator's) and ``config.draft_stop_below_choices``; none
-    when ``draft_stop_below`` is None. ``load`` (over an engine): the requests of other runs in
-    flight at the target now (module docstring; None: nothing else runs)."""
+    """Prices plans with a cost table and a book; picks one per cycle with hysteresis. ``draft_stop_below``: the
+    generator's (see ``PlannerConfig.draft_stop_below_choices``); ``load`` (over an engine): the requests of other
+    runs in flight at the target now (module docstring; None: nothing else runs)."""
 
     def __init__(self, costs: CostTable, book: Book, config: PlannerConfig, can_sd: bool = True,
                  draft_stop_below: float | None = None, load: Callable[[], int] | None = None):
@@ -149,19 +148,16 @@ class Planner:
 
     def _costs_at(self, context: int):
         """T(R, n) of target and draft at ``context``, each read from the table once per choice."""
-        memo, costs = self._memo, self.costs
-
-        def priced(which: str):
+        def priced(which: str, grid: CostGrid | None):
             def cost(r: int, n: int) -> float:
-                grid = costs.target if which == "t" else costs.draft
                 if grid is None:  # no draft's table (an engine measured alone): drafts are free
                     return 0.0
                 key = (which, r, n, context)
-                if key not in memo:
-                    memo[key] = grid(r, n, context)
-                return memo[key]
+                if key not in self._memo:
+                    self._memo[key] = grid(r, n, context)
+                return self._memo[key]
             return cost
-        return priced("t"), priced("d")
+        return priced("t", self.costs.target), priced("d", self.costs.draft)
 
     def candidates(self) -> list[CyclePlan]:
         gammas = self.config.gammas if self.can_sd else ()
@@ -241,12 +237,10 @@ class Planner:
         """How many of the cycle's target rows to run, given what the scoring pass showed.
 
         With R rows, rows 0..R-2 are judged against their drafted steps and row R-1 is a bonus row.
-        For each R: expected tokens = the accepted drafted steps (each needs all before it accepted,
-        ``p_j`` from its agreement band) plus one target step; expected seconds = the batch's
-        iterations (rows whose drafted step the target fully agreed with need none; a rejection at row
-        j stops the batch when row j is done) at the R-row iteration cost, plus the verifier. The R
-        that maximises ``tokens - r0 * seconds`` wins, r0 the best rate without drafted steps: a row
-        must earn more than the time it takes would earn without it.
+        For each R, :func:`~lookahead_reasoning.theory.costed.gated_cycle` prices the rest of the cycle
+        (``p_j`` from drafted step j's agreement band; a row whose drafted step the target fully agreed
+        with needs no iteration). The R that maximises ``tokens - r0 * seconds`` wins, r0 the best rate
+        without drafted steps: a row must earn more than the time it takes would earn without it.
         """
         if not self.config.gate or not agreements:
             return len(agreements) + 1

@@ -45,11 +45,10 @@ class AutoPolicy(CyclePolicy):
     def plan(self, position: Position) -> CyclePlan:
         """The fastest plan priced at this position; mid-step, where LR cannot start, the fastest that
         writes one step alone (to the next boundary) when an LR plan won."""
-        prefill = position.prefill
-        choice = self.planner.choose(position.context, prefill)
+        choice = self.planner.choose(position.context, position.prefill)
         plan, rate = choice.plan, choice.rate
         if plan.k > 0 and not position.at_boundary:
-            plan, rate = self.planner.best_alone(position.context, prefill)
+            plan, rate = self.planner.best_alone(position.context, position.prefill)
         self.chosen = (plan, rate, position)
         return replace(plan, overshoot=choice.plan.k == 0)
 

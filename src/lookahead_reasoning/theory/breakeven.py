@@ -131,8 +131,7 @@ def break_even_requests(step: StepRates, target: CostFn, draft: CostFn | None, k
     alone = chunk_cycle(step.target_tokens, target).rate
 
     def rate(k: int, a1: float) -> float:
-        at = replace(step, alpha1=a1)
-        return max(request_cycle(k, s, at, target, draft, 0, overlap).rate for s in schedules)
+        return max(request_cycle(k, s, replace(step, alpha1=a1), target, draft, 0, overlap).rate for s in schedules)
 
     return BreakEven({k: _search(lambda a1, k=k: rate(k, a1) - alone, 1e-4) for k in ks})
 

@@ -40,6 +40,11 @@ class Regime(StrEnum):
     NEITHER = "neither"
 
 
+# (k1 >= 2, k2 >= 2), or in hybrid_conditions (the step layer helps, the token layer helps) -> the regime
+_REGIMES = {(True, True): Regime.HYBRID, (False, True): Regime.TOKEN_ONLY, (True, False): Regime.STEP_ONLY,
+            (False, False): Regime.NEITHER}
+
+
 @dataclass(frozen=True)
 class Optimum:
     """One allocation: ``k1`` parallel target steps, ``k2`` positions per step, its speedup and budget use."""
@@ -51,13 +56,7 @@ class Optimum:
 
     @property
     def regime(self) -> Regime:
-        if self.k1 >= 2 and self.k2 >= 2:
-            return Regime.HYBRID
-        if self.k2 >= 2:
-            return Regime.TOKEN_ONLY
-        if self.k1 >= 2:
-            return Regime.STEP_ONLY
-        return Regime.NEITHER
+        return _REGIMES[self.k1 >= 2, self.k2 >= 2]
 
 
 @dataclass(frozen=True)
@@ -147,12 +146,10 @@ def hybrid_conditions(alpha1: float, c1: float, alpha2: float, c2: float, M: int
     a1, k1c, a2, k2c, m = _check(alpha1, c1, alpha2, c2, M, mode)
     step = a1 > k1c if mode == "sync" else (a1 > 0 and k1c < 1)  # f(k1) > 1 for some k1 (then for k1 = 2)
     token = a2 > k2c
-    if m < 2 or not (step or token):
+    if m < 2:
         return Regime.NEITHER
-    if token and not step:
-        return Regime.TOKEN_ONLY
-    if step and not token:
-        return Regime.STEP_ONLY
+    if not (step and token):
+        return _REGIMES[step, token]
     k2_star = math.inf if k2c == 0 else best_gamma(a2, k2c) + 1
     pd_star = async_depth(k1c) if mode == "async" else (math.inf if k1c == 0 else best_gamma(a1, k1c) + 1)
     if 2 * pd_star <= m and 2 * k2_star <= m:

@@ -20,35 +20,35 @@ def _shown(value: ArrayLike, bad: np.ndarray | None = None) -> str:
     return repr(value)
 
 
+def _ensure(ok: np.ndarray, value: ArrayLike, message: str) -> None:
+    """ConfigError where ``ok`` fails: ``message`` and the first bad entry of ``value``."""
+    if not ok.all():
+        raise ConfigError(message + _shown(value, ~ok))
+
+
 def check_rate(value: ArrayLike, name: str) -> np.ndarray:
     """An acceptance rate: finite and in [0, 1). (At 1 every geometric series diverges.)"""
     v = np.asarray(value, dtype=float)
-    bad = ~((v >= 0) & (v < 1))  # NaN fails both comparisons
-    if bad.any():
-        raise ConfigError(f"{name} must lie in [0, 1) (an acceptance probability; at 1 the speedup has no finite "
-                          f"limit); got {_shown(value, bad)}")
+    _ensure((v >= 0) & (v < 1), value, f"{name} must lie in [0, 1) (an acceptance probability; at 1 the speedup has "
+            "no finite limit); got ")  # NaN fails both comparisons
     return v
 
 
 def check_cost(value: ArrayLike, name: str, upper: float | None = None) -> np.ndarray:
     """A cost ratio: finite and >= 0 (and <= ``upper`` where the model needs it)."""
     v = np.asarray(value, dtype=float)
-    bad = ~((v >= 0) & np.isfinite(v))
-    if bad.any():
-        raise ConfigError(f"{name} must be a finite number >= 0 (a draft/target cost ratio); got {_shown(value, bad)}")
-    if upper is not None and (v > upper).any():
-        raise ConfigError(f"{name} must be <= {upper:g} here (a draft step no slower than a target step); "
-                          f"got {_shown(value, v > upper)}")
+    _ensure((v >= 0) & np.isfinite(v), value, f"{name} must be a finite number >= 0 (a draft/target cost ratio); got ")
+    if upper is not None:
+        _ensure(v <= upper, value, f"{name} must be <= {upper:g} here (a draft step no slower than a target step); "
+                "got ")
     return v
 
 
 def check_batch_cost(value: ArrayLike) -> np.ndarray:
     """A batched/one-row target step time ratio: finite and > 0."""
     v = np.asarray(value, dtype=float)
-    bad = ~((v > 0) & np.isfinite(v))
-    if bad.any():
-        raise ConfigError(f"beta (batched/one-row target step time) must be a finite number > 0, got "
-                          f"{_shown(value, bad)}")
+    _ensure((v > 0) & np.isfinite(v), value, "beta (batched/one-row target step time) must be a finite number > 0, "
+            "got ")
     return v
 
 
@@ -57,9 +57,16 @@ def check_count(value: ArrayLike, name: str, minimum: int = 1) -> np.ndarray:
     v = np.asarray(value)
     if isinstance(value, (bool, np.bool_)) or v.dtype.kind not in "iu":
         raise ConfigError(f"{name} must be an integer >= {minimum}; got {_shown(value)}")
-    if (v < minimum).any():
-        raise ConfigError(f"{name} must be an integer >= {minimum}; got {_shown(value, v < minimum)}")
+    _ensure(v >= minimum, value, f"{name} must be an integer >= {minimum}; got ")
     return v.astype(np.int64)
+
+
+def check_rates(alpha: ArrayLike, k: ArrayLike, c: ArrayLike, names: str, minimum: int = 1,
+                upper: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A rate, a count >= ``minimum`` and a cost ratio (<= ``upper``), checked in that order; ``names``: their
+    symbols, as ``"alpha1 k1 c1"``."""
+    rate, count, cost = names.split()
+    return check_rate(alpha, rate), check_count(k, count, minimum), check_cost(c, cost, upper)
 
 
 def check_mode(mode: str) -> Mode:
@@ -67,4 +74,5 @@ def check_mode(mode: str) -> Mode:
     return mode  # type: ignore[return-value]
 
 
-__all__ = ["ArrayLike", "Mode", "check_batch_cost", "check_cost", "check_count", "check_mode", "check_rate"]
+__all__ = ["ArrayLike", "Mode", "check_batch_cost", "check_cost", "check_count", "check_mode", "check_rate",
+           "check_rates"]

@@ -12,9 +12,7 @@ catch-up and the scoring pass that gives the rows their head start), and reduces
 ``f_sync_batched`` when the scoring pass is priced as the rows' first batched step and the catch-up
 is free (theory/README.md, section 8; tests/test_costed.py).
 
-Symbols (as in :mod:`.formulas`): ``gamma`` drafted tokens per SD iteration, ``alpha`` per-token
-acceptance, ``k`` drafted steps per LR cycle (``k1 = k + 1`` target rows), ``alpha1`` step acceptance.
-New here:
+Symbols as in :mod:`.formulas`, with ``k`` drafted steps per LR cycle (``k1 = k + 1`` target rows). New here:
 
 - ``TokenRates``: the draft stops after a token it is unsure of (``draft_stop_below``). Each drafted
   token is *sure* with probability ``sigma`` (drafting goes on after it) and accepted with probability
@@ -109,10 +107,9 @@ def drafted_pmf(gamma: int, sigma: float) -> np.ndarray:
     ``P(D = d) = sigma^(d-1) (1 - sigma)`` for ``1 <= d < gamma``, ``sigma^(gamma-1)`` for ``d = gamma``.
     """
     gamma = int(check_count(gamma, "gamma", 0))
-    pmf = np.zeros(gamma + 1)
     if gamma == 0:
-        pmf[0] = 1.0
-        return pmf
+        return np.ones(1)
+    pmf = np.zeros(gamma + 1)
     d = np.arange(1, gamma)
     pmf[1:gamma] = sigma ** (d - 1) * (1 - sigma)
     pmf[gamma] = sigma ** (gamma - 1)

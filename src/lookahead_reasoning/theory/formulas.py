@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ..errors import require
-from .checks import ArrayLike, Mode, check_batch_cost, check_cost, check_count, check_mode, check_rate  # noqa: F401
+from .checks import ArrayLike, Mode, check_batch_cost, check_cost, check_count, check_mode, check_rate, check_rates
 
 __all__ = [
     "Mode", "async_depth", "async_s1", "async_s2", "best_gamma", "expected_ceil", "expected_mod", "expected_tokens",
@@ -74,9 +74,7 @@ def sd_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> float | np.n
     whose cost does not grow with ``gamma`` and a draft pass of fixed relative cost ``c``
     (Leviathan et al. 2023, Thm 3.8). ``S <= 1/(1 - alpha)`` always (:func:`sd_ceiling`).
     """
-    a = check_rate(alpha, "alpha")
-    n = check_count(gamma, "gamma", minimum=0)
-    cost = check_cost(c, "c")
+    a, n, cost = check_rates(alpha, gamma, c, "alpha gamma c", minimum=0)
     return _out((1 - a ** (n + 1)) / ((1 - a) * (n * cost + 1)))
 
 
@@ -135,9 +133,7 @@ def g_token(k2: ArrayLike, alpha2: ArrayLike, c2: ArrayLike) -> float | np.ndarr
     ``1 - c2 + c2 k2 = gamma c2 + 1``, so ``g(k2) = S(alpha2, k2 - 1, c2)``. ``g(1) = 1`` (no SD).
     Same assumptions as :func:`sd_speedup`.
     """
-    a = check_rate(alpha2, "alpha2")
-    k = check_count(k2, "k2")
-    cost = check_cost(c2, "c2")
+    a, k, cost = check_rates(alpha2, k2, c2, "alpha2 k2 c2")
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
 
 
@@ -154,9 +150,7 @@ def f_sync(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarra
     ``1 + alpha1 + ... + alpha1^(k1-1)``. Assumes i.i.d. step verdicts, a batched target pass that costs
     the same as one step, a free verifier. The algebra is token SD's with ``gamma = k1 - 1``.
     """
-    a = check_rate(alpha1, "alpha1")
-    k = check_count(k1, "k1")
-    cost = check_cost(c1, "c1")
+    a, k, cost = check_rates(alpha1, k1, c1, "alpha1 k1 c1")
     return _out((1 - a ** k) / ((1 - a) * (1 - cost + cost * k)))
 
 
@@ -170,9 +164,7 @@ def f_sync_batched(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, beta: ArrayL
     at ``k1 = 1`` there is one row and no batch, so the value is 1 (the target alone) whatever beta.
     :func:`lookahead_reasoning.theory.costed.f_sync_costed` reads beta off a measured cost table.
     """
-    a = check_rate(alpha1, "alpha1")
-    k = check_count(k1, "k1")
-    cost = check_cost(c1, "c1")
+    a, k, cost = check_rates(alpha1, k1, c1, "alpha1 k1 c1")
     b = np.where(k > 1, check_batch_cost(beta), 1.0)
     return _out((1 - a ** k) / ((1 - a) * (b + cost * (k - 1))))
 
@@ -250,9 +242,7 @@ def async_s2(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndar
     mean and ``S2 = E[X + 1] / E[time]``. Same assumptions as :func:`async_s1`. The expression is only
     the async speedup for ``k1 < ceil(1/c1)``; use :func:`f_async` to pick the branch.
     """
-    a = check_rate(alpha1, "alpha1")
-    k = check_count(k1, "k1")
-    cost = check_cost(c1, "c1", upper=1.0)
+    a, k, cost = check_rates(alpha1, k1, c1, "alpha1 k1 c1", upper=1.0)
     return _out((1 - a ** k) / ((1 - a) + cost * (a - a ** (k + 1) - k * (1 - a) * a ** k)))
 
 
@@ -263,9 +253,7 @@ def f_async(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarr
     slots only let target steps start earlier. ``f_async(k1) >= f_sync(k1)`` for every k1 (README).
     Requires ``0 <= c1 <= 1`` (a draft step no slower than a target step).
     """
-    a = check_rate(alpha1, "alpha1")
-    k = check_count(k1, "k1")
-    cost = check_cost(c1, "c1", upper=1.0)
+    a, k, cost = check_rates(alpha1, k1, c1, "alpha1 k1 c1", upper=1.0)
     k, a, cost = np.broadcast_arrays(k, a, cost)
     levels, where = np.unique(cost, return_inverse=True)
     depth = np.array([async_depth(x) for x in levels], dtype=float)[where].reshape(cost.shape)
@@ -275,12 +263,8 @@ def f_async(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike) -> float | np.ndarr
 def parallel_degree(k1: int, c1: float, mode: Mode = "async") -> int:
     """``PD_f``: target steps actually in flight. ``k1`` (sync) or ``min(ceil(1/c1), k1)`` (async)."""
     k = int(check_count(k1, "k1"))
-    check_mode(mode)
-    if mode == "sync":
-        check_cost(c1, "c1")
-        return k
-    check_cost(c1, "c1", upper=1.0)
-    return int(min(async_depth(c1), k))
+    check_cost(c1, "c1", upper=None if check_mode(mode) == "sync" else 1.0)
+    return k if mode == "sync" else int(min(async_depth(c1), k))
 
 
 def f_step(k1: ArrayLike, alpha1: ArrayLike, c1: ArrayLike, mode: Mode = "async") -> float | np.ndarray:

@@ -42,8 +42,7 @@ def gain_pmf(gamma: int, alpha: float) -> np.ndarray:
     """``P(G = g)`` for ``g = 0..gamma + 1``: the tokens one SD iteration writes (its accepted drafts
     and the target's own token)."""
     pmf = np.zeros(gamma + 2)
-    for x in range(gamma):
-        pmf[1 + x] = alpha ** x * (1 - alpha)
+    pmf[1:gamma + 1] = [alpha ** x * (1 - alpha) for x in range(gamma)]
     pmf[gamma + 1] = alpha ** gamma
     return pmf
 

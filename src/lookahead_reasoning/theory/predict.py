@@ -39,9 +39,7 @@ class Prediction:
 def _field(stats: Any, name: str) -> Any:
     """``stats[name]`` or ``stats.name``; None when absent, None or NaN."""
     value = stats.get(name) if isinstance(stats, Mapping) else getattr(stats, name, None)
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def judged_alpha(stats: Any) -> float | None:
@@ -67,10 +65,8 @@ def _token_fields(stats: Any) -> tuple[Any, Any, Any]:
     values = [_field(stats, name) for name in ("alpha", "gamma", "c")]
     if values[0] is None:
         values[0] = _field(stats, "alpha_judged")
-    inner = _field(stats, "target_sd")
-    if inner is not None:
-        values = [v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c"))]
-    return tuple(values)
+    inner = _field(stats, "target_sd")  # where absent, every field read from it is None
+    return tuple(v if v is not None else _field(inner, name) for v, name in zip(values, ("alpha", "gamma", "c")))
 
 
 def predict(stats: Any, costs: Callable[[int, int], float] | None = None) -> Prediction:

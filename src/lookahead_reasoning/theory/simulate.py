@@ -143,11 +143,8 @@ def simulate_lr_async(k1: int, alpha1: float, c1: float, *, cycles: int = 100_00
     exist. At the first rejection the target's step is kept, the speculative rows are dropped and both
     clocks restart. Each cycle's run length X is drawn, its end time read off :func:`async_schedule`.
     """
-    k = int(check_count(k1, "k1"))
-    a, cost = float(check_rate(alpha1, "alpha1")), float(check_cost(c1, "c1"))
-    x = sample_run_lengths(a, int(check_count(cycles, "cycles")), seed)
-    schedule = async_schedule(k, cost, int(x.max()) + 1)
-    return _ratio(x + 1, schedule.settled[x])
+    x = sample_run_lengths(float(check_rate(alpha1, "alpha1")), int(check_count(cycles, "cycles")), seed)
+    return _ratio(x + 1, async_schedule(k1, c1, int(x.max()) + 1).settled[x])  # which checks k1 and c1
 
 
 def async_event_timeline(verdicts: Iterable[bool], k1: int, c1: float) -> tuple[int, float]:
@@ -192,14 +189,11 @@ def simulate_lr_sd(k1: int, k2: int, alpha1: float, c1: float, alpha2: float, c2
                    play: LRSDPlay = LRSDPlay()) -> SimResult:
     """LR with token SD inside every step, played as ``play`` says (:class:`LRSDPlay`).
 
-    ``play.mode="sync"`` plays the *joint* process: every target step is ``step_tokens`` tokens written by
-    SD iterations (``gamma = k2 - 1`` drafted tokens, the leading ones accepted with ``alpha2``, one
-    iteration costing ``1 + gamma c2`` plain target passes), the k1 rows of a cycle run as one batch,
-    and the batch lasts as many iterations as its slowest row; a row's last iteration may run past
-    its step's end, and what it wrote there is dropped. The draft writes ``k1 - 1`` steps of
-    ``c1 tau`` each, ``tau`` the mean time of one row's step (``c1`` relative to the SD-accelerated
-    target step, as in ``h_combined``). Output counts tokens, so the result is comparable with
-    ``h_combined`` (plain decoding = 1), which misses both effects: ``theory/check.py`` reports the gap.
+    ``play.mode="sync"`` plays the *joint* process that :func:`~.joint.h_joint` prices (its module docstring
+    has the cycle): the k1 rows of a cycle are one batch of SD iterations (``gamma = k2 - 1``) that lasts as
+    long as its slowest row, and what a row's last iteration writes past its step's end is dropped. Output
+    counts tokens, so the result is comparable with ``h_combined`` (plain decoding = 1), which misses both
+    effects: ``theory/check.py`` reports the gap.
 
     ``play.mode="async"``, or ``play.step_tokens=None``, plays the composition ``h_combined`` assumes instead:
     the token layer on its own (:func:`simulate_sd`, ``gamma = k2 - 1``) gives the mean time of a

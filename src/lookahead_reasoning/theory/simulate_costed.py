@@ -37,10 +37,8 @@ def _iteration(rng: np.random.Generator, gamma: int, model: TokenRates) -> tuple
         drafted += 1
         sure = rng.random() < model.sigma
         ok = rng.random() < (model.alpha_sure if sure else model.alpha_unsure)
-        if leading and ok:
-            accepted += 1
-        else:
-            leading = False
+        leading = leading and ok
+        accepted += leading
         if not sure:
             break
     return drafted, accepted
@@ -54,7 +52,7 @@ def simulate_costed_sd(gamma: int, model: TokenRates, target: CostFn, draft: Cos
     n = int(check_count(iterations, "iterations"))
     tokens, seconds = np.empty(n), np.empty(n)
     for i in range(n):
-        d, a = _iteration(rng, gamma, model) if gamma else (0, 0)
+        d, a = _iteration(rng, gamma, model)
         tokens[i] = a + 1
         seconds[i] = target(1, 1 + d) + d * draft(1, 1) + overhead
     return _ratio(tokens, seconds)
@@ -62,32 +60,22 @@ def simulate_costed_sd(gamma: int, model: TokenRates, target: CostFn, draft: Cos
 
 def _rows_phase(rng: np.random.Generator, needs: list[float], verdicts: list[bool], gamma: int,
                 model: TokenRates, target: CostFn, draft: CostFn) -> float:
-    """Seconds of the target's batched rows: play iterations until no row is live.
+    """Seconds of the target's batched rows (module docstring): play iterations until no row is live.
 
-    ``needs[j]`` tokens row j still has to write; ``verdicts[j]`` the verifier's verdict on row j's
-    drafted counterpart (rows without one: True). A row that finishes with a rejection cancels the
-    rows after it. Every iteration costs the whole batch (R rows), as a padded batch does.
+    ``needs[j]`` tokens row j still has to write; ``verdicts[j]`` the verifier's verdict on row j's drafted
+    counterpart (rows without one: True). Every iteration costs the whole batch (R rows), as a padded batch does.
     """
-    rows = len(needs)
-    written = [0.0] * rows
-    live = [need > 0 for need in needs]
-    for j in range(rows):  # a row with nothing left finishes at once
-        if not live[j] and not verdicts[j]:
-            live[j + 1:] = [False] * (rows - j - 1)
-    seconds = 0.0
-    while any(live):
-        draws = [(_iteration(rng, gamma, model) if gamma else (0, 0)) if live[j] else (0, 0) for j in range(rows)]
+    rows, written, seconds = len(needs), [0.0] * len(needs), 0.0
+    while True:
+        done = [w >= need for w, need in zip(written, needs)]  # a row with nothing left is done at once
+        cut = next((j for j in range(rows) if done[j] and not verdicts[j]), rows)  # the rows after it are cancelled
+        live = [not done[j] and j < cut for j in range(rows)]
+        if not any(live):
+            return seconds
+        draws = [_iteration(rng, gamma, model) if live[j] else (0, 0) for j in range(rows)]
         n = 1 + max(d for d, _ in draws)  # new tokens per row of the target's forward
         seconds += target(rows, n) + (n - 1) * draft(rows, 1)
-        for j in range(rows):
-            if not live[j]:
-                continue
-            written[j] += draws[j][1] + 1
-            if written[j] >= needs[j]:
-                live[j] = False
-                if not verdicts[j]:
-                    live[j + 1:] = [False] * (rows - j - 1)
-    return seconds
+        written = [w + a + 1 if alive else w for w, (_, a), alive in zip(written, draws, live)]
 
 
 @dataclass(frozen=True)
@@ -108,15 +96,14 @@ def simulate_costed_lr(k: int, gamma: int, step: StepRates, token: TokenRates, t
     The fixed parts of a cycle are priced as :func:`.costed.lr_cycle` prices them (the draft's
     catch-up and k steps, the scoring pass, the verifier per judged pair up to the first rejection).
     """
-    cycles, seed, overhead = play.cycles, play.seed, play.overhead
     k = int(check_count(k, "k"))
     gamma = int(check_count(gamma, "gamma", 0))
-    n = int(check_count(cycles, "cycles"))
+    n = int(check_count(play.cycles, "cycles"))
     require(float(step.target_tokens).is_integer() and float(step.head_tokens).is_integer(),
             "the simulator plays whole tokens: give integer target_tokens and head_tokens")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(play.seed)
     lt, ld, a1 = step.target_tokens, step.draft_tokens, step.alpha1
-    fixed = draft(1, max(1, round(lt))) + k * ld * draft(1, 1) + target(1, max(1, round(k * ld)) + 1) + overhead
+    fixed = draft(1, max(1, round(lt))) + k * ld * draft(1, 1) + target(1, max(1, round(k * ld)) + 1) + play.overhead
     needs = [max(0.0, lt - step.head_tokens - 1)] * k + [max(0.0, lt - 1)]
     tokens, seconds = np.empty(n), np.empty(n)
     for i in range(n):
