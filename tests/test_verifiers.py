@@ -153,7 +153,7 @@ def test_embedding_missing_package_names_the_pip_command(monkeypatch):
 
 def test_embedding_unloadable_model_path_raises_on_first_use(tmp_path):
     v = EmbeddingVerifier(model=str(tmp_path / "no-such-model"))  # lazy: nothing loaded yet
-    assert not v.loaded
+    assert v._model is None
     with pytest.raises(VerifierError, match="cannot load the embedding model"):
         v.verify([("a", "b")])[0]
 

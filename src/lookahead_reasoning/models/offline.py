@@ -242,14 +242,10 @@ def offline_gguf(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def _converted_ok(path: Path, spec: OfflineModel) -> bool:
-    marker = path / CONVERTED_MARKER
-    if not marker.is_file():
-        return False
     try:
-        info = json.loads(marker.read_text())
-    except (OSError, ValueError):
+        return json.loads((path / CONVERTED_MARKER).read_text()).get("source_sha256") == spec.sha256
+    except (OSError, ValueError):  # no marker (an unfinished copy), or a damaged one
         return False
-    return info.get("source_sha256") == spec.sha256
 
 
 def convert_offline(name: str, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -189,15 +189,8 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes held by the model's parameters and buffers, each storage counted once (tied weights once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in [*model.parameters(), *model.buffers()]:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key not in seen:
-            seen.add(key)
-            total += storage.nbytes()
-    return total
+    storages = {s.data_ptr(): s.nbytes() for s in (t.untyped_storage() for t in [*model.parameters(), *model.buffers()])}
+    return sum(storages.values())
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
