@@ -12,7 +12,7 @@ import re
 import torch
 
 from . import hardware
-from ..errors import ConfigError, require
+from ..errors import require
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
 
@@ -118,12 +118,10 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
         if dev.type == "cpu":
             return torch.bfloat16 if cpu_supports_bf16() else torch.float32
         return torch.float32
-    if isinstance(dtype, str):
-        key = dtype.strip().lower().removeprefix("torch.")
-        if key in _DTYPE_NAMES:
-            return _DTYPE_NAMES[key]
-    raise ConfigError(f"dtype must be 'auto', 'bf16'/'bfloat16', 'fp16'/'float16', 'fp32'/'float32' or a torch "
-                      f"dtype, got {dtype!r}")
+    key = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
+    require(key in _DTYPE_NAMES, f"dtype must be 'auto', 'bf16'/'bfloat16', 'fp16'/'float16', 'fp32'/'float32' or a "
+                                 f"torch dtype, got {dtype!r}")
+    return _DTYPE_NAMES[key]
 
 
 def _has_package(module: str) -> bool:

@@ -189,8 +189,8 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes held by the model's parameters and buffers, each storage counted once (tied weights once)."""
-    storages = {s.data_ptr(): s.nbytes() for s in (t.untyped_storage() for t in [*model.parameters(), *model.buffers()])}
-    return sum(storages.values())
+    storages = [t.untyped_storage() for t in [*model.parameters(), *model.buffers()]]
+    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
@@ -202,9 +202,6 @@ def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, r
             for the model's device).
         role: ``"target"`` or ``"draft"``; ``"int8-dynamic"`` is refused for a target (not batch
             invariant).
-
-    Returns:
-        PrecisionInfo (what was applied, weight bytes before and after, the kernel).
 
     Raises ConfigError for an unknown name or role, a precision the model's device cannot run, or
     ``"int8-dynamic"`` for a target. A refusal leaves the model untouched.

@@ -38,7 +38,6 @@ class TargetScoreVerifier(BatchedLocalJudge):
             wraps the same weights in an LM of its own, so its forwards do not count as the target's
             decoding forwards in the generation statistics.
         threshold: the lowest accepted score, an integer in 0..9 (the paper: 9).
-        min_mass: see above.
         batch_size: pairs per forward pass.
         question: the question template, with fields {draft} and {target}.
     """

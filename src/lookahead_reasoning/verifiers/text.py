@@ -52,14 +52,7 @@ def step_numbers(text: str) -> frozenset[Fraction]:
     Words ("twelve"), numbers inside identifiers ("x2") and labels (list items "2. " at a line start,
     "Step 3") are not read.
     """
-    out = set()
-    for m in _NUMBER_RE.finditer(_LABEL_RE.sub(" ", text)):
-        token = m.group(0).replace(",", "")
-        try:
-            out.add(Fraction(token))
-        except (ValueError, ZeroDivisionError):
-            continue
-    return frozenset(out)
+    return frozenset(Fraction(m.group(0).replace(",", "")) for m in _NUMBER_RE.finditer(_LABEL_RE.sub(" ", text)))
 
 
 def numbers_mismatch(draft: str, target: str) -> str | None:
