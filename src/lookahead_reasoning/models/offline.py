@@ -95,10 +95,8 @@ def offline_names() -> list[str]:
 def offline_spec(name: str) -> OfflineModel | None:
     """The registry entry for a short name or alias (case-insensitive), or None."""
     key = name.strip().lower()
-    for spec in OFFLINE_MODELS.values():
-        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
-            return spec
-    return None
+    return next((spec for spec in OFFLINE_MODELS.values()
+                 if key in (n.lower() for n in (spec.name, *spec.aliases))), None)
 
 
 def _require_spec(name: str) -> OfflineModel:

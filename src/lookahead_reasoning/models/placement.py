@@ -143,9 +143,7 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
     """
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if requested is None or requested.strip().lower() == "auto":
-        if dev.type == "cuda" and _has_package("flash_attn"):
-            return "flash_attention_2"
-        return "sdpa"
+        return "flash_attention_2" if dev.type == "cuda" and _has_package("flash_attn") else "sdpa"
     name = requested.strip()
     if "/" in name:
         return name
@@ -163,9 +161,8 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
 def device_map_device(device_map: str | dict) -> torch.device:
     """The device that decides the dtype for a device_map load: the map itself if it names one
     device, else the first GPU if there is one, else the CPU."""
-    if isinstance(device_map, (str, torch.device)) and _DEVICE_RE.match(str(device_map).lower()):
-        return resolve_device(device_map)
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    names_one = isinstance(device_map, (str, torch.device)) and _DEVICE_RE.match(str(device_map).lower())
+    return resolve_device(device_map if names_one else None)
 
 
 __all__ = ["cpu_supports_bf16", "cpu_supports_int8_dot", "device_map_device", "resolve_attn_implementation",

@@ -251,8 +251,7 @@ def split_precision(precision: Any) -> tuple[str | None, str | None]:
     else:
         target, draft = precision, "auto"
     require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
-    if target is not None:
-        normalize_precision(target)
+    normalize_precision(target)  # a bad name fails here (None is "auto")
     return target, None if draft == "none" else draft
 
 

@@ -109,8 +109,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
         """"yes" or "no" when ``token`` is one answer word, or a start of it (2 characters or more) that
         starts no other: the server's tokenizer may split "unaligned" into "un" + "aligned"."""
         text = str(token).strip().lower()
-        if not text:
-            return None
         yes, no = ((w == text or (len(text) >= 2 and w.startswith(text))) for w in self.answers)
         return "yes" if yes and not no else "no" if no and not yes else None
 
