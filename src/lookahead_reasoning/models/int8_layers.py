@@ -22,6 +22,7 @@ So ``"int8"`` here calls torch's own ``_weight_int8pack_mm`` from a small module
 from __future__ import annotations
 
 import functools
+
 import torch
 
 from ..errors import require
