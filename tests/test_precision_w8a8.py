@@ -77,7 +77,7 @@ def test_w8a8_layer_equals_its_reference_and_is_close_to_float(bias, lead):
         linear.weight.copy_(torch.randn(48, 64, generator=gen))
         if bias:
             linear.bias.copy_(torch.randn(48, generator=gen))
-    layer = Int8PerTokenLinear.from_linear(linear)
+    layer = Int8PerTokenLinear(linear.weight, linear.bias)
     x = torch.randn(*lead, 64, generator=gen)
     with torch.no_grad():
         got, ref, dense = layer(x), reference_w8a8_linear(layer, x), linear(x)

@@ -112,7 +112,7 @@ def test_build_every_verifier_by_name(tiny_lm, monkeypatch):
     assert isinstance(score, TargetScoreVerifier) and score.threshold == 9
     assert build_verifier(parse("--verifier", "score", "--threshold", "7"), target_lm=tiny_lm).threshold == 7
     cascade = build_verifier(parse("--verifier", "cascade:exact+embedding", "--threshold", "0.9"))
-    assert isinstance(cascade.then, EmbeddingVerifier) and cascade.then.threshold == 0.9 and not cascade.then.loaded
+    assert isinstance(cascade.then, EmbeddingVerifier) and cascade.then.threshold == 0.9 and cascade.then._model is None
 
 
 def test_target_score_needs_the_target():

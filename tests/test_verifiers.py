@@ -153,7 +153,7 @@ def test_embedding_missing_package_names_the_pip_command(monkeypatch):
 
 def test_embedding_unloadable_model_path_raises_on_first_use(tmp_path):
     v = EmbeddingVerifier(model=str(tmp_path / "no-such-model"))  # lazy: nothing loaded yet
-    assert not v.loaded
+    assert v._model is None
     with pytest.raises(VerifierError, match="cannot load the embedding model"):
         v.verify([("a", "b")])[0]
 
@@ -540,7 +540,7 @@ def test_make_verifier_names_aliases_and_options():
     assert isinstance(random_v, RandomVerifier) and random_v.p_accept == 0.25
     cascade = make_verifier("cascade:exact+embedding", threshold=0.9)
     assert isinstance(cascade, CascadeVerifier) and cascade.then.threshold == 0.9
-    assert not cascade.then.loaded  # lazy
+    assert cascade.then._model is None  # lazy
     judge = make_verifier("judge", judge=ScriptedJudge(), threshold=0.6)
     assert isinstance(judge, LLMJudgeVerifier) and judge.threshold == 0.6
     openai = make_verifier("openai-judge", base_url="http://127.0.0.1:9/v1", model="m")

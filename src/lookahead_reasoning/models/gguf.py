@@ -55,7 +55,6 @@ def load_gguf(path: Path, **kwargs: Any) -> tuple[Any, Any]:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    path = Path(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,

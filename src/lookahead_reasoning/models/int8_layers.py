@@ -22,7 +22,6 @@ So ``"int8"`` here calls torch's own ``_weight_int8pack_mm`` from a small module
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import torch
 
@@ -71,10 +70,6 @@ class Int8WeightOnlyLinear(torch.nn.Module):
         self.register_buffer("weight", q)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
-
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear) -> "Int8WeightOnlyLinear":
-        return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
@@ -186,25 +181,18 @@ def quantize_linears_int8(model: torch.nn.Module, *, include_output_layer: bool 
     """
     head = getattr(model, "get_output_embeddings", lambda: None)()
     if include_output_layer:
-        _untie_output_layer(model)
+        emb = getattr(model, "get_input_embeddings", lambda: None)()
+        if isinstance(head, torch.nn.Linear) and head.weight is getattr(emb, "weight", None):
+            head.weight = torch.nn.Parameter(emb.weight.detach(), requires_grad=False)  # same storage, own Parameter
+        if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+            model.config.tie_word_embeddings = False  # so no later tie_weights() points the head back at the embedding
     targets = [(parent, child_name, child)
                for parent in model.modules()
                for child_name, child in parent.named_children()
                if isinstance(child, torch.nn.Linear) and (include_output_layer or child is not head)]
     for parent, child_name, child in targets:
-        setattr(parent, child_name, layer.from_linear(child))
+        setattr(parent, child_name, layer(child.weight, child.bias))
     return len(targets)
-
-
-def _untie_output_layer(model: Any) -> None:
-    """Give the output layer its own weight when it shares the embedding's (it is about to be replaced)."""
-    out = getattr(model, "get_output_embeddings", lambda: None)()
-    emb = getattr(model, "get_input_embeddings", lambda: None)()
-    if isinstance(out, torch.nn.Linear) and emb is not None and out.weight is emb.weight:
-        out.weight = torch.nn.Parameter(emb.weight.detach(), requires_grad=False)  # same storage, its own Parameter
-    config = getattr(model, "config", None)
-    if config is not None and getattr(config, "tie_word_embeddings", False):
-        config.tie_word_embeddings = False  # so no later tie_weights() call points the head back at the embedding
 
 
 __all__ = ["INT8_KERNEL", "Int8PerTokenLinear", "Int8WeightOnlyLinear", "W8A8_KERNEL", "int8_kernel_available",

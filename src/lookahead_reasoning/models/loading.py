@@ -23,7 +23,7 @@ from .kernels import CPU_LINEAR_CHOICES, apply_cpu_linear
 from . import offline
 from .gguf import unavailable_errors
 from .placement import device_map_device, resolve_attn_implementation, resolve_device, resolve_dtype
-from .precision import apply_precision, normalize_precision, resolve_precision
+from .precision import apply_precision, resolve_precision
 
 
 @dataclass
@@ -78,11 +78,10 @@ class LoadOptions:
         cpu_linear: "auto" (default) runs a float32 CPU model's linear layers through oneDNN, which is
             much faster than the default BLAS for the few-token forwards speculative decoding makes
             (see :mod:`lookahead_reasoning.models.kernels`); "onednn" insists, "default" keeps torch's path.
-        precision: None keeps the weights as loaded in ``dtype``; "float32", "bf16", "int8" (weight-only
-            int8 linears, batch invariant, see :mod:`lookahead_reasoning.models.precision`), "w8a8" (int8
-            weights and per-token int8 activations, batch invariant too) or "auto" (what measures
-            fastest for the hardware) stores them that way. With "int8" or "w8a8" the model is read
-            in bf16 (exact for the offline models, half the peak memory) unless ``dtype`` says otherwise.
+        precision: None keeps the weights as loaded in ``dtype``; a target's precision ("auto", "float32",
+            "bf16", "int8", "w8a8": :mod:`lookahead_reasoning.models.precision`) stores them that way. With
+            "int8" or "w8a8" it is read in bf16 (exact for the offline models, half the peak memory) unless
+            ``dtype`` says otherwise.
     """
 
     dtype: str | torch.dtype | None = "auto"
@@ -126,8 +125,6 @@ def _resolve(opts: LoadOptions) -> tuple[torch.device, str | None, dict[str, Any
             f"cpu_linear must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {opts.cpu_linear!r}")
     require(opts.device is None or opts.device_map is None,
             f"give device= or device_map=, not both (got device={opts.device!r}, device_map={opts.device_map!r})")
-    if opts.precision is not None:
-        normalize_precision(opts.precision)  # a bad name fails before anything loads
     placement = resolve_device(opts.device) if opts.device_map is None else device_map_device(opts.device_map)
     precision = None if opts.precision is None else resolve_precision(opts.precision, placement)
     dtype = opts.dtype

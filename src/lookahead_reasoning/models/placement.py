@@ -12,7 +12,7 @@ import re
 import torch
 
 from . import hardware
-from ..errors import ConfigError, require
+from ..errors import require
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
 
@@ -118,12 +118,10 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
         if dev.type == "cpu":
             return torch.bfloat16 if cpu_supports_bf16() else torch.float32
         return torch.float32
-    if isinstance(dtype, str):
-        key = dtype.strip().lower().removeprefix("torch.")
-        if key in _DTYPE_NAMES:
-            return _DTYPE_NAMES[key]
-    raise ConfigError(f"dtype must be 'auto', 'bf16'/'bfloat16', 'fp16'/'float16', 'fp32'/'float32' or a torch "
-                      f"dtype, got {dtype!r}")
+    key = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
+    require(key in _DTYPE_NAMES, f"dtype must be 'auto', 'bf16'/'bfloat16', 'fp16'/'float16', 'fp32'/'float32' or a "
+                                 f"torch dtype, got {dtype!r}")
+    return _DTYPE_NAMES[key]
 
 
 def _has_package(module: str) -> bool:
@@ -145,9 +143,7 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
     """
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     if requested is None or requested.strip().lower() == "auto":
-        if dev.type == "cuda" and _has_package("flash_attn"):
-            return "flash_attention_2"
-        return "sdpa"
+        return "flash_attention_2" if dev.type == "cuda" and _has_package("flash_attn") else "sdpa"
     name = requested.strip()
     if "/" in name:
         return name
@@ -165,9 +161,8 @@ def resolve_attn_implementation(requested: str | None, device: str | torch.devic
 def device_map_device(device_map: str | dict) -> torch.device:
     """The device that decides the dtype for a device_map load: the map itself if it names one
     device, else the first GPU if there is one, else the CPU."""
-    if isinstance(device_map, (str, torch.device)) and _DEVICE_RE.match(str(device_map).lower()):
-        return resolve_device(device_map)
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    names_one = isinstance(device_map, (str, torch.device)) and _DEVICE_RE.match(str(device_map).lower())
+    return resolve_device(device_map if names_one else None)
 
 
 __all__ = ["cpu_supports_bf16", "cpu_supports_int8_dot", "device_map_device", "resolve_attn_implementation",

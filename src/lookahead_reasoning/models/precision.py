@@ -189,15 +189,8 @@ def resolve_precision(precision: str | None, device: str | torch.device | None =
 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes held by the model's parameters and buffers, each storage counted once (tied weights once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in [*model.parameters(), *model.buffers()]:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key not in seen:
-            seen.add(key)
-            total += storage.nbytes()
-    return total
+    storages = [t.untyped_storage() for t in [*model.parameters(), *model.buffers()]]
+    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
 
 
 def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, role: str = "target") -> PrecisionInfo:
@@ -209,9 +202,6 @@ def apply_precision(model: torch.nn.Module, precision: str | None = "auto", *, r
             for the model's device).
         role: ``"target"`` or ``"draft"``; ``"int8-dynamic"`` is refused for a target (not batch
             invariant).
-
-    Returns:
-        PrecisionInfo (what was applied, weight bytes before and after, the kernel).
 
     Raises ConfigError for an unknown name or role, a precision the model's device cannot run, or
     ``"int8-dynamic"`` for a target. A refusal leaves the model untouched.
@@ -261,8 +251,7 @@ def split_precision(precision: Any) -> tuple[str | None, str | None]:
     else:
         target, draft = precision, "auto"
     require(draft in DRAFT_PRECISIONS, f"the draft's precision must be None, 'auto' or 'int8-dynamic', got {draft!r}")
-    if target is not None:
-        normalize_precision(target)
+    normalize_precision(target)  # a bad name fails here (None is "auto")
     return target, None if draft == "none" else draft
 
 

@@ -64,14 +64,9 @@ class RandomVerifier(BaseVerifier):
 
     def verify(self, pairs: Sequence[Pair]) -> list[Verdict]:
         start = time.perf_counter()
-        pairs = check_pairs(pairs)
-        verdicts = []
-        for _ in pairs:
-            u = self.rng.random()
-            ok = u < self.p_accept
-            verdicts.append(Verdict(ok, None, f"draw {u:.3f} {'<' if ok else '>='} p_accept {self.p_accept:g}",
-                                    0.0, self.name))
-        return with_latency(verdicts, start)
+        draws = [self.rng.random() for _ in check_pairs(pairs)]
+        return with_latency([Verdict(u < self.p_accept, None, f"draw {u:.3f} {'<' if u < self.p_accept else '>='} "
+                                     f"p_accept {self.p_accept:g}", 0.0, self.name) for u in draws], start)
 
 
 __all__ = ["CascadeVerifier", "RandomVerifier"]

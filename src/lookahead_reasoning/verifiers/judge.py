@@ -215,9 +215,8 @@ class LLMJudgeVerifier(BatchedLocalJudge):
         self.threshold, self.min_mass, self.batch_size = float(options.threshold), float(options.min_mass), batch_size
         self.answers, self.prefill, self.system = (yes, no), options.prefill, system
         self.question, self.rule = options.question, options.rule
-        self.yes_ids, self.no_ids = first_token_ids(self.judge, yes), first_token_ids(self.judge, no)
-        shared = self.yes_ids & self.no_ids
-        self.yes_ids, self.no_ids = self.yes_ids - shared, self.no_ids - shared
+        yes_ids, no_ids = first_token_ids(self.judge, yes), first_token_ids(self.judge, no)
+        self.yes_ids, self.no_ids = yes_ids - no_ids, no_ids - yes_ids  # a first token both share counts for neither
         require(bool(self.yes_ids) and bool(self.no_ids),
                 f"the judge's tokenizer cannot tell {yes!r} from {no!r} by their first token; choose other answers")
 

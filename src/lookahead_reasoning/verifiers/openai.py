@@ -65,10 +65,9 @@ class OpenAIJudgeVerifier(BaseVerifier):
         require(isinstance(top_logprobs, int) and 1 <= top_logprobs <= 20,
                 f"top_logprobs must be in 1..20, got {top_logprobs!r}")
         options = JudgeOptions.given(options, {})
-        yes, no = options.answers
         self.base_url, self.model, self.api_key = base_url.rstrip("/"), model, api_key
         self.timeout, self.threshold, self.min_mass = float(timeout), float(options.threshold), float(options.min_mass)
-        self.answers, self.top_logprobs = (yes.strip().lower(), no.strip().lower()), top_logprobs
+        self.answers, self.top_logprobs = tuple(word.strip().lower() for word in options.answers), top_logprobs
         self.question, self.rule, self.prefill = options.question, options.rule, options.prefill
         self.format_prompt = format_prompt or (lambda text: f"{text}\nAnswer:")
         if model is None:
@@ -86,8 +85,7 @@ class OpenAIJudgeVerifier(BaseVerifier):
             headers["Content-Type"] = "application/json"
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.base_url + path, data=data, headers=headers,
-                                         method="POST" if body is not None else "GET")
+        request = urllib.request.Request(self.base_url + path, data=data, headers=headers)  # POST with data, else GET
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             return json.loads(response.read().decode("utf-8"))
 
@@ -111,8 +109,6 @@ class OpenAIJudgeVerifier(BaseVerifier):
         """"yes" or "no" when ``token`` is one answer word, or a start of it (2 characters or more) that
         starts no other: the server's tokenizer may split "unaligned" into "un" + "aligned"."""
         text = str(token).strip().lower()
-        if not text:
-            return None
         yes, no = ((w == text or (len(text) >= 2 and w.startswith(text))) for w in self.answers)
         return "yes" if yes and not no else "no" if no and not yes else None
 

@@ -110,10 +110,9 @@ def check_verifier_settings(settings: VerifierSettings) -> list[str]:
     label = f"the {settings.name!r} verifier"
     _check_threshold(settings.threshold, stages, label)
     _check_judge_source(settings, stages, label)
-    if settings.judge_timeout is not None:
-        t = settings.judge_timeout
-        require(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0,
-                f"--judge-timeout must be a number of seconds > 0, got {t!r}")
+    t = settings.judge_timeout
+    require(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0),
+            f"--judge-timeout must be a number of seconds > 0, got {t!r}")
     return stages
 
 

@@ -67,10 +67,8 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {
 _ALIASES = {"embed": "embedding", "cosine": "embedding", "llm-judge": "judge", "openai": "openai-judge",
             "numbers": "embedding-numbers", "score": "target-score",
             "logprob": "likelihood"}
-KNOWN_VERIFIERS = ["exact", "embedding (or embed, cosine)", "embedding-numbers (or numbers)", "judge (or llm-judge)",
-                   "openai-judge (or openai)", "paper-judge", "target-score (or score)", "likelihood (or logprob)",
-                   "likelihood-numbers", "random",
-                   "cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
+KNOWN_VERIFIERS = [f"{key} (or {', '.join(aliases)})" if (aliases := [a for a, k in _ALIASES.items() if k == key])
+                   else key for key in _FACTORIES] + ["cascade:<first>+<then> (e.g. cascade:exact+embedding)"]
 
 
 def options_of(factory: Callable) -> set[str]:
@@ -122,17 +120,11 @@ def check_verifier_spec(spec: str | Verifier, **kw: Any) -> list[str]:
 def make_verifier(spec: str | Verifier, **kw: Any) -> Verifier:
     """A verifier from a name and options, or ``spec`` itself if it already is one.
 
-    Names: "exact"; "embedding" (aliases "embed", "cosine"; options model, threshold, device,
-    same_numbers); "embedding-numbers" (alias "numbers": embedding with same_numbers=True);
-    "judge" (alias "llm-judge"; needs ``judge=LM``; threshold, answers, prefill, rule, ...);
-    "openai-judge" (alias "openai"; needs base_url, model optional); "paper-judge" (exact match, then
-    an aligned/unaligned judge: ``judge=LM`` or ``base_url=``); "target-score" (alias "score"; needs
-    ``target=LM``; threshold 0-9); "likelihood" (alias "logprob"; the target's probabilities of the
-    drafted tokens, which the decoding loop supplies; options rule, threshold, allowed, same_numbers);
-    "likelihood-numbers" (the same with same_numbers=True); "random" (p_accept, seed); and "cascade:<first>+<then>", e.g.
-    "cascade:exact+embedding", where each stage takes the options its constructor knows. An option
-    no stage takes raises VerifierError (so ``threshold=`` given to "exact" is an error, not silently
-    ignored); so does an unknown name, listing the known ones.
+    Names: :data:`KNOWN_VERIFIERS` (aliases in parentheses). Each takes its constructor's options by name
+    (a judge also the :class:`~.judge.JudgeOptions` fields); "judge" needs ``judge=LM``, "openai-judge"
+    ``base_url=``, "paper-judge" either, "target-score" ``target=LM``; each stage of a cascade takes the
+    options its constructor knows. An option no stage takes raises VerifierError (so ``threshold=`` given
+    to "exact" is an error, not silently ignored); so does an unknown name, listing the known ones.
     """
     keys = check_verifier_spec(spec, **kw)
     if not isinstance(spec, str):

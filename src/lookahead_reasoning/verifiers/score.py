@@ -38,7 +38,6 @@ class TargetScoreVerifier(BatchedLocalJudge):
             wraps the same weights in an LM of its own, so its forwards do not count as the target's
             decoding forwards in the generation statistics.
         threshold: the lowest accepted score, an integer in 0..9 (the paper: 9).
-        min_mass: see above.
         batch_size: pairs per forward pass.
         question: the question template, with fields {draft} and {target}.
     """
@@ -70,15 +69,11 @@ class TargetScoreVerifier(BatchedLocalJudge):
         return question_prompt(self.judge, judge_question(draft, target, template=self.question), self.system,
                                "", "\nScore:")
 
-    def digit_probabilities(self, pairs: list[Pair]) -> list[list[float]]:
-        """P(d) for d = 0..9 for each pair (not renormalised), from one left-padded forward."""
-        probs = next_token_probs(self.judge, [self.prompt(d, t) for d, t in pairs])  # (B, V)
-        per_digit = [probs[:, ids].max(dim=-1).values for ids in self.digit_ids]  # 10 x (B,)
-        return [[float(p[b]) for p in per_digit] for b in range(len(pairs))]
-
     def judge_batch(self, pairs: list[Pair]) -> list[Verdict]:
+        probs = next_token_probs(self.judge, [self.prompt(d, t) for d, t in pairs])  # (B, V), one left-padded forward
+        per_digit = [probs[:, ids].max(dim=-1).values.tolist() for ids in self.digit_ids]  # 10 x B
         verdicts = []
-        for p in self.digit_probabilities(pairs):
+        for p in zip(*per_digit):  # P(d) for d = 0..9 of one pair, not renormalised
             mass = sum(p)
             if not mass >= max(self.min_mass, 1e-30):
                 verdicts.append(self.failed("unclear", f"unclear: digit probability {mass:.2g} < {self.min_mass:g}"))

@@ -32,13 +32,9 @@ class ExactMatchVerifier(BaseVerifier):
 
     def verify(self, pairs: Sequence[Pair]) -> list[Verdict]:
         start = time.perf_counter()
-        pairs = check_pairs(pairs)
-        verdicts = []
-        for draft, target in pairs:
-            same = normalize_step(draft) == normalize_step(target)
-            verdicts.append(Verdict(same, 1.0 if same else 0.0,
-                                    "equal after normalisation" if same else "texts differ", 0.0, self.name))
-        return with_latency(verdicts, start)
+        same = [normalize_step(draft) == normalize_step(target) for draft, target in check_pairs(pairs)]
+        return with_latency([Verdict(s, float(s), "equal after normalisation" if s else "texts differ", 0.0, self.name)
+                             for s in same], start)
 
 
 _NUMBER_RE = re.compile(r"(?<![\w.])(?:-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+)")
@@ -56,14 +52,7 @@ def step_numbers(text: str) -> frozenset[Fraction]:
     Words ("twelve"), numbers inside identifiers ("x2") and labels (list items "2. " at a line start,
     "Step 3") are not read.
     """
-    out = set()
-    for m in _NUMBER_RE.finditer(_LABEL_RE.sub(" ", text)):
-        token = m.group(0).replace(",", "")
-        try:
-            out.add(Fraction(token))
-        except (ValueError, ZeroDivisionError):
-            continue
-    return frozenset(out)
+    return frozenset(Fraction(m.group(0).replace(",", "")) for m in _NUMBER_RE.finditer(_LABEL_RE.sub(" ", text)))
 
 
 def numbers_mismatch(draft: str, target: str) -> str | None:
