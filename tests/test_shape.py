@@ -5,8 +5,8 @@ A function is at most 50 lines and takes at most 7 parameters (``self``/``cls`` 
 and ``**kwargs`` count one each: a settings object or a small frozen options dataclass is how more
 travel); a source file is at most 350 lines, and the package at most :data:`MAX_PACKAGE_LINES`. No function
 takes a ``**kwargs`` bag, which would hide the names it really takes and dodge the parameter count, except
-the public entry points listed in :data:`BAG_FORWARDERS`, each of which forwards its bag to one documented callee (named there); the
-names such a function uses itself are parameters of their own, and every listed entry must exist and
+the public entry points listed in :data:`BAG_FORWARDERS`, each of which forwards its bag to one documented
+callee (named there); the names such a function uses itself are parameters of their own, and every listed entry must exist and
 still take a bag. Among the subpackages (``runtime``, ``decoding``, ``planning``, ``engines``, ...) the imports,
 function-level ones included, form no cycle. The package's top-level modules are left out of the
 cycle check: the low-level ones (errors, presets, sampling) are imported from everywhere, and the
