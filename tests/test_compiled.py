@@ -252,7 +252,7 @@ def test_the_static_cache_holds_what_the_dynamic_cache_holds(data):
 # Every sequence of three of the edits the cycles make, after two rows that hold different tokens. Each
 # is applied to a DynamicCache session and a static-cache session alike; the logits of every forward and
 # the keys and values of every row (the live session's and those of the copies set aside) must agree.
-# A fork of two rows fed differently, then parked by a copy and cut to one row (what ``score_alternatives``
+# A fork of two rows fed differently, then parked by a copy and cut to one row (what ``TorchVerbs.scores``
 # does: ``fork(1).select([m])``), is the case the random walk above took thousands of examples to meet.
 EDITS = ("feed", "fork2", "fork1", "copy", "select0", "select1", "reverse", "rollback")
 
