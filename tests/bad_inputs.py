@@ -69,7 +69,7 @@ def sentinels():
             mp.set(module, "load_model", _stop("load"))
     for cls in (transformers.AutoModelForCausalLM, transformers.AutoModel):
         mp.set(cls, "from_pretrained", _stop("load"))
-    mp.set(embedding.EmbeddingVerifier, "_load", _stop("load"))
+    mp.set(embedding.EmbeddingVerifier, "load", _stop("load"))
     mp.set(hub_constants, "HF_HUB_OFFLINE", True)  # a hub lookup is a request: a name not on disk fails at once
     mp.set(httpx.Client, "send", _stop("request"))
     mp.set(httpx.AsyncClient, "send", _async_stop("request"))
