@@ -332,11 +332,11 @@ def test_a_decoding_steps_block_mask_reads_the_blocks_a_row_holds_not_the_alloca
     (its new token's own among them): for the scratch row a bucket adds, its own column's block alone; for the row
     cut back, not the block of holes in its middle. None of the other blocks of the 256 attended columns is read,
     nor any of the 1024 allocated. The logits are the eager path's (flex attention's reference code)."""
-    import lookahead_reasoning.runtime.attention as attention
+    import lookahead_reasoning.runtime.compiled as compiled
 
     seen = []
-    real = attention.block_mask
-    monkeypatch.setattr(attention, "block_mask", lambda mask, cols, groups, block: seen.append(
+    real = compiled.block_mask
+    monkeypatch.setattr(compiled, "block_mask", lambda mask, cols, groups, block: seen.append(
         (mask.clone(), cols.clone())) or real(mask, cols, groups, block))
     config = FastPathConfig(backend="eager", attention="flex", block=16, length=1024, row_buckets=(1, 4),
                             token_buckets=(1,))
