@@ -148,9 +148,9 @@ class LM:
     # ------------------------------------------------------------------ sessions
     def session(self, rows: Sequence[Sequence[int]]) -> Session:
         """A fresh :class:`~lookahead_reasoning.runtime.session.Session` of this model over ``rows`` (B >= 1
-        token-id lists, none empty: else ValueError), with an empty cache: nothing is fed until its first
-        ``logits``. PromptError for a token id outside the model's vocabulary (torch's embedding would fail
-        deep inside the forward)."""
+        token-id lists, none empty: else ValueError), with an empty cache: its first ``logits(keep=k)`` feeds
+        every row and returns (B, k, V) float32 logits. PromptError for a token id outside the model's
+        vocabulary (torch's embedding would fail deep inside the forward)."""
         vocab = self.vocab_size
         outside = sorted({t for row in rows for t in row if not 0 <= t < vocab})
         require(not outside, f"token ids {outside[:5]} are outside {self.name}'s vocabulary [0, {vocab})", PromptError)
